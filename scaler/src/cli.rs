@@ -1,0 +1,29 @@
+//! Command line: one subcommand per job, each owning its own `Args`.
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "scaler", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the KEDA external-scaler gRPC API.
+    Serve(crate::serve::Args),
+    /// Print one decision with every input and guard that shaped it.
+    Explain(crate::explain::Args),
+    /// Serve the Flux shard-placement admission webhook.
+    Webhook(crate::webhook::Args),
+}
+
+impl Cli {
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Serve(args) => args.run().await,
+            Command::Explain(args) => args.run().await,
+            Command::Webhook(args) => args.run().await,
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! KEDA external scaler for CloudNativePG clusters, and the Flux shard-placement webhook.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod explain;
+pub mod serve;
+pub mod webhook;
+
+/// Generated from `proto/externalscaler.proto`.
+pub mod proto {
+    tonic::include_proto!("externalscaler");
+}
