@@ -1,0 +1,171 @@
+"""Exact answers for the base data set, read through KEDA's call pattern.
+
+value = desired_total × target; desired = clamp(1 + ceil(read load / target), floor, max(max, floor))
+with floor = max(minReplicas, maxSyncReplicas + 1, 2)."""
+import math
+
+import grpc
+import pytest
+
+import scenarios
+from keda import code_of, metadata
+
+
+def value_of(resp):
+    (mv,) = resp.metricValues
+    return mv
+
+
+@pytest.mark.parametrize("target,expected_desired", [
+    ("5", 1 + math.ceil(13 / 5)),   # 4
+    ("3", 1 + math.ceil(13 / 3)),   # 6
+    ("2.5", 1 + math.ceil(13 / 2.5)),  # 7
+])
+def test_read_connections_counts_only_active_client_sessions_on_replicas(keda, target, expected_desired):
+    ref = keda.ref("tenant-a", "so-pg", metadata(target=target, max_replicas="20"))
+    specs, values, active = keda.scale_loop_poll(ref)
+    (spec,) = specs
+    assert spec.metricName == "cnpg-pg-readconnections"
+    assert spec.targetSizeFloat == float(target)
+    assert spec.targetSize in (math.floor(float(target)), math.ceil(float(target)))
+    mv = value_of(values[0])
+    assert mv.metricValueFloat == pytest.approx(expected_desired * float(target))
+    assert mv.metricValue in (math.floor(mv.metricValueFloat), math.ceil(mv.metricValueFloat))
+    assert active is True
+
+
+def test_read_cpu_utilization_counts_postgres_container_on_replicas(keda):
+    # 700 millicores on replicas; the primary's 2000m, pod-level cgroup and sidecars never count.
+    ref = keda.ref("tenant-a", "so-pg", metadata(metric="ReadCPUUtilization", target="250", max_replicas="20"))
+    specs, values, _ = keda.scale_loop_poll(ref)
+    assert [s.metricName for s in specs] == ["cnpg-pg-readcpuutilization"]
+    assert value_of(values[0]).metricValueFloat == pytest.approx((1 + math.ceil(700 / 250)) * 250)
+
+
+def test_hpa_path_with_lowercased_name_and_3s_deadline(keda):
+    ref = keda.ref("tenant-a", "so-pg", metadata(target="5"))
+    specs, resp, active = keda.hpa_query(ref)
+    assert value_of(resp).metricValueFloat == 4 * 5
+    assert active is True
+
+
+def test_metric_name_matches_case_insensitively(keda):
+    ref = keda.ref("tenant-a", "so-pg", metadata(target="5"))
+    assert value_of(keda.metrics(ref, "CNPG-PG-ReadConnections")).metricValueFloat == 20
+
+
+def test_unknown_metric_name_is_an_error_not_a_value(keda):
+    ref = keda.ref("tenant-a", "so-pg", metadata(target="5"))
+    assert code_of(lambda: keda.metrics(ref, "cnpg-pg-archive-readconnections")) != grpc.StatusCode.OK
+
+
+def test_cluster_defaults_to_the_scaled_object_name(keda):
+    md = metadata(target="5")
+    del md["cluster"]
+    assert keda.desired(keda.ref("tenant-a", "pg", md), 5) == 4
+
+
+def test_prefix_cluster_in_same_namespace_does_not_leak(keda):
+    # pg-archive has 100 sessions: desired 21, clamped to max 10. pg stays at 4.
+    assert keda.desired(keda.ref("tenant-a", "a", metadata("pg-archive", target="5")), 5) == 10
+    assert keda.desired(keda.ref("tenant-a", "b", metadata("pg", target="5")), 5) == 4
+
+
+def test_namespace_comes_from_the_request(keda):
+    # target 1: tenant-a/pg -> 1 + 13 = 14; tenant-b/pg -> 1 + 2 = 3.
+    assert keda.desired(keda.ref("tenant-a", "so", metadata(target="1", max_replicas="30")), 1) == 14
+    assert keda.desired(keda.ref("tenant-b", "so", metadata(target="1", max_replicas="30")), 1) == 3
+    # A "namespace" key in the metadata must never redirect the query to another tenant.
+    sneaky = keda.ref("tenant-b", "so", metadata(target="1", max_replicas="30", namespace="tenant-a"))
+    try:
+        assert keda.desired(sneaky, 1) == 3
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("cluster", ["quiet", "empty"])
+def test_zero_load_gives_the_floor_of_two(keda, cluster):
+    # No active client session (or no backend rows at all): 1 + 0 = 1, floor 2.
+    assert keda.desired(keda.ref("tenant-b", "so", metadata(cluster, target="5", minReplicas="1")), 5) == 2
+
+
+def test_min_replicas_floor(keda):
+    assert keda.desired(keda.ref("tenant-b", "so", metadata(target="5", minReplicas="3")), 5) == 3
+
+
+def test_quorum_floor(keda):
+    # maxSyncReplicas 3 needs 3 standbys + primary = 4, above the load's 2.
+    assert keda.desired(keda.ref("tenant-b", "so", metadata(target="5", maxSyncReplicas="3")), 5) == 4
+
+
+def test_quorum_beats_max_replicas(keda):
+    ref = keda.ref("tenant-b", "so", metadata(target="5", minReplicas="2", max_replicas="3", maxSyncReplicas="4"))
+    assert keda.desired(ref, 5) == 5
+
+
+def test_max_replicas_clamps(keda):
+    assert keda.desired(keda.ref("tenant-a", "so", metadata(target="1", max_replicas="6")), 1) == 6
+
+
+def test_min_equal_max_pins_the_count(keda):
+    assert keda.desired(keda.ref("tenant-a", "so", metadata(target="1", minReplicas="5", max_replicas="5")), 1) == 5
+
+
+# Lag brake. Both lag clusters: 12 sessions, 3 instances, replicas 600 s behind.
+LAG_TARGET = "2"  # 1 + ceil(12 / 2) = 7 without the brake
+
+
+def test_lag_brake_holds_current_count_when_primary_writes(keda):
+    ref = keda.ref("tenant-c", "so", metadata("busy-lag", target=LAG_TARGET, maxReplicationLagSeconds="30"))
+    assert keda.desired(ref, 2) == scenarios.LAG_CLUSTER_INSTANCES
+
+
+def test_lag_brake_also_blocks_scale_down(keda):
+    # target 100: load wants 2, but the brake holds the current 3.
+    ref = keda.ref("tenant-c", "so", metadata("busy-lag", target="100", maxReplicationLagSeconds="30"))
+    assert keda.desired(ref, 100) == 3
+
+
+def test_lag_brake_never_goes_below_the_floor(keda):
+    ref = keda.ref("tenant-c", "so", metadata("busy-lag", target=LAG_TARGET, maxReplicationLagSeconds="30",
+                                              maxSyncReplicas="3"))
+    assert keda.desired(ref, 2) == 4
+
+
+@pytest.mark.parametrize("threshold", ["0", "1000"])
+def test_lag_brake_off_or_lag_below_threshold(keda, threshold):
+    ref = keda.ref("tenant-c", "so", metadata("busy-lag", target=LAG_TARGET, maxReplicationLagSeconds=threshold))
+    assert keda.desired(ref, 2) == 7
+
+
+def test_idle_primary_lag_never_brakes(keda):
+    ref = keda.ref("tenant-c", "so", metadata("idle-lag", target=LAG_TARGET, maxReplicationLagSeconds="30"))
+    assert keda.desired(ref, 2) == 7
+
+
+def test_dry_run_holds_current_count(keda):
+    ref = keda.ref("tenant-a", "so-dry", metadata(target="5", dryRun="true"))
+    assert keda.desired(ref, 5) == scenarios.TENANT_A_PG_INSTANCES  # recommendation 4, held at 3
+    floor_ref = keda.ref("tenant-a", "so-dry", metadata(target="5", dryRun="true", minReplicas="5"))
+    assert keda.desired(floor_ref, 5) == 5
+
+
+def test_dry_run_false_acts(keda):
+    assert keda.desired(keda.ref("tenant-a", "so", metadata(target="5", dryRun="false")), 5) == 4
+
+
+def test_cluster_without_series_is_an_error_never_zero(keda):
+    ref = keda.ref("tenant-a", "ghost", metadata("ghost", target="5"))
+    code = code_of(lambda: keda.metrics(ref, "cnpg-ghost-readconnections"))
+    assert code not in (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT), code
+    # IsActive must not claim a cluster that does not exist.
+    try:
+        assert keda.is_active(ref) is False
+    except grpc.RpcError as e:
+        assert e.code() != grpc.StatusCode.OK
+
+
+def test_other_namespace_cluster_is_not_found_here(keda):
+    # busy-lag exists only in tenant-c.
+    ref = keda.ref("tenant-a", "so", metadata("busy-lag", target="5"))
+    assert code_of(lambda: keda.metrics(ref, "cnpg-busy-lag-readconnections")) != grpc.StatusCode.OK
