@@ -3,3 +3,10 @@
 #![forbid(unsafe_code)]
 
 pub mod autosize;
+pub mod placement;
+pub mod shard;
+pub mod tenant;
+
+pub use placement::{Placement, PlacementConfig, TenantInfo, compute_placement};
+pub use shard::{ShardIndex, ShardName, parse_shard_index, shard_name};
+pub use tenant::tenant_namespace_for_hr;
