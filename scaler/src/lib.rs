@@ -1,9 +1,12 @@
 //! KEDA external scaler for CloudNativePG clusters, and the Flux shard-placement webhook.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod cli;
 pub mod explain;
+pub mod logging;
 pub mod serve;
+pub mod tls;
 pub mod webhook;
 
 /// Generated from `proto/externalscaler.proto`.

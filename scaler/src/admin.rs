@@ -1,0 +1,86 @@
+//! The admin HTTP server (plaintext, for kubelet probes and Prometheus), shared by `serve` and
+//! `webhook`:
+//!
+//! * `GET /healthz`: 200 while the process runs (liveness).
+//! * `GET /readyz`: 200 once [`Readiness::set`] says so, else 503 (readiness).
+//! * `GET /metrics`: the [`Registry`] in OpenMetrics text.
+//!
+//! ```ignore
+//! let readiness = admin::Readiness::default(); // starts unready
+//! let listener = tokio::net::TcpListener::bind(addr).await?;
+//! tokio::spawn(admin::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
+//! readiness.set(true);
+//! ```
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A shared readiness flag; starts unready.
+#[derive(Clone, Debug, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+#[derive(Clone)]
+struct AdminState {
+    registry: Arc<Registry>,
+    readiness: Readiness,
+}
+
+/// Serves the admin endpoints on `listener` until `shutdown` is cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(AdminState {
+            registry,
+            readiness,
+        });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+async fn readyz(State(state): State<AdminState>) -> Response {
+    if state.readiness.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
+        Ok(()) => ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode metrics: {error}\n"),
+        )
+            .into_response(),
+    }
+}

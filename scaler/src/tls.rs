@@ -1,0 +1,358 @@
+//! Server-side TLS with certificate hot reload, shared by the gRPC scaler and the webhook.
+//!
+//! ```ignore
+//! let files = tls::TlsFiles { cert, key, client_ca: None };
+//! // Fails now, with the file named, if the certificate or key do not load.
+//! let tls = tls::Reloading::spawn(files, tls::ALPN_GRPC, shutdown.clone())?;
+//! let listener = tokio::net::TcpListener::bind(addr).await?;
+//! // tonic: the stream yields `TlsConn`, which implements `tonic::transport::server::Connected`.
+//! server.serve_with_incoming_shutdown(tls.incoming(listener, shutdown.clone()), shutdown.cancelled()).await?;
+//! // hyper-util (webhook): wrap each `TlsConn` in `hyper_util::rt::TokioIo`.
+//! ```
+//!
+//! * Every few seconds ([`RELOAD_POLL`]) the files are re-read. When their contents changed, a new
+//!   config is built and used for new connections. A broken new set is logged and the previous
+//!   config keeps serving. Polling contents (not inotify) survives Kubernetes' symlink swaps of
+//!   mounted Secrets.
+//! * With `client_ca`, clients must present a certificate signed by it (mTLS).
+//! * TLS 1.2 and 1.3 only; ALPN is set by the caller: [`ALPN_GRPC`] (grpc-go ≥ 1.67 refuses a
+//!   server that selects no ALPN protocol) or [`ALPN_HTTPS`].
+//! * Handshakes run in their own tasks under [`HANDSHAKE_TIMEOUT`], so a slow or broken client
+//!   never stalls the accept loop; failed handshakes are logged and skipped.
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// ALPN for the gRPC server: HTTP/2 only.
+pub const ALPN_GRPC: &[&[u8]] = &[b"h2"];
+/// ALPN for an HTTPS server that speaks both HTTP/2 and HTTP/1.1 (the Kubernetes API server
+/// calls webhooks over either).
+pub const ALPN_HTTPS: &[&[u8]] = &[b"h2", b"http/1.1"];
+/// How often the certificate files are re-read.
+pub const RELOAD_POLL: Duration = Duration::from_secs(5);
+/// Longest time a client may take to finish the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Accepted connections waiting to be picked up by the server; a small buffer is enough
+/// because the server drains it as fast as it spawns connection tasks.
+const ACCEPT_BACKLOG: usize = 64;
+
+/// PEM files making up the server identity.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// Certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// Private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA bundle that client certificates must chain to; `None` means no client certificates.
+    pub client_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{path} holds no PEM {what}; give a PEM file with a {what}")]
+    Pem { path: PathBuf, what: &'static str },
+    #[error("invalid TLS configuration from {cert} / {key}: {source}")]
+    Config {
+        cert: PathBuf,
+        key: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("invalid client CA {path}: {message}")]
+    ClientCa { path: PathBuf, message: String },
+}
+
+/// A TLS server config that follows its files on disk.
+#[derive(Clone)]
+pub struct Reloading {
+    current: Arc<RwLock<Arc<ServerConfig>>>,
+}
+
+impl Reloading {
+    /// Loads the files now (failing with the file named if they do not load) and spawns the
+    /// reload task, which stops when `shutdown` is cancelled.
+    pub fn spawn(
+        files: TlsFiles,
+        alpn: &[&[u8]],
+        shutdown: CancellationToken,
+    ) -> Result<Self, TlsError> {
+        Self::spawn_polling(files, alpn, RELOAD_POLL, shutdown)
+    }
+
+    /// [`Reloading::spawn`] with a custom poll interval (tests use a short one).
+    pub fn spawn_polling(
+        files: TlsFiles,
+        alpn: &[&[u8]],
+        poll: Duration,
+        shutdown: CancellationToken,
+    ) -> Result<Self, TlsError> {
+        let alpn: Vec<Vec<u8>> = alpn.iter().map(|p| p.to_vec()).collect();
+        let contents = Contents::read(&files)?;
+        let config = contents.build(&files, &alpn)?;
+        let this = Self {
+            current: Arc::new(RwLock::new(Arc::new(config))),
+        };
+        let reloader = this.clone();
+        tokio::spawn(async move {
+            reloader.watch(files, alpn, contents, poll, shutdown).await;
+        });
+        Ok(this)
+    }
+
+    /// The config new connections get right now.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        match self.current.read() {
+            Ok(guard) => guard.clone(),
+            // A writer never panics while holding the lock; recover the value anyway.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Accepts TCP connections from `listener` and yields those that completed a TLS handshake.
+    /// The stream ends when `shutdown` is cancelled.
+    pub fn incoming(
+        &self,
+        listener: TcpListener,
+        shutdown: CancellationToken,
+    ) -> ReceiverStream<io::Result<TlsConn>> {
+        let (tx, rx) = mpsc::channel(ACCEPT_BACKLOG);
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, remote) = tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    accepted = listener.accept() => match accepted {
+                        Ok(accepted) => accepted,
+                        Err(error) => {
+                            // EMFILE and friends: back off briefly instead of spinning.
+                            warn!(%error, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    },
+                };
+                let acceptor = TlsAcceptor::from(this.config());
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => {
+                            let _ = tx.send(Ok(TlsConn { stream, remote })).await;
+                        }
+                        Ok(Err(error)) => debug!(%error, %remote, "TLS handshake failed"),
+                        Err(_) => debug!(%remote, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        ReceiverStream::new(rx)
+    }
+
+    async fn watch(
+        &self,
+        files: TlsFiles,
+        alpn: Vec<Vec<u8>>,
+        mut seen: Contents,
+        poll: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let contents = match Contents::read(&files) {
+                Ok(contents) => contents,
+                // Mid-swap reads can fail transiently; the next poll retries.
+                Err(error) => {
+                    debug!(%error, "TLS files not readable; keeping the current config");
+                    continue;
+                }
+            };
+            if contents == seen {
+                continue;
+            }
+            match contents.build(&files, &alpn) {
+                Ok(config) => {
+                    if let Ok(mut current) = self.current.write() {
+                        *current = Arc::new(config);
+                    }
+                    info!(cert = %files.cert.display(), "reloaded TLS certificate");
+                }
+                Err(error) => {
+                    warn!(%error, "new TLS files are invalid; keeping the previous certificate")
+                }
+            }
+            // Remember what was seen either way, so a broken set is reported once, not every poll.
+            seen = contents;
+        }
+    }
+}
+
+/// Raw file contents; comparing them detects rotation whatever the filesystem does.
+#[derive(PartialEq, Eq)]
+struct Contents {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
+}
+
+impl Contents {
+    fn read(files: &TlsFiles) -> Result<Self, TlsError> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|source| TlsError::Read {
+                path: path.clone(),
+                source,
+            })
+        };
+        Ok(Self {
+            cert: read(&files.cert)?,
+            key: read(&files.key)?,
+            client_ca: files.client_ca.as_ref().map(read).transpose()?,
+        })
+    }
+
+    fn build(&self, files: &TlsFiles, alpn: &[Vec<u8>]) -> Result<ServerConfig, TlsError> {
+        let certs = parse_certs(&self.cert, &files.cert)?;
+        let key = PrivateKeyDer::from_pem_slice(&self.key).map_err(|_| TlsError::Pem {
+            path: files.key.clone(),
+            what: "private key",
+        })?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config_error = |source| TlsError::Config {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            source,
+        };
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(config_error)?;
+        let builder = match (&self.client_ca, &files.client_ca) {
+            (Some(pem), Some(path)) => {
+                let ca_error = |message: String| TlsError::ClientCa {
+                    path: path.clone(),
+                    message,
+                };
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in parse_certs(pem, path)? {
+                    roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
+                }
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                        .build()
+                        .map_err(|e| ca_error(e.to_string()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            _ => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_single_cert(certs, key).map_err(config_error)?;
+        config.alpn_protocols = alpn.to_vec();
+        Ok(config)
+    }
+}
+
+fn parse_certs(
+    pem: &[u8],
+    path: &std::path::Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .map_err(|_| TlsError::Pem {
+            path: path.to_path_buf(),
+            what: "certificate",
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem {
+            path: path.to_path_buf(),
+            what: "certificate",
+        });
+    }
+    Ok(certs)
+}
+
+/// An accepted TLS connection; usable with tonic (`Connected`) and hyper-util (`TokioIo`).
+pub struct TlsConn {
+    stream: TlsStream<TcpStream>,
+    remote: SocketAddr,
+}
+
+impl TlsConn {
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.remote
+    }
+
+    /// The client's certificate chain when mTLS is on.
+    pub fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
+        self.stream.get_ref().1.peer_certificates()
+    }
+}
+
+impl tonic::transport::server::Connected for TlsConn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        tonic::transport::server::TcpConnectInfo {
+            local_addr: self.stream.get_ref().0.local_addr().ok(),
+            remote_addr: Some(self.remote),
+        }
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
