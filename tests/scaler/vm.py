@@ -1,6 +1,7 @@
 """A real VictoriaMetrics on loopback: start, import Prometheus text, flush, poll until visible."""
 import os
 import shutil
+import time
 
 import requests
 
@@ -9,6 +10,7 @@ from procs import Proc, free_port, wait_until
 
 class VictoriaMetrics:
     def __init__(self, workdir: str, port: int | None = None):
+        os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
         self.data = os.path.join(workdir, "vmdata")
         self.port = port or free_port()
@@ -63,7 +65,9 @@ class VictoriaMetrics:
         return wait_until(lambda: expect(self.scalar(probe)), timeout, 0.2, f"VM shows {probe}")
 
     def query_requests(self) -> float:
-        """Instant and range queries served so far, from VictoriaMetrics' own /metrics."""
+        """Instant and range queries served so far, from VictoriaMetrics' own /metrics.
+        VictoriaMetrics refreshes that page about once a second: wait so the count is complete."""
+        time.sleep(1.1)
         total = 0.0
         for line in requests.get(f"{self.url}/metrics", timeout=5).text.splitlines():
             if line.startswith("vm_http_requests_total{") and (
