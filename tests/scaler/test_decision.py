@@ -169,3 +169,21 @@ def test_other_namespace_cluster_is_not_found_here(keda):
     # busy-lag exists only in tenant-c.
     ref = keda.ref("tenant-a", "so", metadata("busy-lag", target="5"))
     assert code_of(lambda: keda.metrics(ref, "cnpg-busy-lag-readconnections")) != grpc.StatusCode.OK
+
+
+def test_lag_brake_looks_at_the_last_five_minutes(vm, keda):
+    """A lag spike 2-3 minutes ago still brakes; one 7-8 minutes ago does not. Imported now,
+    with the sample ages relative to this moment."""
+    import time
+
+    from cnpg_series import render, replicas
+
+    recent = replicas("tenant-e", "recent-spike", 6, lag=lambda age: 600.0 if 120 <= age <= 180 else 0.0)
+    old = replicas("tenant-e", "old-spike", 6, lag=lambda age: 600.0 if 420 <= age <= 480 else 0.0)
+    for c in (recent, old):
+        c.pods[0].wal_bytes_per_s = 50_000
+    vm.import_and_wait(render([recent, old], time.time()),
+                       'count(cnpg_pg_replication_in_recovery{namespace="tenant-e"})', lambda n: n == 6)
+    md = dict(target=LAG_TARGET, maxReplicationLagSeconds="30")
+    assert keda.desired(keda.ref("tenant-e", "so", metadata("recent-spike", **md)), 2) == 3
+    assert keda.desired(keda.ref("tenant-e", "so", metadata("old-spike", **md)), 2) == 7

@@ -218,7 +218,7 @@ def main():
               "open", hot_split, args.rate / args.procs, args.duration)
         phase(f"spread: {args.rate:.0f} rpc/s over all {args.clusters} ScaledObjects (open loop)",
               "open", split, args.rate / args.procs, args.duration)
-        phase("max throughput: closed loop, 64 in flight/proc, hot set x30", "closed",
+        phase("max throughput: closed loop, 64 in flight/proc, hot set x15 per proc", "closed",
               [hot * 15 for _ in range(args.procs)], 64, None)
         figures.append({"rss_end_mib": round(rss_kib(pid) / 1024, 1)})
         print(json.dumps(figures[-1]), flush=True)
