@@ -3,8 +3,10 @@
 
 pub mod admin;
 pub mod cli;
+pub mod decision;
 pub mod explain;
 pub mod logging;
+pub mod metadata;
 pub mod serve;
 pub mod tls;
 pub mod webhook;

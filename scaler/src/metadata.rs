@@ -1,0 +1,371 @@
+//! Trigger metadata (all strings, as KEDA sends them) → a typed, validated [`ScalerConfig`].
+use std::collections::HashMap;
+use std::fmt;
+
+/// Largest `maxReplicas` accepted; far above any sane cluster, low enough that
+/// `desired × target` stays exact in an `f64` and an `i64`.
+pub const MAX_REPLICAS_LIMIT: u32 = 1000;
+/// Smallest `target`: KEDA renders it with `%.3f`, and the HPA rejects a zero target.
+pub const MIN_TARGET: f64 = 0.001;
+/// Largest `target`; keeps `desired × target` far below 2^53.
+pub const MAX_TARGET: f64 = 1e9;
+
+/// Keys KEDA itself reads from the same trigger metadata; accepted and ignored.
+const KEDA_KEYS: [&str; 3] = ["scalerAddress", "enableTLS", "unsafeSsl"];
+const OUR_KEYS: [&str; 8] = [
+    "cluster",
+    "metric",
+    "target",
+    "minReplicas",
+    "maxReplicas",
+    "maxSyncReplicas",
+    "maxReplicationLagSeconds",
+    "dryRun",
+];
+
+/// The load signal summed over read replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Metric {
+    /// Active client backends (connections) on replicas.
+    #[value(name = "ReadConnections")]
+    ReadConnections,
+    /// CPU of the `postgres` container on replicas, in millicores.
+    #[value(name = "ReadCPUUtilization")]
+    ReadCpuUtilization,
+}
+
+impl Metric {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadConnections => "ReadConnections",
+            Self::ReadCpuUtilization => "ReadCPUUtilization",
+        }
+    }
+
+    fn parse(value: &str) -> Option<Self> {
+        [Self::ReadConnections, Self::ReadCpuUtilization]
+            .into_iter()
+            .find(|m| m.as_str() == value)
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One trigger's validated settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScalerConfig {
+    /// CNPG Cluster name (a DNS label).
+    pub cluster: String,
+    pub metric: Metric,
+    /// Load one read replica should carry (connections, or CPU millicores).
+    pub target: f64,
+    /// Lower bound on total instances (primary included).
+    pub min_replicas: u32,
+    /// Upper bound on total instances; the sync quorum may raise it.
+    pub max_replicas: u32,
+    /// Synchronous quorum; `None` means "read it from the Cluster".
+    pub max_sync_replicas: Option<u32>,
+    /// Lag brake threshold in seconds; 0 turns the brake off.
+    pub max_replication_lag_seconds: f64,
+    /// Publish the recommendation but hold the current count.
+    pub dry_run: bool,
+}
+
+impl ScalerConfig {
+    /// The MetricSpec name: `cnpg-<cluster>-<metric in lowercase>`, lowercase and path-safe.
+    pub fn metric_name(&self) -> String {
+        format!(
+            "cnpg-{}-{}",
+            self.cluster,
+            self.metric.as_str().to_ascii_lowercase()
+        )
+    }
+}
+
+/// Why metadata was rejected; every message names the key and what is allowed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MetadataError {
+    #[error("metadata key {key:?} is required: {allowed}")]
+    Missing {
+        key: &'static str,
+        allowed: &'static str,
+    },
+    #[error("metadata key {key:?} has invalid value {value:?}: {allowed}")]
+    Invalid {
+        key: &'static str,
+        value: String,
+        allowed: &'static str,
+    },
+    #[error(
+        "metadata key \"minReplicas\" ({min}) is above \"maxReplicas\" ({max}): lower minReplicas or raise maxReplicas"
+    )]
+    MinAboveMax { min: u32, max: u32 },
+    #[error("unknown metadata key {key:?}; known keys: {}, and KEDA's {}", OUR_KEYS.join(", "), KEDA_KEYS.join(", "))]
+    Unknown { key: String },
+    #[error(
+        "metadata key \"cluster\" is not set and the ScaledObject name {name:?} is not a valid CNPG cluster name: set \"cluster\" to a lowercase DNS label"
+    )]
+    DefaultCluster { name: String },
+}
+
+const CLUSTER_ALLOWED: &str =
+    "a CNPG cluster name: lowercase letters, digits and '-', at most 63 characters";
+const METRIC_ALLOWED: &str = "one of ReadConnections, ReadCPUUtilization";
+const TARGET_ALLOWED: &str =
+    "a number from 0.001 to 1e9 (connections or CPU millicores per read replica)";
+const COUNT_ALLOWED: &str = "a whole number from 0 to 1000";
+const MAX_ALLOWED: &str = "a whole number from 1 to 1000 (total instances, primary included)";
+const LAG_ALLOWED: &str = "a number of seconds >= 0 (0 turns the lag brake off)";
+const BOOL_ALLOWED: &str = "true or false";
+
+/// Parses the metadata of the ScaledObject called `so_name` (the default cluster name).
+pub fn parse(
+    so_name: &str,
+    metadata: &HashMap<String, String>,
+) -> Result<ScalerConfig, MetadataError> {
+    if let Some(key) = metadata
+        .keys()
+        .find(|k| !OUR_KEYS.contains(&k.as_str()) && !KEDA_KEYS.contains(&k.as_str()))
+    {
+        return Err(MetadataError::Unknown { key: key.clone() });
+    }
+    let get = |key: &str| metadata.get(key).map(|v| v.trim());
+
+    let cluster = match get("cluster") {
+        Some(value) if is_dns_label(value) => value.to_owned(),
+        Some(value) => return Err(invalid("cluster", value, CLUSTER_ALLOWED)),
+        None if is_dns_label(so_name) => so_name.to_owned(),
+        None => {
+            return Err(MetadataError::DefaultCluster {
+                name: so_name.to_owned(),
+            });
+        }
+    };
+    let metric = match get("metric") {
+        None => Metric::ReadConnections,
+        Some(value) => {
+            Metric::parse(value).ok_or_else(|| invalid("metric", value, METRIC_ALLOWED))?
+        }
+    };
+    let target = match get("target") {
+        None => {
+            return Err(MetadataError::Missing {
+                key: "target",
+                allowed: TARGET_ALLOWED,
+            });
+        }
+        Some(value) => parse_number(value)
+            .filter(|t| (MIN_TARGET..=MAX_TARGET).contains(t))
+            .ok_or_else(|| invalid("target", value, TARGET_ALLOWED))?,
+    };
+    let min_replicas = match get("minReplicas") {
+        None => 2,
+        Some(value) => {
+            parse_count(value, 0).ok_or_else(|| invalid("minReplicas", value, COUNT_ALLOWED))?
+        }
+    };
+    let max_replicas = match get("maxReplicas") {
+        None => {
+            return Err(MetadataError::Missing {
+                key: "maxReplicas",
+                allowed: MAX_ALLOWED,
+            });
+        }
+        Some(value) => {
+            parse_count(value, 1).ok_or_else(|| invalid("maxReplicas", value, MAX_ALLOWED))?
+        }
+    };
+    if min_replicas > max_replicas {
+        return Err(MetadataError::MinAboveMax {
+            min: min_replicas,
+            max: max_replicas,
+        });
+    }
+    let max_sync_replicas = get("maxSyncReplicas")
+        .map(|value| {
+            parse_count(value, 0).ok_or_else(|| invalid("maxSyncReplicas", value, COUNT_ALLOWED))
+        })
+        .transpose()?;
+    let max_replication_lag_seconds = match get("maxReplicationLagSeconds") {
+        None => 0.0,
+        Some(value) => parse_number(value)
+            .filter(|s| *s >= 0.0)
+            .ok_or_else(|| invalid("maxReplicationLagSeconds", value, LAG_ALLOWED))?,
+    };
+    let dry_run = match get("dryRun") {
+        None => false,
+        Some(value) if value.eq_ignore_ascii_case("true") => true,
+        Some(value) if value.eq_ignore_ascii_case("false") => false,
+        Some(value) => return Err(invalid("dryRun", value, BOOL_ALLOWED)),
+    };
+    Ok(ScalerConfig {
+        cluster,
+        metric,
+        target,
+        min_replicas,
+        max_replicas,
+        max_sync_replicas,
+        max_replication_lag_seconds,
+        dry_run,
+    })
+}
+
+fn invalid(key: &'static str, value: &str, allowed: &'static str) -> MetadataError {
+    MetadataError::Invalid {
+        key,
+        value: value.to_owned(),
+        allowed,
+    }
+}
+
+/// A finite decimal number ("nan", "inf" and hex are refused).
+fn parse_number(value: &str) -> Option<f64> {
+    value.parse::<f64>().ok().filter(|n| n.is_finite())
+}
+
+fn parse_count(value: &str, min: u32) -> Option<u32> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (min..=MAX_REPLICAS_LIMIT).contains(n))
+}
+
+/// RFC 1123 label: what CNPG accepts as a Cluster name, and path-safe in a metric name.
+pub fn is_dns_label(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn md(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn base() -> Vec<(&'static str, &'static str)> {
+        vec![("target", "150"), ("maxReplicas", "6")]
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let cfg = parse("pg", &md(&base())).unwrap();
+        assert_eq!(
+            cfg,
+            ScalerConfig {
+                cluster: "pg".into(),
+                metric: Metric::ReadConnections,
+                target: 150.0,
+                min_replicas: 2,
+                max_replicas: 6,
+                max_sync_replicas: None,
+                max_replication_lag_seconds: 0.0,
+                dry_run: false,
+            }
+        );
+        assert_eq!(cfg.metric_name(), "cnpg-pg-readconnections");
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let mut pairs = base();
+        pairs.extend([
+            ("cluster", "db"),
+            ("metric", "ReadCPUUtilization"),
+            ("minReplicas", "3"),
+            ("maxSyncReplicas", "1"),
+            ("maxReplicationLagSeconds", "30.5"),
+            ("dryRun", "True"),
+            ("scalerAddress", "scaler:6000"),
+            ("enableTLS", "true"),
+            ("unsafeSsl", "false"),
+        ]);
+        let cfg = parse("so", &md(&pairs)).unwrap();
+        assert_eq!(cfg.cluster, "db");
+        assert_eq!(cfg.metric, Metric::ReadCpuUtilization);
+        assert_eq!(cfg.min_replicas, 3);
+        assert_eq!(cfg.max_sync_replicas, Some(1));
+        assert_eq!(cfg.max_replication_lag_seconds, 30.5);
+        assert!(cfg.dry_run);
+        assert_eq!(cfg.metric_name(), "cnpg-db-readcpuutilization");
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let cases: &[(&str, Option<&str>, &str)] = &[
+            ("target", Some("five"), "target"),
+            ("target", Some("0"), "target"),
+            ("target", Some("0.0004"), "target"),
+            ("target", Some("NaN"), "target"),
+            ("target", None, "target"),
+            ("maxReplicas", None, "maxReplicas"),
+            ("maxReplicas", Some("0"), "maxReplicas"),
+            ("maxReplicas", Some("2.5"), "maxReplicas"),
+            ("minReplicas", Some("-1"), "minReplicas"),
+            ("minReplicas", Some("7"), "minReplicas"),
+            ("metric", Some("readconnections"), "metric"),
+            ("maxSyncReplicas", Some("quorum"), "maxSyncReplicas"),
+            (
+                "maxReplicationLagSeconds",
+                Some("1m"),
+                "maxReplicationLagSeconds",
+            ),
+            (
+                "maxReplicationLagSeconds",
+                Some("-5"),
+                "maxReplicationLagSeconds",
+            ),
+            ("dryRun", Some("maybe"), "dryRun"),
+            ("cluster", Some("Bad_Name"), "cluster"),
+            ("cluster", Some("pg.x"), "cluster"),
+            ("maxReplica", Some("3"), "maxReplica"),
+        ];
+        for (key, value, named) in cases {
+            let mut map = md(&base());
+            match value {
+                Some(v) => map.insert(key.to_string(), v.to_string()),
+                None => map.remove(*key),
+            };
+            let err = parse("pg", &map).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("\"{named}\"")),
+                "{key}={value:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn cluster_defaults_to_a_valid_scaled_object_name_only() {
+        assert!(matches!(
+            parse("My.SO", &md(&base())),
+            Err(MetadataError::DefaultCluster { .. })
+        ));
+        let mut pairs = base();
+        pairs.push(("cluster", "pg"));
+        assert_eq!(parse("My.SO", &md(&pairs)).unwrap().cluster, "pg");
+    }
+
+    #[test]
+    fn dns_labels() {
+        for ok in ["pg", "a", "pg-archive", "0db"] {
+            assert!(is_dns_label(ok), "{ok}");
+        }
+        for bad in ["", "-pg", "pg-", "PG", "p.g", "p_g", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+    }
+}
