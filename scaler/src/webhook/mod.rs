@@ -1,4 +1,6 @@
-//! TODO(owner of this module): replace this placeholder.
+//! `scaler webhook`: the Flux shard-placement admission webhook.
+pub mod mutate;
+pub mod review;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {}

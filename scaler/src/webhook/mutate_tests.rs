@@ -1,0 +1,276 @@
+use serde_json::json;
+
+use super::*;
+use crate::webhook::review::AdmissionReview;
+
+fn mk_review(operation: &str, namespace: &str, object: Value) -> AdmissionRequest {
+    let body = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "helm.toolkit.fluxcd.io", "version": "v2", "kind": "HelmRelease"},
+            "resource": {"group": "helm.toolkit.fluxcd.io", "version": "v2", "resource": "helmreleases"},
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": "system:serviceaccount:cozy-system:cozystack-api"},
+            "object": object,
+            "oldObject": null,
+            "dryRun": false
+        }
+    });
+    AdmissionReview::from_slice(&serde_json::to_vec(&body).unwrap())
+        .unwrap()
+        .request
+}
+
+fn mk_hr(namespace: &str, name: &str, labels: Option<Value>) -> Value {
+    let mut hr = json!({
+        "apiVersion": "helm.toolkit.fluxcd.io/v2",
+        "kind": "HelmRelease",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"interval": "5m", "chartRef": {"kind": "ExternalArtifact", "name": "postgres"}}
+    });
+    if let Some(labels) = labels {
+        hr["metadata"]["labels"] = labels;
+    }
+    hr
+}
+
+fn pending(req: &AdmissionRequest) -> Pending {
+    match admit(req) {
+        Admit::NeedsShard(p) => p,
+        Admit::Done(o) => panic!("expected a shard lookup, got {:?}", o.reason),
+    }
+}
+
+fn reason(req: &AdmissionRequest) -> Reason {
+    match admit(req) {
+        Admit::Done(o) => {
+            assert!(o.response.allowed && o.response.patch.is_none());
+            o.reason
+        }
+        Admit::NeedsShard(p) => panic!("unexpected shard lookup for {}", p.tenant),
+    }
+}
+
+/// Applies the outcome's patch to `object` the way the API server does.
+fn applied(outcome: &Outcome, mut object: Value) -> Value {
+    let bytes = &outcome.response.patch.as_ref().expect("a patch").0;
+    let patch: Patch = serde_json::from_slice(bytes).unwrap();
+    json_patch::patch(&mut object, &patch).unwrap();
+    object
+}
+
+#[test]
+fn stamps_label_next_to_existing_labels() {
+    let labels = json!({"sharding.fluxcd.io/key": "tenants", "app.kubernetes.io/name": "pg"});
+    let hr = mk_hr("tenant-foo", "postgres-db", Some(labels));
+    let p = pending(&mk_review("CREATE", "tenant-foo", hr.clone()));
+    assert_eq!(p.tenant, "tenant-foo");
+    let out = p.finish(Ok(2));
+    assert_eq!(out.reason, Reason::Stamped);
+    assert_eq!(out.response.patch_type, Some("JSONPatch"));
+    let raw = String::from_utf8(out.response.patch.clone().unwrap().0).unwrap();
+    assert_eq!(
+        raw,
+        r#"[{"op":"add","path":"/metadata/labels/sharding.fluxcd.io~1key","value":"shard2"}]"#
+    );
+    let after = applied(&out, hr);
+    assert_eq!(
+        after["metadata"]["labels"],
+        json!({"sharding.fluxcd.io/key": "shard2", "app.kubernetes.io/name": "pg"})
+    );
+}
+
+#[test]
+fn adds_labels_map_when_absent_or_null() {
+    for hr in [
+        mk_hr("tenant-foo", "redis", None),
+        mk_hr("tenant-foo", "redis", Some(Value::Null)),
+    ] {
+        let out = pending(&mk_review("CREATE", "tenant-foo", hr.clone())).finish(Ok(0));
+        let raw = String::from_utf8(out.response.patch.clone().unwrap().0).unwrap();
+        assert_eq!(
+            raw,
+            r#"[{"op":"add","path":"/metadata/labels","value":{"sharding.fluxcd.io/key":"shard0"}}]"#
+        );
+        assert_eq!(
+            applied(&out, hr)["metadata"]["labels"],
+            json!({"sharding.fluxcd.io/key": "shard0"})
+        );
+    }
+}
+
+#[test]
+fn already_stamped_is_left_alone() {
+    let hr = mk_hr(
+        "tenant-foo",
+        "redis",
+        Some(json!({"sharding.fluxcd.io/key": "shard1"})),
+    );
+    let out = pending(&mk_review("CREATE", "tenant-foo", hr)).finish(Ok(1));
+    assert_eq!(out.reason, Reason::AlreadyStamped);
+    assert!(out.response.allowed && out.response.patch.is_none());
+}
+
+#[test]
+fn wrong_canonical_shard_is_overwritten_with_the_tenants() {
+    let hr = mk_hr(
+        "tenant-foo",
+        "redis",
+        Some(json!({"sharding.fluxcd.io/key": "shard3"})),
+    );
+    let out = pending(&mk_review("CREATE", "tenant-foo", hr.clone())).finish(Ok(1));
+    assert_eq!(
+        applied(&out, hr)["metadata"]["labels"]["sharding.fluxcd.io/key"],
+        "shard1"
+    );
+}
+
+#[test]
+fn unresolved_shard_allows_unchanged() {
+    let hr = mk_hr("tenant-foo", "redis", None);
+    for miss in [
+        Reason::NoReadyShard,
+        Reason::ApiError,
+        Reason::Timeout,
+        Reason::NotSynced,
+    ] {
+        let out = pending(&mk_review("CREATE", "tenant-foo", hr.clone())).finish(Err(miss));
+        assert_eq!(out.reason, miss);
+        assert!(out.response.allowed && out.response.patch.is_none());
+    }
+}
+
+#[test]
+fn only_create_is_intercepted() {
+    let hr = mk_hr("tenant-foo", "redis", None);
+    for op in ["UPDATE", "DELETE", "CONNECT"] {
+        assert_eq!(
+            reason(&mk_review(op, "tenant-foo", hr.clone())),
+            Reason::NotCreate,
+            "{op}"
+        );
+    }
+}
+
+#[test]
+fn only_v2_helmreleases_are_intercepted() {
+    let hr = mk_hr("tenant-foo", "redis", None);
+    for (group, version, kind) in [
+        ("helm.toolkit.fluxcd.io", "v2beta2", "HelmRelease"),
+        ("", "v1", "Pod"),
+        ("source.toolkit.fluxcd.io", "v2", "HelmRelease"),
+    ] {
+        let mut req = mk_review("CREATE", "tenant-foo", hr.clone());
+        req.kind = crate::webhook::review::GroupVersionKind {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+        };
+        assert_eq!(
+            reason(&req),
+            Reason::NotHelmRelease,
+            "{group}/{version} {kind}"
+        );
+    }
+}
+
+#[test]
+fn non_tenant_namespaces_are_allowed() {
+    for ns in ["cozy-system", "cozy-fluxcd", "default"] {
+        assert_eq!(
+            reason(&mk_review("CREATE", ns, mk_hr(ns, "x", None))),
+            Reason::NotTenant,
+            "{ns}"
+        );
+    }
+}
+
+#[test]
+fn namespace_comes_from_the_request_when_the_object_omits_it() {
+    let mut hr = mk_hr("x", "redis", None);
+    hr["metadata"].as_object_mut().unwrap().remove("namespace");
+    assert_eq!(
+        pending(&mk_review("CREATE", "tenant-bar", hr)).tenant,
+        "tenant-bar"
+    );
+}
+
+#[test]
+fn tenant_release_is_attributed_to_the_child_tenant() {
+    let labels = json!({"apps.cozystack.io/application.kind": "Tenant", "sharding.fluxcd.io/key": "tenants"});
+    let p = pending(&mk_review(
+        "CREATE",
+        "tenant-root",
+        mk_hr("tenant-root", "tenant-foo", Some(labels.clone())),
+    ));
+    assert_eq!(p.tenant, "tenant-foo");
+    let p = pending(&mk_review(
+        "CREATE",
+        "tenant-foo",
+        mk_hr("tenant-foo", "tenant-bar", Some(labels)),
+    ));
+    assert_eq!(p.tenant, "tenant-foo-bar");
+}
+
+#[test]
+fn malformed_objects_are_allowed_unchanged() {
+    for object in [
+        json!("not an object"),
+        json!({"metadata": "nope"}),
+        json!({"metadata": {"name": "x", "namespace": "tenant-foo", "labels": ["a"]}}),
+        json!({"metadata": {"name": "x", "namespace": "tenant-foo", "labels": {"a": 1}}}),
+        json!({"metadata": {"name": 7, "namespace": "tenant-foo"}}),
+        json!({"spec": {}}),
+    ] {
+        assert_eq!(
+            reason(&mk_review("CREATE", "tenant-foo", object.clone())),
+            Reason::MalformedObject,
+            "{object}"
+        );
+    }
+    let mut req = mk_review("CREATE", "tenant-foo", json!({}));
+    req.object = None;
+    assert_eq!(reason(&req), Reason::MalformedObject);
+}
+
+#[test]
+fn dry_run_is_carried() {
+    let mut req = mk_review("CREATE", "tenant-foo", mk_hr("tenant-foo", "redis", None));
+    req.dry_run = Some(true);
+    assert!(pending(&req).dry_run);
+}
+
+#[test]
+fn bodies_that_are_not_reviews_are_rejected() {
+    for body in [&b"hello"[..], b"{}", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
+        br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE"}}"#]
+    {
+        assert!(AdmissionReview::from_slice(body).is_err(), "{}", String::from_utf8_lossy(body));
+    }
+}
+
+#[test]
+fn response_serialises_as_admission_review_v1() {
+    let out = pending(&mk_review(
+        "CREATE",
+        "tenant-foo",
+        mk_hr("tenant-foo", "redis", None),
+    ))
+    .finish(Ok(1));
+    let v = serde_json::to_value(out.response.into_review()).unwrap();
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(v["kind"], "AdmissionReview");
+    assert_eq!(v["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert_eq!(v["response"]["allowed"], true);
+    assert_eq!(v["response"]["patchType"], "JSONPatch");
+    // base64 of the patch document.
+    assert!(
+        v["response"]["patch"]
+            .as_str()
+            .unwrap()
+            .starts_with("W3sib3Ai")
+    );
+}
