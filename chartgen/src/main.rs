@@ -1,2 +1,24 @@
-//! chartgen: placeholder until the chartgen issue lands.
-fn main() {}
+//! chartgen: renders KEDA autoscaling into app charts, helm-controller shard Deployments and
+//! the platform package chart from the minijinja templates in `templates/`.
+#![forbid(unsafe_code)]
+
+mod app;
+mod cli;
+mod output;
+mod package;
+mod render;
+mod shards;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    match cli::Cli::parse().run() {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("chartgen: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Rewrites `<field>: {{ .Values.<key> }}` into the autoscaling-aware conditional form.
+//!
+//! The generated block reproduces the original line byte for byte when autoscaling is off
+//! (the `{{-` markers only eat the newlines the block itself adds), so an off chart renders
+//! exactly as before. An existing block is recognised by its first line and regenerated from
+//! the original line it carries, which makes the rewrite idempotent.
+
+#[derive(Debug, Clone)]
+pub struct ReplicaLine<'a> {
+    /// Field name in the manifest, e.g. `instances`.
+    pub field: &'a str,
+    /// Values path the field renders from, e.g. `replicas`.
+    pub key: &'a str,
+    /// Helper prefix (the chart name).
+    pub chart: &'a str,
+}
+
+#[derive(Debug, PartialEq)]
+pub struct Rewrite {
+    pub text: String,
+    /// Replica lines found (raw or already rewritten).
+    pub found: usize,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error(
+    "line {line}: the chartgen replica block is damaged (expected `{expected}`); restore the original `{field}: {{{{ .Values.{key} }}}}` line and re-run chartgen app"
+)]
+pub struct Damaged {
+    pub line: usize,
+    pub expected: String,
+    pub field: String,
+    pub key: String,
+}
+
+impl ReplicaLine<'_> {
+    fn head(&self) -> String {
+        format!(
+            "{{{{- if eq (include \"{}.autoscaling.replicaField\" $) \"static\" }}}}",
+            self.chart
+        )
+    }
+
+    fn block(&self, original: &str) -> String {
+        let indent: String = original.chars().take_while(|c| c.is_whitespace()).collect();
+        let c = self.chart;
+        format!(
+            "{head}\n{original}\n{{{{- else if eq (include \"{c}.autoscaling.replicaField\" $) \"seed\" }}}}\n\
+             {indent}{field}: {{{{ include \"{c}.autoscaling.seed\" $ }}}}\n{{{{- end }}}}\n",
+            head = self.head(),
+            field = self.field,
+        )
+    }
+
+    /// True for `<indent><field>: {{ .Values.<key> ... }}`.
+    pub fn is_raw(&self, line: &str) -> bool {
+        let Some(rest) = line
+            .trim_start()
+            .strip_prefix(self.field)
+            .and_then(|r| r.strip_prefix(':'))
+        else {
+            return false;
+        };
+        let Some(expr) = rest
+            .trim()
+            .strip_prefix("{{ ")
+            .and_then(|r| r.strip_suffix(" }}"))
+        else {
+            return false;
+        };
+        let Some(after) = expr
+            .trim()
+            .strip_prefix(".Values.")
+            .and_then(|r| r.strip_prefix(self.key))
+        else {
+            return false;
+        };
+        // `.Values.replicasMax` is another key.
+        !after.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.')
+    }
+
+    pub fn rewrite(&self, text: &str) -> Result<Rewrite, Damaged> {
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let head = self.head();
+        let mut out = String::with_capacity(text.len() + 256);
+        let mut found = 0;
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i].trim_end_matches(['\n', '\r']);
+            if line == head {
+                let original = lines
+                    .get(i + 1)
+                    .map(|l| l.trim_end_matches(['\n', '\r']))
+                    .unwrap_or("");
+                let block = self.block(original);
+                let existing: String = lines[i..(i + 5).min(lines.len())].concat();
+                if !self.is_raw(original) || !block_shape(&existing) {
+                    return Err(Damaged {
+                        line: i + 2,
+                        expected: format!("{}: {{{{ .Values.{} }}}}", self.field, self.key),
+                        field: self.field.into(),
+                        key: self.key.into(),
+                    });
+                }
+                out.push_str(&block);
+                found += 1;
+                i += 5;
+            } else if self.is_raw(line) {
+                out.push_str(&self.block(line));
+                found += 1;
+                i += 1;
+            } else {
+                out.push_str(lines[i]);
+                i += 1;
+                continue;
+            }
+            // The block always ends with a newline; drop it when the source line had none.
+            if i >= lines.len() && !text.ends_with('\n') {
+                out.pop();
+            }
+        }
+        Ok(Rewrite { text: out, found })
+    }
+}
+
+/// A generated block, possibly from an older chartgen: five lines ending in `{{- end }}`.
+fn block_shape(existing: &str) -> bool {
+    existing.lines().count() == 5
+        && existing
+            .lines()
+            .last()
+            .is_some_and(|l| l.trim() == "{{- end }}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RL: ReplicaLine = ReplicaLine {
+        field: "instances",
+        key: "replicas",
+        chart: "pg",
+    };
+
+    #[test]
+    fn wraps_the_raw_line_and_keeps_the_rest() {
+        let src = "spec:\n  instances: {{ .Values.replicas }}\n  imageName: x\n";
+        let r = RL.rewrite(src).unwrap();
+        assert_eq!(r.found, 1);
+        assert_eq!(
+            r.text,
+            "spec:\n{{- if eq (include \"pg.autoscaling.replicaField\" $) \"static\" }}\n  instances: {{ .Values.replicas }}\n\
+             {{- else if eq (include \"pg.autoscaling.replicaField\" $) \"seed\" }}\n  instances: {{ include \"pg.autoscaling.seed\" $ }}\n\
+             {{- end }}\n  imageName: x\n"
+        );
+    }
+
+    #[test]
+    fn rewrite_is_idempotent() {
+        let src = "spec:\n  instances: {{ .Values.replicas }}\n  imageName: x";
+        let once = RL.rewrite(src).unwrap();
+        let twice = RL.rewrite(&once.text).unwrap();
+        assert_eq!(once, twice);
+        assert!(
+            !once.text.ends_with('\n'),
+            "a missing final newline stays missing"
+        );
+    }
+
+    #[test]
+    fn other_keys_and_forms_are_left_alone() {
+        for line in [
+            "  instances: {{ .Values.replicasMax }}",
+            "  instances: 3",
+            "  instances: {{- .Values.replicas }}",
+            "  minSyncReplicas: {{ .Values.replicas }}",
+        ] {
+            assert!(!RL.is_raw(line), "{line}");
+        }
+        assert!(RL.is_raw("    instances: {{ .Values.replicas | int }}"));
+        assert_eq!(RL.rewrite("a: 1\n").unwrap().found, 0);
+    }
+
+    #[test]
+    fn damaged_block_is_reported_with_its_line() {
+        let src = "spec:\n{{- if eq (include \"pg.autoscaling.replicaField\" $) \"static\" }}\n  instances: 3\n";
+        let err = RL.rewrite(src).unwrap_err();
+        assert_eq!(err.line, 3);
+    }
+}

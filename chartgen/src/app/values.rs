@@ -1,0 +1,201 @@
+//! The `autoscaling:` block of values.yaml: defaults merged with what the author already set,
+//! spliced into the file as text so every other line stays exactly as written.
+
+use serde_json::{Value, json};
+
+/// Top-level key of the block.
+pub const KEY: &str = "autoscaling";
+
+/// Defaults in the order the block lists them (cozystack-designs.md §1.5, plus the scaler
+/// address, the replica mode and the HPA behaviour).
+pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
+    vec![
+        ("enabled", json!(false)),
+        ("scalerAddress", json!(scaler_address)),
+        ("minReplicas", json!(2)),
+        ("maxReplicas", json!(6)),
+        ("metric", json!("ReadConnections")),
+        ("target", json!(150)),
+        ("maxReplicationLagSeconds", json!(0)),
+        ("dryRun", json!(false)),
+        ("transition", json!(false)),
+        ("replicaMode", json!("omit")),
+        (
+            "behavior",
+            json!({
+                "scaleUp": {"stabilizationWindowSeconds": 300},
+                "scaleDown": {
+                    "stabilizationWindowSeconds": 1800,
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 600}],
+                },
+            }),
+        ),
+    ]
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ValuesError {
+    #[error("values.yaml is not valid YAML: {0}")]
+    Parse(String),
+    #[error("values.yaml: top level must be a mapping")]
+    NotMapping,
+    #[error(
+        "values.yaml: `autoscaling` must be a mapping of settings, found {0}; remove it or make it a mapping"
+    )]
+    BlockNotMapping(String),
+    #[error(
+        "values.yaml has no `{0}`; the chart must render its replica field from it (or pass the right --values-key)"
+    )]
+    MissingKey(String),
+}
+
+/// Known keys (author's value, else default) and the author's extra keys, both in order.
+#[derive(Debug, PartialEq)]
+pub struct Merged {
+    pub known: serde_json::Map<String, Value>,
+    pub extra: serde_json::Map<String, Value>,
+}
+
+/// Merges the author's existing `autoscaling` settings over the defaults.
+pub fn merge(
+    values_text: &str,
+    defaults: Vec<(&'static str, Value)>,
+) -> Result<Merged, ValuesError> {
+    let root: Value = if values_text.trim().is_empty() {
+        json!({})
+    } else {
+        serde_norway::from_str(values_text).map_err(|e| ValuesError::Parse(e.to_string()))?
+    };
+    let root = match root {
+        Value::Null => serde_json::Map::new(),
+        Value::Object(m) => m,
+        _ => return Err(ValuesError::NotMapping),
+    };
+    let mut have = match root.get(KEY) {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(other) => return Err(ValuesError::BlockNotMapping(other.to_string())),
+    };
+    let mut known = serde_json::Map::new();
+    for (k, default) in defaults {
+        known.insert(k.to_owned(), have.remove(k).unwrap_or(default));
+    }
+    Ok(Merged { known, extra: have })
+}
+
+/// True when the dotted `path` exists in values.yaml.
+pub fn has_path(values_text: &str, path: &str) -> bool {
+    let Ok(root) = serde_norway::from_str::<Value>(values_text) else {
+        return false;
+    };
+    path.split('.')
+        .try_fold(&root, |v, seg| v.get(seg))
+        .is_some()
+}
+
+/// Replaces the top-level `key:` block (the key line and every indented, list or comment line
+/// up to its last content line) with `block`, or appends `block` when the key is absent.
+pub fn splice(text: &str, key: &str, block: &str) -> String {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let is_key_line = |l: &str| {
+        l.strip_prefix(key)
+            .and_then(|r| r.strip_prefix(':'))
+            .is_some_and(|r| r.is_empty() || r.starts_with([' ', '\n', '\r', '\t', '#']))
+    };
+    let Some(start) = lines.iter().position(|l| is_key_line(l)) else {
+        let mut out = text.to_owned();
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        if !out.is_empty() && !out.ends_with("\n\n") {
+            out.push('\n');
+        }
+        out.push_str(block);
+        return out;
+    };
+    let mut end = start + 1;
+    for (i, l) in lines.iter().enumerate().skip(start + 1) {
+        let content = !l.trim().is_empty() && !l.starts_with('#');
+        if content && !l.starts_with([' ', '\t', '-']) {
+            break;
+        }
+        if content {
+            end = i + 1;
+        }
+    }
+    let mut out: String = lines[..start].concat();
+    out.push_str(block);
+    if end == lines.len() && !text.ends_with('\n') {
+        // Keep the file's (missing) final newline as it was.
+        out.pop();
+    }
+    out.push_str(&lines[end..].concat());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BLOCK: &str = "autoscaling:\n  enabled: false\n";
+
+    #[test]
+    fn appends_when_absent_and_keeps_everything_else() {
+        let src = "# top\nreplicas: 2  # two\nquorum:\n  maxSyncReplicas: 0\n";
+        let out = splice(src, KEY, BLOCK);
+        assert_eq!(out, format!("{src}\n{BLOCK}"));
+    }
+
+    #[test]
+    fn replaces_only_the_block_in_the_middle() {
+        let src =
+            "a: 1\nautoscaling:\n  enabled: true\n  # note\n  target: 9\n\n# about b\nb:\n  - 1\n";
+        let out = splice(src, KEY, BLOCK);
+        assert_eq!(
+            out,
+            "a: 1\nautoscaling:\n  enabled: false\n\n# about b\nb:\n  - 1\n"
+        );
+    }
+
+    #[test]
+    fn splice_is_idempotent() {
+        let once = splice("replicas: 2\n", KEY, BLOCK);
+        assert_eq!(splice(&once, KEY, BLOCK), once);
+    }
+
+    #[test]
+    fn similar_keys_are_not_the_block() {
+        let src = "autoscalingX: 1\n";
+        assert!(splice(src, KEY, BLOCK).starts_with("autoscalingX: 1\n\nautoscaling:"));
+    }
+
+    #[test]
+    fn merge_keeps_author_values_and_extras() {
+        let m = merge(
+            "replicas: 3\nautoscaling:\n  enabled: true\n  target: 40\n  custom: x\n",
+            defaults("s:1"),
+        )
+        .unwrap();
+        assert_eq!(m.known["enabled"], json!(true));
+        assert_eq!(m.known["target"], json!(40));
+        assert_eq!(m.known["maxReplicas"], json!(6));
+        assert_eq!(m.known["scalerAddress"], json!("s:1"));
+        assert_eq!(m.extra["custom"], json!("x"));
+        let keys: Vec<&String> = m.known.keys().collect();
+        assert_eq!(keys[0], "enabled");
+        assert_eq!(keys[10], "behavior");
+    }
+
+    #[test]
+    fn merge_rejects_a_scalar_block() {
+        assert!(matches!(
+            merge("autoscaling: true\n", defaults("s")),
+            Err(ValuesError::BlockNotMapping(_))
+        ));
+        assert!(has_path(
+            "quorum:\n  maxSyncReplicas: 1\n",
+            "quorum.maxSyncReplicas"
+        ));
+        assert!(!has_path("quorum: {}\n", "quorum.maxSyncReplicas"));
+    }
+}

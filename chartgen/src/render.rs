@@ -1,0 +1,97 @@
+//! The minijinja environment every generated file goes through.
+//!
+//! Delimiters are `[[ ]]`, `[% %]` and `[# #]` so Helm's `{{ }}` passes through untouched;
+//! undefined variables are errors (a typo must never render as an empty string); templates
+//! come only from the templates directory.
+
+use std::path::Path;
+
+use minijinja::{
+    AutoEscape, Environment, Error, ErrorKind, UndefinedBehavior, Value, syntax::SyntaxConfig,
+    value::ValueKind,
+};
+use serde::Serialize;
+
+pub struct Renderer {
+    env: Environment<'static>,
+    dir: std::path::PathBuf,
+}
+
+impl Renderer {
+    pub fn new(dir: &Path) -> anyhow::Result<Self> {
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "templates directory '{}' does not exist; pass --templates DIR or set CHARTGEN_TEMPLATES",
+                dir.display()
+            );
+        }
+        let mut env = Environment::new();
+        env.set_syntax(
+            SyntaxConfig::builder()
+                .block_delimiters("[%", "%]")
+                .variable_delimiters("[[", "]]")
+                .comment_delimiters("[#", "#]")
+                .keep_trailing_newline(true)
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()?,
+        );
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        // Output is YAML/JSON/Go-template text: never escape it.
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_loader(minijinja::path_loader(dir));
+        env.add_filter("yaml", yaml_filter);
+        env.add_filter("json", json_filter);
+        Ok(Self {
+            env,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The templates directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Renders template `name` (a path relative to the templates directory).
+    pub fn render<S: Serialize>(&self, name: &str, ctx: S) -> anyhow::Result<String> {
+        let tmpl = self.env.get_template(name).map_err(describe)?;
+        tmpl.render(Value::from(minijinja::value::Serde(ctx)))
+            .map_err(describe)
+    }
+}
+
+/// Keeps minijinja's debug info (template name, line, nearby source) in the error text.
+fn describe(err: Error) -> anyhow::Error {
+    anyhow::anyhow!("{err:#}\n{}", err.display_debug_info())
+}
+
+/// `value | yaml(indent)`: a scalar or empty collection renders inline after a space
+/// (`key:[[ v | yaml(2) ]]` → `key: 3`); a non-empty collection renders as a block on the
+/// following lines, indented by `indent` spaces.
+fn yaml_filter(value: Value, indent: usize) -> Result<String, Error> {
+    let text = serde_norway::to_string(&value).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("cannot render YAML: {e}"),
+        )
+    })?;
+    let text = text.trim_end_matches('\n');
+    let is_block =
+        matches!(value.kind(), ValueKind::Map | ValueKind::Seq) && value.len().unwrap_or(0) > 0;
+    if !is_block {
+        return Ok(format!(" {text}"));
+    }
+    let pad = " ".repeat(indent);
+    Ok(text.lines().map(|l| format!("\n{pad}{l}")).collect())
+}
+
+/// `value | json`: compact JSON, for values embedded in JSON documents.
+fn json_filter(value: Value) -> Result<String, Error> {
+    serde_json::to_string(&value).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("cannot render JSON: {e}"),
+        )
+    })
+}
