@@ -1,4 +1,5 @@
 //! `scaler webhook`: the Flux shard-placement admission webhook.
+pub mod index;
 pub mod mutate;
 pub mod review;
 

@@ -1,0 +1,251 @@
+//! What the webhook knows about the cluster, fed by watch events (see `watch.rs`) and read
+//! synchronously when placing a tenant. No I/O here.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+
+use placement::shard::{NAMESPACE_SHARD_LABEL, SHARD_KEY_LABEL, ShardIndex, parse_shard_index};
+use placement::{Placement, PlacementConfig, TenantInfo, compute_placement, tenant};
+
+pub type SharedIndex = Arc<RwLock<Index>>;
+
+/// One HelmRelease, reduced to what placement needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// Tenant namespace it is attributed to; `None` for non-tenant releases.
+    pub tenant: Option<String>,
+    /// Value of `sharding.fluxcd.io/key`, if any.
+    pub key: Option<String>,
+}
+
+impl Release {
+    pub fn new(namespace: &str, name: &str, labels: &BTreeMap<String, String>) -> Self {
+        Self {
+            tenant: tenant::tenant_namespace_for_hr(namespace, name, labels),
+            key: labels.get(SHARD_KEY_LABEL).cloned(),
+        }
+    }
+}
+
+/// One tenant Namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantNamespace {
+    /// Value of `internal.cozystack.io/flux-shard`, if any.
+    pub label: Option<String>,
+    /// Has a deletionTimestamp.
+    pub deleting: bool,
+}
+
+impl TenantNamespace {
+    pub fn new(labels: &BTreeMap<String, String>, deleting: bool) -> Self {
+        Self {
+            label: labels.get(NAMESPACE_SHARD_LABEL).cloned(),
+            deleting,
+        }
+    }
+
+    /// The recorded shard when it is canonical.
+    fn shard(&self) -> Option<ShardIndex> {
+        self.label
+            .as_deref()
+            .and_then(|l| parse_shard_index(l).ok())
+    }
+}
+
+/// Which watches have delivered their initial list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Synced {
+    pub releases: bool,
+    pub namespaces: bool,
+    pub deployments: bool,
+}
+
+/// Counts for the gauges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub tenants: u64,
+    /// HelmReleases attributed to tenants.
+    pub tenant_releases: u64,
+    /// HelmReleases carrying the shard key at all (what autosizing counts, §2.6).
+    pub keyed_releases: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Index {
+    releases: HashMap<(String, String), Release>,
+    namespaces: BTreeMap<String, TenantNamespace>,
+    /// Shard index → ready (readyReplicas > 0) of `helm-controller-shard<i>`.
+    deployments: BTreeMap<ShardIndex, bool>,
+    pub synced: Synced,
+}
+
+// === impl Index ===
+
+impl Index {
+    pub fn shared() -> SharedIndex {
+        Arc::new(RwLock::new(Self::default()))
+    }
+
+    pub fn apply_release(&mut self, namespace: &str, name: &str, release: Release) {
+        self.releases
+            .insert((namespace.to_owned(), name.to_owned()), release);
+    }
+
+    pub fn delete_release(&mut self, namespace: &str, name: &str) {
+        self.releases
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
+    pub fn reset_releases(&mut self, releases: HashMap<(String, String), Release>) {
+        self.releases = releases;
+    }
+
+    /// Only `tenant-*` namespaces are kept.
+    pub fn apply_namespace(&mut self, name: &str, ns: TenantNamespace) {
+        if tenant::is_tenant_namespace(name) {
+            self.namespaces.insert(name.to_owned(), ns);
+        }
+    }
+
+    pub fn delete_namespace(&mut self, name: &str) {
+        self.namespaces.remove(name);
+    }
+
+    pub fn reset_namespaces(&mut self, namespaces: BTreeMap<String, TenantNamespace>) {
+        self.namespaces = namespaces
+            .into_iter()
+            .filter(|(n, _)| tenant::is_tenant_namespace(n))
+            .collect();
+    }
+
+    /// Records the label this replica just wrote, ahead of the watch event.
+    pub fn record_label(&mut self, namespace: &str, shard: ShardIndex) {
+        let entry = self.namespaces.entry(namespace.to_owned()).or_default();
+        entry.label = Some(placement::shard_name(shard));
+    }
+
+    pub fn apply_deployment(&mut self, shard: ShardIndex, ready: bool) {
+        self.deployments.insert(shard, ready);
+    }
+
+    pub fn delete_deployment(&mut self, shard: ShardIndex) {
+        self.deployments.remove(&shard);
+    }
+
+    pub fn reset_deployments(&mut self, deployments: BTreeMap<ShardIndex, bool>) {
+        self.deployments = deployments;
+    }
+
+    /// The tenant's recorded shard when it is canonical and below `k`.
+    pub fn recorded_shard(&self, tenant: &str, k: u32) -> Option<ShardIndex> {
+        self.namespaces
+            .get(tenant)
+            .and_then(TenantNamespace::shard)
+            .filter(|&s| s < k)
+    }
+
+    /// Shards below `k` without a ready Deployment.
+    pub fn unready_shards(&self, k: u32) -> BTreeSet<ShardIndex> {
+        (0..k)
+            .filter(|i| !self.deployments.get(i).copied().unwrap_or(false))
+            .collect()
+    }
+
+    /// Every known tenant with its weight, current shard and deletion state.
+    ///
+    /// * Weight = attributed HelmReleases; a tenant with a recorded shard counts at least 1, so
+    ///   a burst of new tenants (whose first release is still in flight) spreads out instead of
+    ///   piling onto one shard.
+    /// * Current = the namespace label if canonical, else the majority canonical key among the
+    ///   tenant's releases (ties to the lowest index), as the placement controller reads it.
+    pub fn tenants(&self) -> Vec<TenantInfo> {
+        let mut weights: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut votes: BTreeMap<&str, BTreeMap<ShardIndex, u64>> = BTreeMap::new();
+        for release in self.releases.values() {
+            let Some(tenant) = release.tenant.as_deref() else {
+                continue;
+            };
+            *weights.entry(tenant).or_default() += 1;
+            if let Some(shard) = release
+                .key
+                .as_deref()
+                .and_then(|k| parse_shard_index(k).ok())
+            {
+                *votes.entry(tenant).or_default().entry(shard).or_default() += 1;
+            }
+        }
+        for name in self.namespaces.keys() {
+            weights.entry(name).or_default();
+        }
+        weights
+            .into_iter()
+            .map(|(tenant, weight)| {
+                let ns = self.namespaces.get(tenant);
+                let recorded = ns.and_then(TenantNamespace::shard);
+                let majority = || {
+                    let votes = votes.get(tenant)?;
+                    votes
+                        .iter()
+                        .max_by_key(|&(&shard, &n)| (n, std::cmp::Reverse(shard)))
+                        .map(|(&s, _)| s)
+                };
+                TenantInfo {
+                    namespace: tenant.to_owned(),
+                    weight: if recorded.is_some() {
+                        weight.max(1)
+                    } else {
+                        weight
+                    },
+                    current: recorded.or_else(majority),
+                    deleting: ns.is_some_and(|n| n.deleting),
+                }
+            })
+            .collect()
+    }
+
+    /// The shard for `tenant`, which is about to get one more HelmRelease: its current shard
+    /// if valid, else the least-loaded ready shard. Never moves other tenants (no rebalance).
+    pub fn place(&self, tenant: &str, config: &PlacementConfig) -> Option<ShardIndex> {
+        let mut tenants = self.tenants();
+        match tenants.iter_mut().find(|t| t.namespace == tenant) {
+            Some(t) => t.weight += 1,
+            None => tenants.push(TenantInfo {
+                namespace: tenant.to_owned(),
+                weight: 1,
+                current: None,
+                deleting: false,
+            }),
+        }
+        let config = PlacementConfig {
+            rebalance_threshold: 0.0,
+            ..config.clone()
+        };
+        let placed = compute_placement(&tenants, &config, |_| false)
+            .assignments
+            .get(tenant)
+            .copied();
+        placed.filter(|&s| s < config.shard_count.max(1))
+    }
+
+    /// The desired placement of every known tenant (for the load gauges).
+    pub fn placement(&self, config: &PlacementConfig) -> Placement {
+        compute_placement(&self.tenants(), config, |_| false)
+    }
+
+    pub fn totals(&self) -> Totals {
+        let tenant_releases = self
+            .releases
+            .values()
+            .filter(|r| r.tenant.is_some())
+            .count() as u64;
+        let keyed_releases = self.releases.values().filter(|r| r.key.is_some()).count() as u64;
+        Totals {
+            tenants: self.tenants().len() as u64,
+            tenant_releases,
+            keyed_releases,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "index_tests.rs"]
+mod tests;
