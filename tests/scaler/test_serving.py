@@ -1,13 +1,12 @@
 """Serving behaviour: streams, health, admin endpoints, coalescing and refresh."""
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-import pytest
 import requests
 from grpc_health.v1 import health_pb2
 
+import promtext
 from cnpg_series import Backend, render, replicas
 from fake_backend import FakePrometheus
 from keda import code_of, metadata
@@ -117,63 +116,48 @@ def _queries_per_decision(vm, keda) -> float:
 
 
 def test_metrics_endpoint(scaler, keda):
-    ok_ref = keda.ref("tenant-a", "so-metrics", metadata(target="5", dryRun="true"))
-    keda.scale_loop_poll(ok_ref)
+    """Names as documented in scaler/src/metrics.rs."""
+    keda.scale_loop_poll(keda.ref("tenant-a", "so-metrics", metadata(target="5", dryRun="true")))
+    keda.scale_loop_poll(keda.ref("tenant-b", "so-floor", metadata(target="5", maxSyncReplicas="3")))
     code_of(lambda: keda.spec(keda.ref("tenant-a", "so-bad", metadata(target="nope"))))
-    text = requests.get(f"{scaler.admin}/metrics", timeout=2).text
-    samples = _parse(text)
+    samples = promtext.parse(requests.get(f"{scaler.admin}/metrics", timeout=2).text)
 
-    def find(pred):
-        return [(name, labels, v) for name, labels, v in samples if pred(name, labels)]
+    assert promtext.total(samples, "scaler_grpc_requests_total", rpc="GetMetrics", code="OK") >= 1
+    assert promtext.total(samples, "scaler_grpc_requests_total", rpc="IsActive", code="OK") >= 1
+    assert promtext.total(samples, "scaler_grpc_requests_total", rpc="GetMetricSpec", code="InvalidArgument") >= 1
+    assert promtext.select(samples, "scaler_grpc_request_duration_seconds_bucket", rpc="GetMetrics", code="OK")
+    assert promtext.total(samples, "scaler_backend_queries_total", outcome="ok") >= 1
+    assert promtext.select(samples, "scaler_backend_query_duration_seconds_count")
 
-    def has_value(labels, *wanted):
-        vals = {v.lower() for v in labels.values()}
-        return all(w.lower() in vals for w in wanted)
+    so = dict(namespace="tenant-a", scaledobject="so-metrics", cluster="pg")
+    assert promtext.select(samples, "scaler_decision_desired_instances", **so) == [(so, 3.0)]  # held
+    assert promtext.select(samples, "scaler_decision_recommended_instances", **so) == [(so, 4.0)]
+    reasons = {l["reason"] for l, v in promtext.select(samples, "scaler_decision_reason", **so) if v == 1}
+    assert len(reasons) == 1 and "dry" in reasons.pop().lower()
 
-    assert find(lambda n, l: has_value(l, "GetMetrics", "OK") or has_value(l, "GetMetrics", "0")), \
-        "no request count for GetMetrics with code OK"
-    assert find(lambda n, l: has_value(l, "GetMetricSpec") and any(
-        v.lower() in ("invalidargument", "invalid_argument", "3") for v in l.values())), \
-        "no request count for GetMetricSpec with code INVALID_ARGUMENT"
-    assert find(lambda n, l: "backend" in n or "prometheus" in n or "query" in n), "no backend query series"
-    decision = find(lambda n, l: l.get("namespace") == "tenant-a" and "so-metrics" in l.values())
-    assert decision, "no decision series for tenant-a/so-metrics"
-    reasons = " ".join(" ".join(l.values()) + " " + n for n, l, _ in decision).lower()
-    assert "dry" in reasons, f"dry-run reason not visible: {decision}"
-    assert 4 in {v for _, _, v in decision}, f"recommendation 4 not visible: {decision}"
-    assert 3 in {v for _, _, v in decision}, f"held count 3 not visible: {decision}"
+    floor = dict(namespace="tenant-b", scaledobject="so-floor", cluster="pg")
+    assert promtext.select(samples, "scaler_decision_desired_instances", **floor) == [(floor, 4.0)]
+    reasons = {l["reason"] for l, v in promtext.select(samples, "scaler_decision_reason", **floor) if v == 1}
+    assert len(reasons) == 1 and "quorum" in reasons.pop().lower()
 
 
-def _parse(text):
-    """Prometheus text exposition -> [(name, {label: value}, float)]."""
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        name, labels = head, {}
-        if "{" in head:
-            name, _, rest = head.partition("{")
-            for part in _split_labels(rest.rstrip("}")):
-                k, _, v = part.partition("=")
-                labels[k] = v.strip('"')
-        try:
-            out.append((name, labels, float(value)))
-        except ValueError:
-            pass
-    return out
+REASONS = [
+    # (namespace, scaledobject, metadata, desired, reason)
+    ("tenant-a", "so-r-load", metadata(target="5"), 4, "load"),
+    ("tenant-b", "so-r-floor", metadata(target="5", minReplicas="3"), 3, "floor"),
+    ("tenant-a", "so-r-max", metadata(target="1", max_replicas="6"), 6, "max"),
+    ("tenant-b", "so-r-quorum", metadata(target="5", max_replicas="3", maxSyncReplicas="4"), 5, "quorum"),
+    ("tenant-c", "so-r-brake", metadata("busy-lag", target="2", maxReplicationLagSeconds="30"), 3, "brake"),
+    ("tenant-c", "so-r-idle", metadata("idle-lag", target="2", maxReplicationLagSeconds="30"), 7, "load"),
+]
 
 
-def _split_labels(s):
-    parts, cur, quoted = [], "", False
-    for ch in s:
-        if ch == '"':
-            quoted = not quoted
-        if ch == "," and not quoted:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur:
-        parts.append(cur)
-    return parts
+def test_every_decision_publishes_its_reason(scaler, keda):
+    for ns, so, md, desired, _ in REASONS:
+        assert keda.desired(keda.ref(ns, so, md), float(md["target"])) == desired, so
+    samples = promtext.parse(requests.get(f"{scaler.admin}/metrics", timeout=2).text)
+    for ns, so, md, desired, reason in REASONS:
+        labels = dict(namespace=ns, scaledobject=so, cluster=md["cluster"])
+        assert promtext.total(samples, "scaler_decision_desired_instances", **labels) == desired, so
+        current = {l["reason"] for l, v in promtext.select(samples, "scaler_decision_reason", **labels) if v == 1}
+        assert current == {reason}, f"{so}: {current}"

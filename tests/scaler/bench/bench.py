@@ -24,6 +24,7 @@ import requests
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from cnpg_series import Backend, Cluster, Pod, render  # noqa: E402
 from keda import metadata, stubs  # noqa: E402
+import promtext  # noqa: E402
 from procs import rss_kib  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
@@ -143,15 +144,26 @@ def pct(xs, q):
 
 
 def scaler_counters(admin: str) -> dict:
-    """Sums of the scaler's own counters whose name mentions backend/query (names not fixed)."""
-    out = {}
-    for line in requests.get(f"{admin}/metrics", timeout=5).text.splitlines():
-        if line.startswith("#") or not line:
-            continue
-        name = line.split("{")[0].split(" ")[0]
-        if name.endswith("_total") and any(w in name for w in ("backend", "query", "prometheus")):
-            out[name] = out.get(name, 0) + float(line.rsplit(" ", 1)[1])
+    """The scaler's own counters (scaler/src/metrics.rs): rpcs, backend queries, and the
+    server-side GetMetrics latency histogram (cumulative bucket counts by `le`)."""
+    samples = promtext.parse(requests.get(f"{admin}/metrics", timeout=5).text)
+    out = {
+        "grpc_requests": promtext.total(samples, "scaler_grpc_requests_total"),
+        "backend_queries": promtext.total(samples, "scaler_backend_queries_total"),
+    }
+    for labels, v in promtext.select(samples, "scaler_grpc_request_duration_seconds_bucket", rpc="GetMetrics",
+                                     code="OK"):
+        out[f"GetMetrics_le_{labels['le']}"] = v
     return out
+
+
+def server_side(delta: dict) -> dict:
+    """Share of GetMetrics answered within each histogram bound during the phase."""
+    n = delta.get("GetMetrics_le_+Inf", 0)
+    if not n:
+        return {}
+    return {k.removeprefix("GetMetrics_le_"): round(v / n, 4) for k, v in delta.items()
+            if k.startswith("GetMetrics_le_") and float(k.removeprefix("GetMetrics_le_")) <= 0.01}
 
 
 def report_phase(title, lat, errors, elapsed, late, vm_delta, counters_delta):
@@ -164,7 +176,9 @@ def report_phase(title, lat, errors, elapsed, late, vm_delta, counters_delta):
         "IsActive_p99_ms": round(pct(lat["IsActive"], 0.99), 3),
         "errors": errors, "max_schedule_lag_ms": round(late * 1000, 1),
         "vm_queries": vm_delta, "vm_queries_per_rpc": round(vm_delta / rpcs, 4) if rpcs else None,
-        "scaler_backend_counters_delta": counters_delta,
+        "scaler_rpcs": counters_delta.get("grpc_requests"),
+        "scaler_backend_queries": counters_delta.get("backend_queries"),
+        "server_GetMetrics_share_within_s": server_side(counters_delta),
     }
     print(json.dumps(fig), flush=True)
     return fig
