@@ -1,12 +1,22 @@
 //! What the webhook knows about the cluster, fed by watch events (see `watch.rs`) and read
 //! synchronously when placing a tenant. No I/O here.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use placement::shard::{NAMESPACE_SHARD_LABEL, SHARD_KEY_LABEL, ShardIndex, parse_shard_index};
 use placement::{Placement, PlacementConfig, TenantInfo, compute_placement, tenant};
 
 pub type SharedIndex = Arc<RwLock<Index>>;
+
+/// Reads the shared index. Writers never panic while holding the lock, so a poisoned lock
+/// still holds consistent data.
+pub fn read(index: &SharedIndex) -> RwLockReadGuard<'_, Index> {
+    index.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub fn write(index: &SharedIndex) -> RwLockWriteGuard<'_, Index> {
+    index.write().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// One HelmRelease, reduced to what placement needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +67,13 @@ pub struct Synced {
     pub releases: bool,
     pub namespaces: bool,
     pub deployments: bool,
+}
+
+impl Synced {
+    /// Whether placement may trust the index; Deployments matter only when readiness is read.
+    pub fn ready(&self, need_deployments: bool) -> bool {
+        self.releases && self.namespaces && (self.deployments || !need_deployments)
+    }
 }
 
 /// Counts for the gauges.

@@ -1,13 +1,227 @@
-//! `scaler webhook`: the Flux shard-placement admission webhook.
+//! `scaler webhook`: the Flux shard-placement admission webhook (cozystack-designs.md §2.8).
+//!
+//! `mutate` decides (pure), `assign` resolves a tenant's shard (index + namespace label),
+//! `watch` keeps the `index` current, `server` is the HTTPS shell, `metrics` the gauges.
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span};
+
+use crate::{admin, logging::LogArgs, tls};
+use placement::shard::{ShardIndex, parse_shard_index};
+
+pub mod assign;
 pub mod index;
+pub mod metrics;
 pub mod mutate;
 pub mod review;
+pub mod server;
+pub mod watch;
+
+/// How often readiness and the load gauges are recomputed from the index (cheap: one
+/// placement pass over the tenants).
+const GAUGE_REFRESH: Duration = Duration::from_secs(1);
+/// ALPN: HTTP/1.1 only; the workspace's axum is built without HTTP/2, and the API server
+/// calls webhooks over HTTP/1.1 just as well.
+const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Address of the HTTPS admission endpoint (POST /mutate-helmrelease-shard).
+    #[arg(long, default_value = "0.0.0.0:9443", env = "WEBHOOK_LISTEN")]
+    listen: SocketAddr,
+    /// Serving certificate chain (PEM); re-read when the file changes.
+    #[arg(long, env = "WEBHOOK_TLS_CERT")]
+    tls_cert: PathBuf,
+    /// Serving private key (PEM); re-read when the file changes.
+    #[arg(long, env = "WEBHOOK_TLS_KEY")]
+    tls_key: PathBuf,
+    /// Number of helm-controller shards K; tenants are placed on shard0..shard<K-1>.
+    #[arg(long, env = "WEBHOOK_SHARDS", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    shards: u32,
+    /// Address of the plain-HTTP admin server: /healthz, /readyz, /metrics.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    admin_listen: SocketAddr,
+    /// Namespace of the helm-controller-shard<i> Deployments whose readiness gates placement.
+    #[arg(long, default_value = "cozy-fluxcd")]
+    flux_namespace: String,
+    /// Treat every shard below K as ready and do not watch Deployments: for clusters where the
+    /// shards run elsewhere or RBAC cannot read Deployments. Without it, no ready shard means
+    /// new tenants are left on the legacy key, never sent to a shard nobody reconciles.
+    #[arg(long)]
+    assume_shards_ready: bool,
+    /// Pin a tenant to a shard when it is first placed, e.g. `--pin tenant-big=shard0`
+    /// (repeatable). Pins to shards ≥ K are ignored.
+    #[arg(long = "pin", value_name = "TENANT=SHARD")]
+    pins: Vec<Pin>,
+    /// Timeout of each Kubernetes API call made while admitting.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    api_timeout: Duration,
+    /// Upper bound on resolving a tenant's shard; keep well below the 5 s webhook timeout.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    admission_deadline: Duration,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+/// `TENANT=shard<i>`.
+#[derive(Debug, Clone)]
+struct Pin(String, ShardIndex);
+
+impl FromStr for Pin {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (tenant, shard) = s
+            .split_once('=')
+            .ok_or_else(|| format!("--pin {s:?}: expected TENANT=shard<i>"))?;
+        let shard = parse_shard_index(shard).map_err(|e| format!("--pin {s:?}: {e}"))?;
+        Ok(Pin(tenant.to_owned(), shard))
+    }
+}
 
 impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
-        anyhow::bail!("`webhook` is not implemented yet")
+        let Self {
+            listen,
+            tls_cert,
+            tls_key,
+            shards,
+            admin_listen,
+            flux_namespace,
+            assume_shards_ready,
+            pins,
+            api_timeout,
+            admission_deadline,
+            log,
+        } = self;
+        log.init()?;
+        let shutdown = CancellationToken::new();
+        let files = tls::TlsFiles {
+            cert: tls_cert,
+            key: tls_key,
+            client_ca: None,
+        };
+        let tls = tls::Reloading::spawn(files, ALPN_HTTP1, shutdown.clone())
+            .context("loading the webhook certificate")?;
+        let client = kube::Client::try_default()
+            .await
+            .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
+
+        let mut registry = Registry::default();
+        let metrics = metrics::Metrics::register(&mut registry);
+        let readiness = admin::Readiness::default();
+        let admin_socket = TcpListener::bind(admin_listen)
+            .await
+            .with_context(|| format!("binding --admin-listen {admin_listen}"))?;
+        tokio::spawn(admin::serve(
+            admin_socket,
+            Arc::new(registry),
+            readiness.clone(),
+            shutdown.clone(),
+        ));
+
+        let index = index::Index::shared();
+        let flux_ns = (!assume_shards_ready).then_some(flux_namespace.as_str());
+        watch::spawn(client.clone(), index.clone(), flux_ns);
+        let policy = assign::Policy {
+            shards,
+            pinned: pins
+                .into_iter()
+                .map(|Pin(t, s)| (t, s))
+                .collect::<BTreeMap<_, _>>(),
+            assume_ready: assume_shards_ready,
+        };
+        tokio::spawn(
+            refresh(
+                index.clone(),
+                policy.clone(),
+                metrics.clone(),
+                readiness,
+                shutdown.clone(),
+            )
+            .instrument(info_span!("gauges")),
+        );
+        let namespaces = kube::Api::all(client);
+        let resolver = Arc::new(assign::Resolver::new(
+            index,
+            namespaces,
+            policy,
+            api_timeout,
+            metrics.clone(),
+        ));
+        let webhook = server::Webhook {
+            resolver,
+            metrics,
+            deadline: admission_deadline,
+        };
+
+        let socket = TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding --listen {listen}"))?;
+        let local = socket.local_addr()?;
+        let listener = server::TlsListener {
+            incoming: tls.incoming(socket, shutdown.clone()),
+            local,
+        };
+        info!(%local, shards, "serving the shard-placement webhook");
+        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        axum::serve(listener, server::router(webhook))
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await
+            .context("webhook server")
+    }
+}
+
+/// SIGINT or SIGTERM (what the kubelet sends) starts a graceful shutdown.
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+    info!("shutting down");
+    shutdown.cancel();
+}
+
+/// Refreshes the gauges and flips readiness once the watches have synced.
+async fn refresh(
+    index: index::SharedIndex,
+    policy: assign::Policy,
+    metrics: metrics::Metrics,
+    readiness: admin::Readiness,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(GAUGE_REFRESH);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                readiness.set(false);
+                return;
+            }
+            _ = tick.tick() => {}
+        }
+        let index = index::read(&index);
+        let synced = index.synced.ready(!policy.assume_ready);
+        if synced != readiness.is_ready() {
+            info!(synced, "watch caches synced");
+            readiness.set(synced);
+        }
+        metrics.observe(&index, &policy.config(&index));
     }
 }
