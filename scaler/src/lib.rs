@@ -2,13 +2,18 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod cache;
 pub mod cli;
 pub mod decision;
 pub mod explain;
 pub mod logging;
 pub mod metadata;
+pub mod metrics;
+pub mod observe;
+pub mod promql;
 pub mod serve;
 pub mod tls;
+pub mod topology;
 pub mod webhook;
 
 /// Generated from `proto/externalscaler.proto`.

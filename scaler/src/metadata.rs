@@ -75,6 +75,22 @@ pub struct ScalerConfig {
     pub dry_run: bool,
 }
 
+// Floats are validated finite and never -0.0, so equality is reflexive and bit-hashing agrees.
+impl Eq for ScalerConfig {}
+
+impl std::hash::Hash for ScalerConfig {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.cluster.hash(state);
+        self.metric.hash(state);
+        self.target.to_bits().hash(state);
+        self.min_replicas.hash(state);
+        self.max_replicas.hash(state);
+        self.max_sync_replicas.hash(state);
+        self.max_replication_lag_seconds.to_bits().hash(state);
+        self.dry_run.hash(state);
+    }
+}
+
 impl ScalerConfig {
     /// The MetricSpec name: `cnpg-<cluster>-<metric in lowercase>`, lowercase and path-safe.
     pub fn metric_name(&self) -> String {
@@ -222,9 +238,13 @@ fn invalid(key: &'static str, value: &str, allowed: &'static str) -> MetadataErr
     }
 }
 
-/// A finite decimal number ("nan", "inf" and hex are refused).
+/// A finite decimal number ("nan", "inf" and hex are refused); -0 becomes 0.
 fn parse_number(value: &str) -> Option<f64> {
-    value.parse::<f64>().ok().filter(|n| n.is_finite())
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|n| n.is_finite())
+        .map(|n| n + 0.0)
 }
 
 fn parse_count(value: &str, min: u32) -> Option<u32> {

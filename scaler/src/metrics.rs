@@ -1,0 +1,240 @@
+//! The scaler's Prometheus metrics (served by [`crate::admin`] on `/metrics`).
+//!
+//! | name | type | labels |
+//! |---|---|---|
+//! | `scaler_grpc_requests_total` | counter | `rpc`, `code` |
+//! | `scaler_grpc_request_duration_seconds` | histogram | `rpc`, `code` |
+//! | `scaler_backend_queries_total` | counter | `query` (`decision`, `cluster`), `outcome` (`ok`, `error`, `timeout`) |
+//! | `scaler_backend_query_duration_seconds` | histogram | `query` |
+//! | `scaler_decisions_total` | counter | `reason` |
+//! | `scaler_decision_desired_instances` | gauge | `namespace`, `scaledobject`, `cluster` |
+//! | `scaler_decision_recommended_instances` | gauge | `namespace`, `scaledobject`, `cluster` |
+//! | `scaler_decision_reason` | gauge (1 for the current reason) | `namespace`, `scaledobject`, `cluster`, `reason` |
+//! | `scaler_cache_entries` | gauge | – |
+//! | `scaler_active_streams` | gauge | – |
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::decision::{Decision, Reason};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RpcLabels {
+    pub rpc: &'static str,
+    pub code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueryLabels {
+    pub query: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueryNameLabels {
+    pub query: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+/// Identifies one ScaledObject's decision gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectLabels {
+    pub namespace: String,
+    pub scaledobject: String,
+    pub cluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectReasonLabels {
+    namespace: String,
+    scaledobject: String,
+    cluster: String,
+    reason: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Handles to every metric; cheap to clone (all `Arc` inside).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    rpc_requests: Family<RpcLabels, Counter>,
+    rpc_duration: HistogramFamily<RpcLabels>,
+    backend_queries: Family<QueryLabels, Counter>,
+    backend_duration: HistogramFamily<QueryNameLabels>,
+    decisions: Family<ReasonLabels, Counter>,
+    desired: Family<ObjectLabels, Gauge>,
+    recommended: Family<ObjectLabels, Gauge>,
+    reason: Family<ObjectReasonLabels, Gauge>,
+    pub cache_entries: Gauge,
+    pub active_streams: Gauge,
+}
+
+fn rpc_histogram() -> Histogram {
+    // 50 µs .. ~3.3 s: coalesced answers sit at the bottom, backend-bound ones at the top.
+    Histogram::new(exponential_buckets(0.00005, 3.0, 11))
+}
+
+fn backend_histogram() -> Histogram {
+    // 1 ms .. ~4 s, around the 2 s query timeout.
+    Histogram::new(exponential_buckets(0.001, 2.3, 11))
+}
+
+impl Metrics {
+    /// Registers every metric under the `scaler_` prefix.
+    pub fn register(registry: &mut Registry) -> Self {
+        let this = Self {
+            rpc_requests: Family::default(),
+            rpc_duration: Family::new_with_constructor(rpc_histogram),
+            backend_queries: Family::default(),
+            backend_duration: Family::new_with_constructor(backend_histogram),
+            decisions: Family::default(),
+            desired: Family::default(),
+            recommended: Family::default(),
+            reason: Family::default(),
+            cache_entries: Gauge::default(),
+            active_streams: Gauge::default(),
+        };
+        let r = registry.sub_registry_with_prefix("scaler");
+        r.register(
+            "grpc_requests",
+            "gRPC requests by rpc and status code",
+            this.rpc_requests.clone(),
+        );
+        r.register(
+            "grpc_request_duration_seconds",
+            "gRPC request latency by rpc and status code",
+            this.rpc_duration.clone(),
+        );
+        r.register(
+            "backend_queries",
+            "Backend queries (PromQL decision query, Kubernetes Cluster read) by outcome",
+            this.backend_queries.clone(),
+        );
+        r.register(
+            "backend_query_duration_seconds",
+            "Backend query latency",
+            this.backend_duration.clone(),
+        );
+        r.register(
+            "decisions",
+            "Decisions computed, by reason",
+            this.decisions.clone(),
+        );
+        r.register(
+            "decision_desired_instances",
+            "Instance count currently served per ScaledObject",
+            this.desired.clone(),
+        );
+        r.register(
+            "decision_recommended_instances",
+            "Instance count load and bounds ask for (differs from desired under brake or dry-run)",
+            this.recommended.clone(),
+        );
+        r.register(
+            "decision_reason",
+            "1 for the reason of the current decision per ScaledObject",
+            this.reason.clone(),
+        );
+        r.register(
+            "cache_entries",
+            "ScaledObject decisions held in the cache",
+            this.cache_entries.clone(),
+        );
+        r.register(
+            "active_streams",
+            "Open StreamIsActive streams",
+            this.active_streams.clone(),
+        );
+        this
+    }
+
+    pub fn rpc(&self, rpc: &'static str, code: tonic::Code, seconds: f64) {
+        let labels = RpcLabels {
+            rpc,
+            code: code_name(code),
+        };
+        self.rpc_requests.get_or_create(&labels).inc();
+        self.rpc_duration.get_or_create(&labels).observe(seconds);
+    }
+
+    pub fn backend(&self, query: &'static str, outcome: &'static str, seconds: f64) {
+        self.backend_queries
+            .get_or_create(&QueryLabels { query, outcome })
+            .inc();
+        self.backend_duration
+            .get_or_create(&QueryNameLabels { query })
+            .observe(seconds);
+    }
+
+    /// Publishes a fresh decision for one ScaledObject.
+    pub fn decision(&self, object: &ObjectLabels, decision: &Decision) {
+        self.decisions
+            .get_or_create(&ReasonLabels {
+                reason: decision.reason.as_str(),
+            })
+            .inc();
+        self.desired
+            .get_or_create(object)
+            .set(i64::from(decision.desired));
+        self.recommended
+            .get_or_create(object)
+            .set(i64::from(decision.recommended));
+        for reason in Reason::ALL {
+            let labels = reason_labels(object, reason);
+            if reason == decision.reason {
+                self.reason.get_or_create(&labels).set(1);
+            } else {
+                self.reason.remove(&labels);
+            }
+        }
+    }
+
+    /// Drops one ScaledObject's gauges (after cache eviction).
+    pub fn forget(&self, object: &ObjectLabels) {
+        self.desired.remove(object);
+        self.recommended.remove(object);
+        for reason in Reason::ALL {
+            self.reason.remove(&reason_labels(object, reason));
+        }
+    }
+}
+
+fn reason_labels(object: &ObjectLabels, reason: Reason) -> ObjectReasonLabels {
+    ObjectReasonLabels {
+        namespace: object.namespace.clone(),
+        scaledobject: object.scaledobject.clone(),
+        cluster: object.cluster.clone(),
+        reason: reason.as_str(),
+    }
+}
+
+/// grpc-go's spelling of status codes, as `grpc_code` labels usually carry.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "Canceled",
+        Unknown => "Unknown",
+        InvalidArgument => "InvalidArgument",
+        DeadlineExceeded => "DeadlineExceeded",
+        NotFound => "NotFound",
+        AlreadyExists => "AlreadyExists",
+        PermissionDenied => "PermissionDenied",
+        ResourceExhausted => "ResourceExhausted",
+        FailedPrecondition => "FailedPrecondition",
+        Aborted => "Aborted",
+        OutOfRange => "OutOfRange",
+        Unimplemented => "Unimplemented",
+        Internal => "Internal",
+        Unavailable => "Unavailable",
+        DataLoss => "DataLoss",
+        Unauthenticated => "Unauthenticated",
+    }
+}

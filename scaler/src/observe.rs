@@ -1,0 +1,275 @@
+//! Turns the backends' answers into the decision's inputs, then decides.
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::decision::{self, Decision, Observation, Policy};
+use crate::metadata::ScalerConfig;
+use crate::metrics::Metrics;
+use crate::promql::{self, QueryError, part};
+use crate::topology::{ClusterFacts, Topology, TopologyError};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ObserveError {
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error(
+        "no instance series for CNPG cluster {cluster:?} in namespace {namespace:?} \
+         (cnpg_pg_replication_in_recovery with pod=~\"{cluster}-<n>\"): is the cluster running and scraped?"
+    )]
+    NoInstances { namespace: String, cluster: String },
+}
+
+/// Where the current count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CurrentSource {
+    /// The Cluster's `spec.instances`.
+    ClusterSpec,
+    /// The number of instance series (metrics-only mode).
+    InstanceSeries,
+}
+
+/// Where the quorum came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QuorumSource {
+    /// The `maxSyncReplicas` trigger metadata.
+    Metadata,
+    /// The Cluster's `spec.maxSyncReplicas` or `spec.postgresql.synchronous.number`.
+    ClusterSpec,
+    /// Neither said anything: 0.
+    Default,
+}
+
+/// Every input of one decision, and the decision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Evaluation {
+    pub namespace: String,
+    pub cluster: String,
+    pub metric: &'static str,
+    pub topology: &'static str,
+    /// Instance pods seen in metrics.
+    pub instance_series: u32,
+    /// Σ read load over replicas; `false` in `load_series_present` means CNPG emitted no rows (0).
+    pub load_series_present: bool,
+    /// Primary WAL write rate in bytes/s; `None` without WAL series.
+    pub wal_bytes_per_second: Option<f64>,
+    pub cluster_spec: Option<ClusterFacts>,
+    pub current_source: CurrentSource,
+    pub quorum_source: QuorumSource,
+    pub policy: Policy,
+    pub observation: Observation,
+    pub decision: Decision,
+    /// One-sentence explanation of the decision.
+    pub summary: String,
+}
+
+/// Something that can evaluate a ScaledObject (the real [`Observer`], or a fake in cache tests).
+pub trait Evaluate: Send + Sync + 'static {
+    fn evaluate(
+        &self,
+        namespace: &str,
+        config: &ScalerConfig,
+    ) -> impl Future<Output = Result<Evaluation, ObserveError>> + Send;
+}
+
+/// Reads Prometheus and the Cluster, then decides.
+#[derive(Clone)]
+pub struct Observer {
+    pub prometheus: promql::Client,
+    pub topology: Topology,
+    pub metrics: Metrics,
+}
+
+impl Evaluate for Observer {
+    async fn evaluate(
+        &self,
+        namespace: &str,
+        config: &ScalerConfig,
+    ) -> Result<Evaluation, ObserveError> {
+        let query = promql::decision_query(namespace, &config.cluster, config.metric);
+        let (parts, facts) = tokio::join!(
+            self.prometheus.parts(&query),
+            self.topology
+                .lookup(namespace, &config.cluster, &self.metrics)
+        );
+        evaluate(namespace, config, self.topology.name(), &parts?, facts?)
+    }
+}
+
+/// The pure part: query answer + Cluster facts + config → evaluation.
+pub fn evaluate(
+    namespace: &str,
+    config: &ScalerConfig,
+    topology: &'static str,
+    parts: &HashMap<String, f64>,
+    facts: Option<ClusterFacts>,
+) -> Result<Evaluation, ObserveError> {
+    let instance_series = parts
+        .get(part::INSTANCES)
+        .map(|n| *n as u32)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| ObserveError::NoInstances {
+            namespace: namespace.to_owned(),
+            cluster: config.cluster.clone(),
+        })?;
+    let load = parts.get(part::LOAD).copied();
+    let wal = parts.get(part::WAL).copied();
+    let (current, current_source) = match facts {
+        Some(facts) => (facts.instances, CurrentSource::ClusterSpec),
+        None => (instance_series, CurrentSource::InstanceSeries),
+    };
+    let (quorum, quorum_source) = match (config.max_sync_replicas, facts.and_then(|f| f.quorum)) {
+        (Some(q), _) => (q, QuorumSource::Metadata),
+        (None, Some(q)) => (q, QuorumSource::ClusterSpec),
+        (None, None) => (0, QuorumSource::Default),
+    };
+    let policy = Policy {
+        target: config.target,
+        min_replicas: config.min_replicas,
+        max_replicas: config.max_replicas,
+        quorum,
+        max_lag_seconds: config.max_replication_lag_seconds,
+        dry_run: config.dry_run,
+    };
+    let observation = Observation {
+        current,
+        // CNPG omits zero rows, so no load series while instances exist means no load.
+        load: load.unwrap_or(0.0),
+        max_lag_seconds: parts.get(part::LAG).copied(),
+        primary_writing: wal.is_some_and(|rate| rate > 0.0),
+    };
+    let decision = decision::decide(&policy, &observation);
+    Ok(Evaluation {
+        namespace: namespace.to_owned(),
+        cluster: config.cluster.clone(),
+        metric: config.metric.as_str(),
+        topology,
+        instance_series,
+        load_series_present: load.is_some(),
+        wal_bytes_per_second: wal,
+        cluster_spec: facts,
+        current_source,
+        quorum_source,
+        summary: decision.summary(&policy, &observation),
+        policy,
+        observation,
+        decision,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Reason;
+    use crate::metadata::parse;
+
+    fn config(extra: &[(&str, &str)]) -> ScalerConfig {
+        let mut md: HashMap<String, String> = [("target", "5"), ("maxReplicas", "6")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        md.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        parse("pg", &md).unwrap()
+    }
+
+    fn parts(pairs: &[(&str, f64)]) -> HashMap<String, f64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn no_instance_series_is_an_error_not_zero() {
+        let err = evaluate(
+            "ns",
+            &config(&[]),
+            "metrics",
+            &parts(&[("load", 9.0)]),
+            None,
+        );
+        assert!(matches!(err, Err(ObserveError::NoInstances { .. })));
+        let err = evaluate(
+            "ns",
+            &config(&[]),
+            "metrics",
+            &parts(&[("instances", 0.0)]),
+            None,
+        );
+        assert!(matches!(err, Err(ObserveError::NoInstances { .. })));
+    }
+
+    #[test]
+    fn missing_load_series_means_zero_load() {
+        let e = evaluate(
+            "ns",
+            &config(&[]),
+            "metrics",
+            &parts(&[("instances", 3.0)]),
+            None,
+        )
+        .unwrap();
+        assert_eq!((e.observation.load, e.load_series_present), (0.0, false));
+        assert_eq!(
+            (e.observation.current, e.current_source),
+            (3, CurrentSource::InstanceSeries)
+        );
+        assert_eq!((e.decision.desired, e.decision.reason), (2, Reason::Floor));
+    }
+
+    #[test]
+    fn cluster_spec_gives_current_and_quorum_unless_metadata_says_otherwise() {
+        let facts = Some(ClusterFacts {
+            instances: 4,
+            quorum: Some(3),
+        });
+        let e = evaluate(
+            "ns",
+            &config(&[]),
+            "kube",
+            &parts(&[("instances", 3.0), ("load", 5.0)]),
+            facts,
+        )
+        .unwrap();
+        assert_eq!(
+            (e.observation.current, e.current_source),
+            (4, CurrentSource::ClusterSpec)
+        );
+        assert_eq!(
+            (e.policy.quorum, e.quorum_source),
+            (3, QuorumSource::ClusterSpec)
+        );
+        assert_eq!((e.decision.desired, e.decision.reason), (4, Reason::Quorum));
+        let e = evaluate(
+            "ns",
+            &config(&[("maxSyncReplicas", "1")]),
+            "kube",
+            &parts(&[("instances", 3.0), ("load", 12.0)]),
+            facts,
+        )
+        .unwrap();
+        assert_eq!(
+            (e.policy.quorum, e.quorum_source),
+            (1, QuorumSource::Metadata)
+        );
+        assert_eq!((e.decision.desired, e.decision.reason), (4, Reason::Load));
+    }
+
+    #[test]
+    fn wal_rate_gates_the_brake() {
+        let cfg = config(&[("maxReplicationLagSeconds", "10")]);
+        let lagging = |wal: f64| {
+            parts(&[
+                ("instances", 3.0),
+                ("load", 30.0),
+                ("lag", 60.0),
+                ("wal", wal),
+            ])
+        };
+        let e = evaluate("ns", &cfg, "metrics", &lagging(1000.0), None).unwrap();
+        assert_eq!((e.decision.desired, e.decision.reason), (3, Reason::Brake));
+        let e = evaluate("ns", &cfg, "metrics", &lagging(0.0), None).unwrap();
+        assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Max));
+    }
+}
