@@ -1,0 +1,121 @@
+"""The cozy-autoscaling package chart rendered by helm 3 and helm 4: every object schema-valid,
+and the scaler, webhook and shard pieces shaped as the contracts require."""
+import pytest
+
+from conftest import PACKAGE, one
+
+NS = "cozy-autoscaling"
+
+
+def render(helm, sets=()):
+    return helm.render(PACKAGE, sets, keda=False, release=NS, namespace=NS)
+
+
+def test_scaler_deployment_service_pdb_and_rbac(helm):
+    objs = render(helm)
+    dep = one(objs, "Deployment", "cozy-autoscaling-scaler")
+    assert dep["spec"]["replicas"] == 2
+    [c] = dep["spec"]["template"]["spec"]["containers"]
+    assert c["args"][0] == "serve"
+    assert "--listen=0.0.0.0:6000" in c["args"] and "--admin-listen=0.0.0.0:9090" in c["args"]
+    assert any(a.startswith("--prometheus-url=http") for a in c["args"])
+    assert not any(a.startswith("--tls-") for a in c["args"])
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert one(objs, "PodDisruptionBudget", "cozy-autoscaling-scaler")["spec"]["minAvailable"] == 1
+    svc = one(objs, "Service", "cozy-autoscaling-scaler")
+    assert {p["port"] for p in svc["spec"]["ports"]} == {6000, 9090} and "clusterIP" not in svc["spec"]
+    role = one(objs, "ClusterRole", "cozy-autoscaling-scaler")
+    assert role["rules"] == [{"apiGroups": ["postgresql.cnpg.io"], "resources": ["clusters"],
+                              "verbs": ["get", "list", "watch"]}]
+    binding = one(objs, "ClusterRoleBinding", "cozy-autoscaling-scaler")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cozy-autoscaling-scaler", "namespace": NS}]
+
+
+def test_scaler_tls_and_headless(helm):
+    objs = render(helm, ["scaler.tls.enabled=true", "scaler.headless=true", "clusterDomain=cozy.local"])
+    cert = one(objs, "Certificate", "cozy-autoscaling-scaler")
+    svc = "cozy-autoscaling-scaler"
+    assert cert["spec"]["dnsNames"] == [svc, f"{svc}.{NS}", f"{svc}.{NS}.svc", f"{svc}.{NS}.svc.cozy.local"]
+    dep = one(objs, "Deployment", svc)
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--tls-cert=/tls/tls.crt" in c["args"] and "--tls-key=/tls/tls.key" in c["args"]
+    assert dep["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"] == cert["spec"]["secretName"]
+    assert one(objs, "Service", svc)["spec"]["clusterIP"] == "None"
+
+
+def test_webhook_and_mutating_configuration(helm):
+    objs = render(helm, ["shards.count=3"])
+    dep = one(objs, "Deployment", "cozy-autoscaling-webhook")
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "webhook"
+    for a in ["--listen=0.0.0.0:9443", "--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key", "--shards=3",
+              "--flux-namespace=cozy-fluxcd"]:
+        assert a in args
+    svc = one(objs, "Service", "cozy-autoscaling-webhook")
+    assert {"name": "https", "port": 443, "targetPort": "https"} in svc["spec"]["ports"]
+    assert {"name": "https", "containerPort": 9443} in dep["spec"]["template"]["spec"]["containers"][0]["ports"]
+    mwc = one(objs, "MutatingWebhookConfiguration")
+    assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NS}/cozy-autoscaling-webhook"
+    [wh] = mwc["webhooks"]
+    assert (wh["failurePolicy"], wh["timeoutSeconds"], wh["sideEffects"]) == ("Ignore", 5, "None")
+    assert wh["rules"] == [{"apiGroups": ["helm.toolkit.fluxcd.io"], "apiVersions": ["v2"],
+                            "resources": ["helmreleases"], "operations": ["CREATE"]}]
+    assert wh["objectSelector"] == {"matchExpressions": [
+        {"key": "sharding.fluxcd.io/key", "operator": "In", "values": ["tenants"]}]}
+    assert "namespaceSelector" not in wh
+    assert wh["clientConfig"]["service"]["path"] == "/mutate-helmrelease-shard"
+    cert = one(objs, "Certificate", "cozy-autoscaling-webhook")
+    assert cert["spec"]["dnsNames"][2] == f"cozy-autoscaling-webhook.{NS}.svc"
+    cluster_rules = one(objs, "ClusterRole", "cozy-autoscaling-webhook")["rules"]
+    assert {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "patch"]} in cluster_rules
+    role = one(objs, "Role", "cozy-autoscaling-webhook")
+    assert role["metadata"]["namespace"] == "cozy-fluxcd"
+    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]}]
+
+
+def test_shards_follow_the_count(helm):
+    objs = render(helm, ["shards.count=3", "shards.concurrent=8", "flux.namespace=flux-system"])
+    shards = sorted((o for o in objs if o["metadata"]["name"].startswith("helm-controller-shard")),
+                    key=lambda o: o["metadata"]["name"])
+    assert [s["metadata"]["name"] for s in shards] == [f"helm-controller-shard{i}" for i in range(3)]
+    for i, s in enumerate(shards):
+        assert s["metadata"]["namespace"] == "flux-system"
+        assert s["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": f"helm-controller-shard{i}"}
+        pod = s["spec"]["template"]["spec"]
+        [c] = pod["containers"]
+        assert f"--watch-label-selector=sharding.fluxcd.io/key=shard{i}" in c["args"]
+        assert "--concurrent=8" in c["args"]
+        assert c["image"] == "ghcr.io/fluxcd/helm-controller:v1.5.0"
+        assert {"name": "SOURCE_CONTROLLER_LOCALHOST", "value": "flux.flux-system.svc:80"} in c["env"]
+        assert pod["hostNetwork"] is False and pod["dnsPolicy"] == "ClusterFirst"
+
+
+@pytest.mark.parametrize("scrape,kind", [("ServiceMonitor", "ServiceMonitor"), ("VMServiceScrape", "VMServiceScrape"),
+                                         ("none", None)])
+def test_scrape_kind_is_selectable(helm, scrape, kind):
+    objs = render(helm, [f"monitoring.scrape={scrape}"])
+    kinds = {o["kind"] for o in objs}
+    assert not ({"ServiceMonitor", "VMServiceScrape"} - {kind}) & kinds
+    if kind:
+        names = sorted(o["metadata"]["name"] for o in objs if o["kind"] == kind)
+        assert names == ["cozy-autoscaling-scaler", "cozy-autoscaling-webhook"]
+
+
+def test_alerts_use_the_scaler_and_hpa_metrics(helm):
+    rule = one(render(helm), "PrometheusRule")
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(rules) == {"CozyAutoscalerScalerErrors", "CozyAutoscalerScaleUpStuck", "CozyAutoscalerPinnedAtMax"}
+    assert "scaler_backend_queries_total" in rules["CozyAutoscalerScalerErrors"]["expr"]
+    assert "scaler_decision_reason{reason=\"max\"}" in rules["CozyAutoscalerPinnedAtMax"]["expr"]
+    assert "{{ $labels.pod }}" in rules["CozyAutoscalerScalerErrors"]["annotations"]["description"]
+    assert not [o for o in render(helm, ["monitoring.alerts.enabled=false"]) if o["kind"] == "PrometheusRule"]
+
+
+def test_webhook_can_be_disabled(helm):
+    kinds = {o["kind"] for o in render(helm, ["webhook.enabled=false"])}
+    assert "MutatingWebhookConfiguration" not in kinds and "Issuer" not in kinds
+
+
+def test_shard_count_below_one_is_refused(helm):
+    out = helm.template(PACKAGE, ["shards.count=0"], keda=False)
+    assert out.returncode != 0 and "count" in out.stderr
