@@ -35,6 +35,13 @@ const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    // Boxed: the flags are many, and the CLI enum should stay small (clippy large_enum_variant).
+    #[command(flatten)]
+    settings: Box<Settings>,
+}
+
+#[derive(Debug, clap::Args)]
+struct Settings {
     /// Address of the HTTPS admission endpoint (POST /mutate-helmrelease-shard).
     #[arg(long, default_value = "0.0.0.0:9443", env = "WEBHOOK_LISTEN")]
     listen: SocketAddr,
@@ -90,7 +97,7 @@ impl FromStr for Pin {
 
 impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
-        let Self {
+        let Settings {
             listen,
             tls_cert,
             tls_key,
@@ -102,7 +109,7 @@ impl Args {
             api_timeout,
             admission_deadline,
             log,
-        } = self;
+        } = *self.settings;
         log.init()?;
         let shutdown = CancellationToken::new();
         let files = tls::TlsFiles {
