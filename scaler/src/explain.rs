@@ -1,10 +1,253 @@
-//! TODO(owner of this module): replace this placeholder.
+//! `scaler explain`: one decision, with every input and guard that shaped it, for operators.
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+
+use crate::decision::Brake;
+use crate::logging::LogArgs;
+use crate::metadata::{self, Metric};
+use crate::metrics::Metrics;
+use crate::observe::{CurrentSource, Evaluate as _, Evaluation, Observer, QuorumSource};
+use crate::promql;
+use crate::topology::{self, Topology};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// The same settings as the trigger metadata, as flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Prometheus-compatible API root.
+    #[arg(long, env = "SCALER_PROMETHEUS_URL")]
+    pub prometheus_url: String,
+    /// Namespace of the ScaledObject and the Cluster.
+    #[arg(long)]
+    pub namespace: String,
+    /// CNPG Cluster name.
+    #[arg(long)]
+    pub cluster: String,
+    #[arg(long, value_enum, default_value = "ReadConnections")]
+    pub metric: Metric,
+    /// Load one read replica should carry (connections, or CPU millicores).
+    #[arg(long, default_value = "150")]
+    pub target: String,
+    #[arg(long, default_value = "2")]
+    pub min_replicas: String,
+    #[arg(long, default_value = "6")]
+    pub max_replicas: String,
+    /// Synchronous quorum; read from the Cluster when absent.
+    #[arg(long)]
+    pub max_sync_replicas: Option<String>,
+    /// Lag brake threshold in seconds; 0 turns it off.
+    #[arg(long, default_value = "0")]
+    pub max_replication_lag_seconds: String,
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub topology: topology::Mode,
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub query_timeout: Duration,
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Output,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    #[serde(flatten)]
+    evaluation: &'a Evaluation,
+    /// What GetMetrics would return (desired × target).
+    metric_name: String,
+    metric_value: f64,
+    query: String,
+}
 
 impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
-        anyhow::bail!("`explain` is not implemented yet")
+        self.log.init()?;
+        let mut md: HashMap<String, String> = [
+            ("cluster", self.cluster.clone()),
+            ("metric", self.metric.as_str().to_owned()),
+            ("target", self.target.clone()),
+            ("minReplicas", self.min_replicas.clone()),
+            ("maxReplicas", self.max_replicas.clone()),
+            (
+                "maxReplicationLagSeconds",
+                self.max_replication_lag_seconds.clone(),
+            ),
+            ("dryRun", self.dry_run.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        if let Some(q) = &self.max_sync_replicas {
+            md.insert("maxSyncReplicas".into(), q.clone());
+        }
+        let config = metadata::parse(&self.cluster, &md)?;
+        let metrics = Metrics::register(&mut Registry::default());
+        let topology = match Topology::client(self.topology).await? {
+            None => Topology::Metrics,
+            Some(client) => Topology::Direct {
+                client,
+                timeout: self.query_timeout,
+            },
+        };
+        let observer = Observer {
+            prometheus: promql::Client::new(
+                &self.prometheus_url,
+                self.query_timeout,
+                metrics.clone(),
+            )?,
+            topology,
+            metrics,
+        };
+        let evaluation = observer.evaluate(&self.namespace, &config).await?;
+        let report = Report {
+            evaluation: &evaluation,
+            metric_name: config.metric_name(),
+            metric_value: f64::from(evaluation.decision.desired) * config.target,
+            query: promql::decision_query(&self.namespace, &config.cluster, config.metric),
+        };
+        match self.output {
+            Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+            Output::Text => print!("{}", text(&report)),
+        }
+        Ok(())
     }
+}
+
+fn text(report: &Report<'_>) -> String {
+    let e = report.evaluation;
+    let (p, o, d) = (&e.policy, &e.observation, &e.decision);
+    let mut s = String::new();
+    let load_unit = if e.metric == Metric::ReadCpuUtilization.as_str() {
+        "CPU millicores of the postgres container on replicas"
+    } else {
+        "active client backends on replicas"
+    };
+    let _ = writeln!(
+        s,
+        "CNPG cluster {}/{} ({}, target {} per read replica)",
+        e.namespace, e.cluster, e.metric, p.target
+    );
+    let _ = writeln!(s, "\nDecision");
+    let _ = writeln!(
+        s,
+        "  desired instances     {}   reason: {}",
+        d.desired, d.reason
+    );
+    let _ = writeln!(s, "  recommended           {}", d.recommended);
+    let _ = writeln!(s, "  why                   {}", e.summary);
+    let _ = writeln!(
+        s,
+        "  GetMetrics            {} = {} (= desired × target; the HPA computes ceil(value / target))",
+        report.metric_name, report.metric_value
+    );
+    let _ = writeln!(s, "\nInputs (topology: {})", e.topology);
+    let _ = writeln!(
+        s,
+        "  instance series       {} (pods {}-<n> reporting cnpg_pg_replication_in_recovery)",
+        e.instance_series, e.cluster
+    );
+    let current_from = match e.current_source {
+        CurrentSource::ClusterSpec => "Cluster spec.instances",
+        CurrentSource::InstanceSeries => "count of instance series",
+    };
+    let _ = writeln!(
+        s,
+        "  current instances     {} (from {current_from})",
+        o.current
+    );
+    let absent = if e.load_series_present {
+        ""
+    } else {
+        " (no load series: CNPG omits zero rows)"
+    };
+    let _ = writeln!(
+        s,
+        "  read load             {} ({load_unit}){absent}",
+        o.load
+    );
+    match o.max_lag_seconds {
+        Some(lag) => _ = writeln!(s, "  replica lag, 5m max   {lag} s"),
+        None => _ = writeln!(s, "  replica lag, 5m max   none (no replica lag series)"),
+    }
+    match e.wal_bytes_per_second {
+        Some(rate) => {
+            _ = writeln!(
+                s,
+                "  primary WAL rate      {rate} B/s ({})",
+                if o.primary_writing { "writing" } else { "idle" }
+            )
+        }
+        None => {
+            _ = writeln!(
+                s,
+                "  primary WAL rate      none (no cnpg_collector_wal_bytes series: counts as idle)"
+            )
+        }
+    }
+    let _ = writeln!(s, "\nGuards");
+    let quorum_from = match e.quorum_source {
+        QuorumSource::Metadata => "maxSyncReplicas metadata",
+        QuorumSource::ClusterSpec => "the Cluster's sync settings",
+        QuorumSource::Default => "default",
+    };
+    let _ = writeln!(
+        s,
+        "  sync quorum           {} (from {quorum_from})",
+        p.quorum
+    );
+    let _ = writeln!(
+        s,
+        "  floor                 {} = max(minReplicas {}, quorum + 1 = {}, 2)",
+        d.floor,
+        p.min_replicas,
+        p.quorum.saturating_add(1)
+    );
+    let _ = writeln!(
+        s,
+        "  ceiling               {} = max(maxReplicas {}, floor)",
+        d.ceiling, p.max_replicas
+    );
+    let _ = writeln!(
+        s,
+        "  raw                   {} = 1 + ceil(load / target)",
+        d.raw
+    );
+    let brake = match d.brake {
+        Brake::Off => "off (maxReplicationLagSeconds 0)".to_owned(),
+        Brake::Clear => format!("clear (lag not above {} s)", p.max_lag_seconds),
+        Brake::IdleLag => format!(
+            "ignored: lag above {} s but the primary writes no WAL",
+            p.max_lag_seconds
+        ),
+        Brake::Engaged => format!(
+            "ENGAGED: lag above {} s while the primary writes WAL; holding",
+            p.max_lag_seconds
+        ),
+    };
+    let _ = writeln!(s, "  lag brake             {brake}");
+    let _ = writeln!(
+        s,
+        "  dry run               {}",
+        if p.dry_run {
+            "yes: holding the current count"
+        } else {
+            "no"
+        }
+    );
+    let _ = writeln!(
+        s,
+        "\nQuery (one per decision)\n  {}",
+        report.query.replace('\n', "\n  ")
+    );
+    s
 }

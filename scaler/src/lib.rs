@@ -5,6 +5,7 @@ pub mod admin;
 pub mod cache;
 pub mod cli;
 pub mod decision;
+pub mod grpc;
 pub mod explain;
 pub mod logging;
 pub mod metadata;

@@ -1,10 +1,258 @@
-//! TODO(owner of this module): replace this placeholder.
+//! `scaler serve`: the KEDA external-scaler gRPC server, its admin port, and their wiring.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use anyhow::Context as _;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
+use tracing::{info, warn};
+
+use crate::cache::{Cache, Timing};
+use crate::grpc::Scaler;
+use crate::logging::LogArgs;
+use crate::metrics::Metrics;
+use crate::observe::Observer;
+use crate::proto::external_scaler_server::ExternalScalerServer;
+use crate::topology::{self, ClusterIndex, Topology};
+use crate::{admin, promql, tls};
+
+/// How long in-flight rpcs may take to finish after SIGTERM before the server stops anyway.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// gRPC listen address.
+    #[arg(long, default_value = "0.0.0.0:6000", env = "SCALER_LISTEN")]
+    pub listen: SocketAddr,
+    /// Prometheus-compatible API root, e.g. http://vmselect:8481/select/0/prometheus.
+    #[arg(long, env = "SCALER_PROMETHEUS_URL")]
+    pub prometheus_url: String,
+    /// Where Cluster spec.instances and the sync quorum come from.
+    #[arg(long, value_enum, default_value = "auto", env = "SCALER_TOPOLOGY")]
+    pub topology: topology::Mode,
+    /// Plaintext HTTP address for /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:9090", env = "SCALER_ADMIN_LISTEN")]
+    pub admin_listen: SocketAddr,
+    /// One decision per ScaledObject serves every call within this interval.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub refresh_interval: Duration,
+    /// After this long without a successful decision, answers become UNAVAILABLE.
+    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    pub staleness: Duration,
+    /// Bound on each backend query (Prometheus, Kubernetes); keep it under KEDA's 3 s.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub query_timeout: Duration,
+    /// Forget ScaledObjects nobody asked about for this long.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub cache_ttl: Duration,
+    /// How often StreamIsActive repeats `true`.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub stream_heartbeat: Duration,
+    /// Close client connections after this age so new scaler pods get traffic (headless Service).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_connection_age: Option<Duration>,
+    /// PEM certificate chain: serve gRPC over TLS (ALPN h2). Reloaded when the file changes.
+    #[arg(long, requires = "tls_key", env = "SCALER_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, requires = "tls_cert", env = "SCALER_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle: require client certificates signed by it (mTLS).
+    #[arg(long, requires = "tls_cert", env = "SCALER_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
 
 impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
-        anyhow::bail!("`serve` is not implemented yet")
+        self.log.init()?;
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        let grpc = TcpListener::bind(self.listen)
+            .await
+            .with_context(|| format!("cannot listen on --listen {}", self.listen))?;
+        let admin = TcpListener::bind(self.admin_listen)
+            .await
+            .with_context(|| format!("cannot listen on --admin-listen {}", self.admin_listen))?;
+        self.serve(grpc, admin, shutdown).await
     }
+
+    /// Serves on already-bound listeners until `shutdown` is cancelled (tests bind port 0).
+    pub async fn serve(
+        self,
+        grpc: TcpListener,
+        admin: TcpListener,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.refresh_interval.is_zero() && !self.query_timeout.is_zero(),
+            "--refresh-interval and --query-timeout must be above 0"
+        );
+        anyhow::ensure!(
+            self.staleness >= self.refresh_interval,
+            "--staleness ({}) must be at least --refresh-interval ({})",
+            humantime::format_duration(self.staleness),
+            humantime::format_duration(self.refresh_interval)
+        );
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let readiness = admin::Readiness::default();
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(tls::Reloading::spawn(
+                tls::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: self.tls_client_ca.clone(),
+                },
+                tls::ALPN_GRPC,
+                shutdown.clone(),
+            )?),
+            _ => None,
+        };
+
+        let (topology, index) = match Topology::client(self.topology).await? {
+            None => (Topology::Metrics, None),
+            Some(client) => {
+                let index = ClusterIndex::spawn(client, shutdown.clone());
+                (Topology::Watched(index.clone()), Some(index))
+            }
+        };
+        info!(topology = topology.name(), prometheus = %self.prometheus_url, "starting");
+        let prometheus =
+            promql::Client::new(&self.prometheus_url, self.query_timeout, metrics.clone())?;
+        let observer = Observer {
+            prometheus,
+            topology,
+            metrics: metrics.clone(),
+        };
+        let timing = Timing {
+            refresh: self.refresh_interval,
+            staleness: self.staleness,
+            ttl: self.cache_ttl,
+        };
+        let cache = Arc::new(Cache::new(observer, timing, metrics.clone()));
+        tokio::spawn(
+            cache
+                .clone()
+                .run_eviction(self.refresh_interval, shutdown.clone()),
+        );
+
+        let (health, health_service) = tonic_health::server::health_reporter();
+        set_health(&health, ServingStatus::NotServing).await;
+        let admin_task = tokio::spawn(admin::serve(
+            admin,
+            Arc::new(registry),
+            readiness.clone(),
+            shutdown.clone(),
+        ));
+
+        // Ready once the Cluster index (if any) has its first full list.
+        let ready_task = {
+            let (health, readiness, shutdown) =
+                (health.clone(), readiness.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                if let Some(index) = index {
+                    let mut poll = tokio::time::interval(Duration::from_millis(200));
+                    while !index.is_synced() {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            _ = poll.tick() => {}
+                        }
+                    }
+                }
+                set_health(&health, ServingStatus::Serving).await;
+                readiness.set(true);
+                info!("ready");
+                shutdown.cancelled().await;
+                // Health goes down first so probes and balancers stop sending new calls.
+                readiness.set(false);
+                set_health(&health, ServingStatus::NotServing).await;
+            })
+        };
+
+        let scaler = Scaler {
+            cache,
+            metrics,
+            shutdown: shutdown.clone(),
+            heartbeat: self.stream_heartbeat,
+        };
+        let mut builder = Server::builder();
+        if let Some(age) = self.max_connection_age {
+            builder = builder.max_connection_age(age);
+        }
+        let router = builder
+            .add_service(health_service)
+            .add_service(ExternalScalerServer::new(scaler));
+        let local = grpc.local_addr()?;
+        info!(listen = %local, tls = tls.is_some(), "serving gRPC");
+        let signal = {
+            let shutdown = shutdown.clone();
+            async move { shutdown.cancelled().await }
+        };
+        let server = async {
+            match &tls {
+                Some(tls) => {
+                    router
+                        .serve_with_incoming_shutdown(tls.incoming(grpc, shutdown.clone()), signal)
+                        .await
+                }
+                None => {
+                    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+                    router.serve_with_incoming_shutdown(incoming, signal).await
+                }
+            }
+        };
+        tokio::pin!(server);
+        tokio::select! {
+            result = &mut server => result.context("gRPC server failed")?,
+            _ = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN_TIMEOUT).await } => {
+                warn!("in-flight rpcs did not finish within {DRAIN_TIMEOUT:?}; stopping anyway");
+            }
+        }
+        shutdown.cancel();
+        let _ = ready_task.await;
+        admin_task.await?.context("admin server failed")?;
+        info!("stopped");
+        Ok(())
+    }
+}
+
+async fn set_health(health: &tonic_health::server::HealthReporter, status: ServingStatus) {
+    health.set_service_status("", status).await;
+    health
+        .set_service_status("externalscaler.ExternalScaler", status)
+        .await;
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT.
+pub async fn cancel_on_signal(shutdown: CancellationToken) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = terminate => info!("SIGTERM: shutting down"),
+        result = tokio::signal::ctrl_c() => match result {
+            Ok(()) => info!("SIGINT: shutting down"),
+            Err(error) => {
+                warn!(%error, "cannot listen for SIGINT");
+                std::future::pending::<()>().await;
+            }
+        },
+    }
+    shutdown.cancel();
 }

@@ -1,0 +1,291 @@
+//! The `externalscaler.ExternalScaler` gRPC service: proto ↔ cache, and the one error → status map.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use tracing::debug;
+
+use crate::cache::{Cache, Key};
+use crate::metadata::{self, MetadataError};
+use crate::metrics::Metrics;
+use crate::observe::{Evaluate, ObserveError};
+use crate::promql::QueryError;
+use crate::proto::external_scaler_server::ExternalScaler;
+use crate::proto::{
+    GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricSpec,
+    MetricValue, ScaledObjectRef,
+};
+use crate::topology::TopologyError;
+
+/// Everything an rpc can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    #[error("scaledObjectRef is missing or has no name/namespace")]
+    MissingRef,
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error("unknown metric name {requested:?}; this trigger serves {served:?}")]
+    UnknownMetricName { requested: String, served: String },
+    #[error(transparent)]
+    Observe(#[from] ObserveError),
+}
+
+/// The only place errors become gRPC statuses.
+pub fn status(error: &RpcError) -> Status {
+    let message = error.to_string();
+    match error {
+        RpcError::MissingRef | RpcError::Metadata(_) | RpcError::UnknownMetricName { .. } => {
+            Status::invalid_argument(message)
+        }
+        RpcError::Observe(ObserveError::Query(QueryError::Timeout(_)))
+        | RpcError::Observe(ObserveError::Topology(TopologyError::Timeout(_))) => {
+            Status::deadline_exceeded(message)
+        }
+        RpcError::Observe(ObserveError::Topology(TopologyError::NotFound { .. })) => {
+            Status::not_found(message)
+        }
+        RpcError::Observe(_) => Status::unavailable(message),
+    }
+}
+
+/// The service.
+pub struct Scaler<E> {
+    pub cache: Arc<Cache<E>>,
+    pub metrics: Metrics,
+    pub shutdown: CancellationToken,
+    /// How often StreamIsActive repeats `true`.
+    pub heartbeat: Duration,
+}
+
+fn key(scaled_object: Option<ScaledObjectRef>) -> Result<Key, RpcError> {
+    let r = scaled_object.ok_or(RpcError::MissingRef)?;
+    if r.name.is_empty() || r.namespace.is_empty() {
+        return Err(RpcError::MissingRef);
+    }
+    let config = metadata::parse(&r.name, &r.scaler_metadata)?;
+    Ok(Key {
+        namespace: r.namespace,
+        name: r.name,
+        config,
+    })
+}
+
+impl<E: Evaluate> Scaler<E> {
+    /// Runs one rpc body, recording its count and latency by code.
+    async fn instrumented<T>(
+        &self,
+        rpc: &'static str,
+        body: impl Future<Output = Result<T, RpcError>>,
+    ) -> Result<Response<T>, Status> {
+        let start = Instant::now();
+        let result = body.await.map_err(|error| {
+            debug!(rpc, %error, "rpc failed");
+            status(&error)
+        });
+        let code = result
+            .as_ref()
+            .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+        self.metrics.rpc(rpc, code, start.elapsed().as_secs_f64());
+        result.map(Response::new)
+    }
+
+    async fn metric_value(
+        &self,
+        request: GetMetricsRequest,
+    ) -> Result<GetMetricsResponse, RpcError> {
+        let key = key(request.scaled_object_ref)?;
+        let served = key.config.metric_name();
+        if !request.metric_name.eq_ignore_ascii_case(&served) {
+            return Err(RpcError::UnknownMetricName {
+                requested: request.metric_name,
+                served,
+            });
+        }
+        let target = key.config.target;
+        let evaluation = self.cache.get(key).await?;
+        // The HPA computes ceil(value / target) = desired for an AverageValue target.
+        let value = f64::from(evaluation.decision.desired) * target;
+        Ok(GetMetricsResponse {
+            metric_values: vec![MetricValue {
+                metric_name: served,
+                // Bounded by metadata limits (1000 × 1e9), far inside i64.
+                metric_value: value.ceil() as i64,
+                metric_value_float: value,
+            }],
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl<E: Evaluate> ExternalScaler for Scaler<E> {
+    async fn is_active(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<IsActiveResponse>, Status> {
+        self.instrumented("IsActive", async {
+            let key = key(Some(request.into_inner()))?;
+            // Any successful evaluation saw at least one instance: the cluster exists.
+            self.cache.get(key).await?;
+            Ok(IsActiveResponse { result: true })
+        })
+        .await
+    }
+
+    type StreamIsActiveStream = ReceiverStream<Result<IsActiveResponse, Status>>;
+
+    async fn stream_is_active(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
+        let key = self
+            .instrumented("StreamIsActive", async { key(Some(request.into_inner())) })
+            .await?
+            .into_inner();
+        // One slot: KEDA reads each message before the next matters.
+        let (tx, rx) = mpsc::channel(1);
+        let (cache, metrics, shutdown, heartbeat) = (
+            self.cache.clone(),
+            self.metrics.clone(),
+            self.shutdown.clone(),
+            self.heartbeat,
+        );
+        tokio::spawn(async move {
+            metrics.active_streams.inc();
+            let mut tick = tokio::time::interval(heartbeat);
+            loop {
+                // The first tick is immediate: `true` on open.
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tx.closed() => break,
+                    _ = tick.tick() => {}
+                }
+                match cache.get(key.clone()).await {
+                    Ok(_) => {
+                        if tx
+                            .send(Ok(IsActiveResponse { result: true }))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    // KEDA ignores `false`; errors surface through the polled rpcs.
+                    Err(error) => debug!(%error, "StreamIsActive: no answer this tick"),
+                }
+            }
+            metrics.active_streams.dec();
+            // Dropping `tx` ends the stream with status OK, which resets KEDA's backoff.
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn get_metric_spec(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<GetMetricSpecResponse>, Status> {
+        self.instrumented("GetMetricSpec", async {
+            let key = key(Some(request.into_inner()))?;
+            let target = key.config.target;
+            Ok(GetMetricSpecResponse {
+                metric_specs: vec![MetricSpec {
+                    metric_name: key.config.metric_name(),
+                    target_size: target.ceil().max(1.0) as i64,
+                    target_size_float: target,
+                }],
+            })
+        })
+        .await
+    }
+
+    async fn get_metrics(
+        &self,
+        request: Request<GetMetricsRequest>,
+    ) -> Result<Response<GetMetricsResponse>, Status> {
+        self.instrumented("GetMetrics", self.metric_value(request.into_inner()))
+            .await
+    }
+
+    type StreamMetricSpecStream = ReceiverStream<Result<GetMetricSpecResponse, Status>>;
+
+    async fn stream_metric_spec(
+        &self,
+        _request: Request<ScaledObjectRef>,
+    ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
+        let start = Instant::now();
+        self.metrics.rpc(
+            "StreamMetricSpec",
+            tonic::Code::Unimplemented,
+            start.elapsed().as_secs_f64(),
+        );
+        // Specs never change for a given metadata; KEDA falls back to GetMetricSpec.
+        Err(Status::unimplemented(
+            "StreamMetricSpec: metric specs are static; use GetMetricSpec",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_the_documented_codes() {
+        use tonic::Code;
+        let cases: Vec<(RpcError, Code)> = vec![
+            (RpcError::MissingRef, Code::InvalidArgument),
+            (
+                MetadataError::Missing {
+                    key: "target",
+                    allowed: "x",
+                }
+                .into(),
+                Code::InvalidArgument,
+            ),
+            (
+                RpcError::UnknownMetricName {
+                    requested: "a".into(),
+                    served: "b".into(),
+                },
+                Code::InvalidArgument,
+            ),
+            (
+                ObserveError::Query(QueryError::Timeout(Duration::from_secs(2))).into(),
+                Code::DeadlineExceeded,
+            ),
+            (
+                ObserveError::Query(QueryError::Unreachable("x".into())).into(),
+                Code::Unavailable,
+            ),
+            (
+                ObserveError::Query(QueryError::Garbage("x".into())).into(),
+                Code::Unavailable,
+            ),
+            (
+                ObserveError::NoInstances {
+                    namespace: "n".into(),
+                    cluster: "c".into(),
+                }
+                .into(),
+                Code::Unavailable,
+            ),
+            (
+                ObserveError::Topology(TopologyError::NotFound {
+                    namespace: "n".into(),
+                    name: "c".into(),
+                })
+                .into(),
+                Code::NotFound,
+            ),
+            (
+                ObserveError::Topology(TopologyError::NotSynced).into(),
+                Code::Unavailable,
+            ),
+        ];
+        for (error, code) in cases {
+            assert_eq!(status(&error).code(), code, "{error}");
+        }
+    }
+}
