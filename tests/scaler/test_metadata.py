@@ -56,6 +56,14 @@ def test_missing_scaled_object_ref_is_invalid_argument(keda):
     req = keda.pb2.GetMetricsRequest(metricName="cnpg-pg-readconnections")
     err = error_of(lambda: keda.stub.GetMetrics(req, timeout=5))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "scaledObjectRef" in err.details()
+
+
+@pytest.mark.parametrize("namespace,name", [("", "pg"), ("tenant-a", "")])
+def test_ref_without_namespace_or_name_is_invalid_argument(keda, namespace, name):
+    ref = keda.ref(namespace, name, metadata(target="5"))
+    for rpc, call in rpcs(keda, ref).items():
+        assert error_of(call).code() == grpc.StatusCode.INVALID_ARGUMENT, rpc
 
 
 def test_keda_own_keys_are_accepted(keda):

@@ -22,11 +22,16 @@ def test_stream_metric_spec_is_unimplemented(keda):
     assert code_of(lambda: next(keda.stub.StreamMetricSpec(ref, timeout=5))) == grpc.StatusCode.UNIMPLEMENTED
 
 
-def test_stream_is_active_true_on_open_and_ok_on_sigterm(vm, start_scaler):
-    scaler, keda = start_scaler(vm.url)
+def test_stream_is_active_true_on_open_heartbeat_and_ok_on_sigterm(vm, start_scaler):
+    scaler, keda = start_scaler(vm.url, "--stream-heartbeat", "300ms")
     stream = keda.stub.StreamIsActive(keda.ref("tenant-a", "so-pg", metadata(target="5")), timeout=60)
+    t0 = time.monotonic()
     first = next(stream)
     assert first.result is True
+    assert time.monotonic() - t0 < 2, "no `true` on open"
+    beats = [next(stream).result for _ in range(3)]  # the heartbeat repeats `true`
+    assert beats == [True] * 3
+    assert time.monotonic() - t0 < 3
     scaler.proc.signal()  # SIGTERM: graceful shutdown must end the stream with OK
     t0 = time.monotonic()
     rest = list(stream)  # raises grpc.RpcError unless the stream ends with status OK
