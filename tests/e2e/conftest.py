@@ -1,0 +1,29 @@
+"""One rig per pytest session: every scenario runs against the same control plane, each in its own
+namespaces. Logs of every process stay in the session's temp dir (path printed on failure)."""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from rig import Rig
+
+
+@pytest.fixture(scope="session")
+def rig(request):
+    workdir = Path(tempfile.mkdtemp(prefix="cozy-e2e-"))
+    r = Rig(workdir)
+    try:
+        r.start()
+    except BaseException:
+        r.stop()
+        print(f"\nrig failed to start; logs in {r.logs}")
+        raise
+    yield r
+    r.stop()
+    if os.environ.get("E2E_KEEP") == "1" or request.session.testsfailed:
+        print(f"\nrig logs kept in {r.logs}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,68 @@
+"""The real helm binary (installed by tests/chartgen/setup.sh) against the rig's apiserver, and the
+charts of this repository (charts/, rendered by chartgen, issue 3)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rig import REPO, TOOLS
+
+PACKAGE_CHART = REPO / "charts/cozy-autoscaling"
+
+
+def helm_bin() -> Path:
+    path = TOOLS / "helm4/helm"
+    if not path.is_file():
+        pytest.skip(f"{path} missing: run tests/chartgen/setup.sh")
+    return path
+
+
+def example_chart() -> Path:
+    """The example app chart `chartgen app` was applied to: a chart with an autoscaling block."""
+    for chart in sorted((REPO / "charts").glob("*/Chart.yaml")):
+        values = chart.parent / "values.yaml"
+        if chart.parent != PACKAGE_CHART and values.is_file() and "autoscaling" in (
+                yaml.safe_load(values.read_text()) or {}):
+            return chart.parent
+    pytest.skip("no example app chart with an autoscaling block under charts/ yet (issue 3)")
+
+
+def package_chart() -> Path:
+    if not (PACKAGE_CHART / "Chart.yaml").is_file():
+        pytest.skip(f"{PACKAGE_CHART} not rendered yet (chartgen package, issue 3)")
+    return PACKAGE_CHART
+
+
+class Helm:
+    def __init__(self, kubeconfig: Path, home: Path):
+        self.kubeconfig = kubeconfig
+        home.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"),
+                    "HELM_CONFIG_HOME": str(home / "config"), "HELM_DATA_HOME": str(home / "data")}
+
+    def run(self, *args: str) -> str:
+        r = subprocess.run([str(helm_bin()), *args, "--kubeconfig", str(self.kubeconfig)],
+                           capture_output=True, text=True, env=self.env)
+        if r.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{r.stderr}")
+        return r.stdout
+
+    def _values(self, values: dict) -> list[str]:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            yaml.safe_dump(values, f)
+        return ["--values", f.name]
+
+    def upgrade_install(self, release: str, chart: Path, namespace: str, values: dict) -> None:
+        self.run("upgrade", "--install", release, str(chart), "--namespace", namespace,
+                 "--create-namespace", *self._values(values))
+
+    def template(self, release: str, chart: Path, namespace: str, values: dict) -> list[dict]:
+        out = self.run("template", release, str(chart), "--namespace", namespace,
+                       "--api-versions", "keda.sh/v1alpha1", *self._values(values))
+        return [d for d in yaml.safe_load_all(out) if d]

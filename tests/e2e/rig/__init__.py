@@ -1,0 +1,120 @@
+"""The end-to-end rig: a real control plane, KEDA, VictoriaMetrics, our scaler and a CNPG stand-in,
+all processes on loopback, built by tests/e2e/setup.sh into $COZY_TOOLS/e2e."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import requests
+
+from . import keda
+from .cnpg import CnpgStandIn
+from .controlplane import Binaries, ControlPlane
+from .kube import Kube, load_yaml_docs
+from .metrics import Feeder, VictoriaMetrics
+from .procs import Group, Proc, free_port, wait_for
+
+REPO = Path(__file__).resolve().parents[3]
+TOOLS = Path(os.environ.get("COZY_TOOLS", Path.home() / ".cache/cozy-autoscaling"))
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for line in (REPO / "tests/e2e/lib/versions.sh").read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def binary(name: str, version: str) -> Path:
+    path = TOOLS / "e2e/bin" / f"{name}-{version}"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run tests/e2e/setup.sh")
+    return path
+
+
+def crd_files() -> list[Path]:
+    v = versions()
+    keda_dir = TOOLS / "e2e/crds" / f"keda-{v['KEDA_VERSION']}"
+    flux_dir = TOOLS / "e2e/crds" / f"helm-controller-{v['HELM_CONTROLLER_VERSION']}"
+    source_dir = TOOLS / "e2e/crds" / f"source-controller-{v['SOURCE_CONTROLLER_VERSION']}"
+    shared = REPO.parent / "shared/crds"
+    return [*sorted(keda_dir.glob("*.yaml")), *sorted(flux_dir.glob("*.yaml")),
+            *sorted(source_dir.glob("*.yaml")),
+            shared / "postgresql.cnpg.io_clusters.yaml",
+            REPO / "tests/e2e/fixtures/cert-manager-crds.yaml"]
+
+
+def install_crds(kube: Kube, files: list[Path]) -> None:
+    names = []
+    for f in files:
+        for doc in load_yaml_docs(f.read_text()):
+            kube.apply(doc)
+            names.append(doc["metadata"]["name"])
+
+    def established():
+        for n in names:
+            crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", n) or {}
+            if not any(c["type"] == "Established" and c["status"] == "True"
+                       for c in crd.get("status", {}).get("conditions", [])):
+                return False
+        return True
+
+    wait_for("CRDs Established", established, timeout=60)
+
+
+class Rig:
+    def __init__(self, workdir: Path):
+        self.dir = workdir
+        self.logs = workdir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.group = Group(self.logs)
+        v = versions()
+        self.versions = v
+        self.cp = ControlPlane(Binaries(binary("etcd", v["ETCD_VERSION"]),
+                                        binary("kube-apiserver", v["KUBE_VERSION"]),
+                                        binary("kube-controller-manager", v["KUBE_VERSION"])),
+                               workdir, self.group)
+        self.helm_controller_bin = binary("helm-controller", v["HELM_CONTROLLER_VERSION"])
+        self._keda_bins = (binary("keda-operator", v["KEDA_VERSION"]),
+                           binary("keda-adapter", v["KEDA_VERSION"]))
+        self.scaler_bin = REPO / "target/debug/scaler"
+        self.cnpg: CnpgStandIn | None = None
+        self.feeder: Feeder | None = None
+        self.scaler: Proc | None = None
+
+    def start(self) -> "Rig":
+        self.kube = self.cp.start()
+        install_crds(self.kube, crd_files())
+        self.cnpg = CnpgStandIn(self.kube).start()
+        keda.start(self.cp, *self._keda_bins, self.group)
+        self.vm = VictoriaMetrics(self.dir, self.group).start()
+        self.feeder = Feeder(self.vm, self.cnpg).start()
+        self.start_scaler()
+        return self
+
+    def start_scaler(self) -> None:
+        if not self.scaler_bin.is_file():
+            raise FileNotFoundError(f"{self.scaler_bin} is missing: cargo build -p scaler")
+        self.scaler_port, admin = free_port(), free_port()
+        self.scaler_admin = f"http://127.0.0.1:{admin}"
+        self.scaler = self.group.start("scaler", [
+            self.scaler_bin, "serve", "--listen", f"127.0.0.1:{self.scaler_port}",
+            "--admin-listen", f"127.0.0.1:{admin}", "--prometheus-url", self.vm.url,
+            "--topology", "kube", "--refresh-interval", "1s", "--staleness", "5s",
+            "--log-level", "debug"],
+            env={"KUBECONFIG": str(self.cp.kubeconfig)})
+        wait_for("scaler /healthz",
+                 lambda: requests.get(f"{self.scaler_admin}/healthz", timeout=1).ok,
+                 timeout=30, proc=self.scaler)
+
+    def stop(self) -> None:
+        for part in (self.feeder, self.cnpg):
+            if part:
+                part.stop()
+        self.group.stop_all()
+
+
+__all__ = ["Rig", "Kube", "REPO", "TOOLS", "free_port", "wait_for"]

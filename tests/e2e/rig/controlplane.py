@@ -1,0 +1,143 @@
+"""etcd + kube-apiserver (aggregation, service-account keys, RBAC) + kube-controller-manager (HPA),
+all on loopback.
+
+Services get ClusterIPs from a random 127.x.y.0/24 range: without kube-proxy the apiserver dials a
+webhook's or APIService's ClusterIP:port itself (aggregator routing off), and every 127/8 address is
+local on Linux, so a backend that binds <clusterIP>:<port> is reached exactly as in a cluster, with
+no root-only address changes and no traffic off loopback."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from . import certs
+from .kube import Kube
+from .procs import Group, free_port, wait_for
+
+
+@dataclass
+class Binaries:
+    etcd: Path
+    apiserver: Path
+    controller_manager: Path
+
+
+class ControlPlane:
+    def __init__(self, bins: Binaries, workdir: Path, group: Group):
+        self.bins = bins
+        self.dir = workdir
+        self.group = group
+        self.pki = workdir / "pki"
+        octets = (random.randint(100, 250), random.randint(0, 255))
+        self.service_prefix = f"127.{octets[0]}.{octets[1]}"
+        self.service_cidr = f"{self.service_prefix}.0/24"
+        self._next_ip = 10
+
+    def service_ip(self) -> str:
+        """A fresh ClusterIP for a Service the rig creates with an explicit spec.clusterIP."""
+        self._next_ip += 1
+        return f"{self.service_prefix}.{self._next_ip}"
+
+    # ------------------------------------------------------------------------------------
+    def start(self) -> Kube:
+        self._make_pki()
+        self._start_etcd()
+        self._start_apiserver()
+        self._start_controller_manager()
+        return self.kube
+
+    def _make_pki(self) -> None:
+        self.ca = certs.CA(self.pki, "cluster")
+        self.front_proxy_ca = certs.CA(self.pki, "front-proxy")
+        self.serving = self.ca.issue(
+            "apiserver", "kube-apiserver",
+            hosts=("127.0.0.1", "localhost", f"{self.service_prefix}.1", "kubernetes",
+                   "kubernetes.default", "kubernetes.default.svc"))
+        self.admin = self.ca.issue("admin", "e2e-admin", org="system:masters", client=True)
+        self.proxy_client = self.front_proxy_ca.issue("front-proxy-client", "front-proxy-client",
+                                                      client=True)
+        self.sa = certs.service_account_keys(self.pki)
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        proc = self.group.start("etcd", [
+            self.bins.etcd, "--data-dir", self.dir / "etcd", "--name", "e2e",
+            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"e2e=http://127.0.0.1:{peer}",
+            "--listen-metrics-urls", f"http://127.0.0.1:{free_port()}",
+            "--unsafe-no-fsync", "--log-level", "warn"])
+        wait_for("etcd /health", lambda: requests.get(f"{self.etcd_url}/health", timeout=2).ok,
+                 timeout=30, proc=proc)
+
+    def _start_apiserver(self) -> None:
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        p = self.pki
+        proc = self.group.start("kube-apiserver", [
+            self.bins.apiserver,
+            "--etcd-servers", self.etcd_url,
+            "--bind-address", "127.0.0.1", "--secure-port", port, "--advertise-address", "127.0.0.1",
+            # The loopback advertise address is not a valid Endpoints IP; no in-cluster clients
+            # use the kubernetes Service here, so its Endpoints are not maintained.
+            "--endpoint-reconciler-type", "none",
+            "--cert-dir", self.dir / "apiserver-certs",
+            "--tls-cert-file", self.serving.cert, "--tls-private-key-file", self.serving.key,
+            "--client-ca-file", self.ca.cert,
+            "--service-account-issuer", "https://kubernetes.default.svc",
+            "--service-account-key-file", self.sa.cert,
+            "--service-account-signing-key-file", self.sa.key,
+            "--service-cluster-ip-range", self.service_cidr,
+            "--authorization-mode", "Node,RBAC",
+            # Aggregation (front-proxy): the apiserver authenticates to extension apiservers
+            # (KEDA's metrics adapter) with this client cert and forwards the user in headers.
+            "--requestheader-client-ca-file", self.front_proxy_ca.cert,
+            "--requestheader-allowed-names", "front-proxy-client",
+            "--requestheader-username-headers", "X-Remote-User",
+            "--requestheader-group-headers", "X-Remote-Group",
+            "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+            "--proxy-client-cert-file", self.proxy_client.cert,
+            "--proxy-client-key-file", self.proxy_client.key,
+            "--enable-aggregator-routing=false",
+            "--profiling=false", "--v=1"])
+        self.kube = Kube(self.server, str(self.ca.cert), str(self.admin.cert), str(self.admin.key))
+        wait_for("kube-apiserver /readyz",
+                 lambda: self.kube.request("GET", "/readyz") == "ok",
+                 timeout=120, proc=proc)
+        self.kubeconfig = self.write_kubeconfig(self.dir / "admin.kubeconfig", self.admin)
+
+    def write_kubeconfig(self, path: Path, client: certs.Pair) -> Path:
+        path.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster: {{server: "{self.server}", certificate-authority: "{self.ca.cert}"}}
+users:
+- name: e2e
+  user: {{client-certificate: "{client.cert}", client-key: "{client.key}"}}
+contexts:
+- name: e2e
+  context: {{cluster: e2e, user: e2e, namespace: default}}
+current-context: e2e
+""")
+        return path
+
+    def _start_controller_manager(self) -> None:
+        kc = self.kubeconfig
+        proc = self.group.start("kube-controller-manager", [
+            self.bins.controller_manager,
+            "--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
+            "--bind-address", "127.0.0.1", "--secure-port", free_port(),
+            "--controllers", "horizontalpodautoscaling,garbagecollector,namespace",
+            # Fast HPA loop so scenarios take seconds, not minutes.
+            "--horizontal-pod-autoscaler-sync-period", "3s",
+            "--leader-elect=false", "--v=2"])
+        # Ready when it has written its first events/leases is hard to observe; its healthz is.
+        wait_for("kube-controller-manager running", lambda: proc.alive() and proc.log.stat().st_size
+                 > 0, timeout=30, proc=proc)

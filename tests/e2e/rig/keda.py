@@ -1,0 +1,63 @@
+"""KEDA's operator and metrics apiserver as processes, registered as the external metrics APIService
+through a real Service (ClusterIP on loopback, see controlplane.py)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from . import certs
+from .controlplane import ControlPlane
+from .procs import Group, free_port, wait_for
+
+NAMESPACE = "keda"
+ADAPTER_SERVICE = "keda-operator-metrics-apiserver"
+APISERVICE = "v1beta1.external.metrics.k8s.io"
+
+
+def start(cp: ControlPlane, operator_bin: Path, adapter_bin: Path, group: Group) -> None:
+    kube = cp.kube
+    kube.ensure_namespace(NAMESPACE)
+    ip = cp.service_ip()
+    # One cert dir for both: KEDA's operator<->adapter gRPC reads ca.crt/tls.crt/tls.key from it,
+    # and the same pair serves the adapter's HTTPS to the aggregator.
+    cert_dir = cp.dir / "keda-certs"
+    ca = certs.CA(cert_dir, "keda")
+    pair = ca.issue("tls", "keda", hosts=(
+        f"{ADAPTER_SERVICE}.{NAMESPACE}.svc", f"keda-operator.{NAMESPACE}.svc.cluster.local",
+        "localhost", "127.0.0.1", ip))
+    (cert_dir / "ca.crt").write_bytes(ca.cert.read_bytes())
+    env = {"KUBECONFIG": str(cp.kubeconfig), "WATCH_NAMESPACE": "", "POD_NAMESPACE": NAMESPACE,
+           "KEDA_CLUSTER_OBJECT_NAMESPACE": NAMESPACE, "POD_NAME": "keda-operator"}
+    grpc_port = free_port()
+    group.start("keda-operator", [
+        operator_bin, "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+        "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
+        "--metrics-service-bind-address", f"127.0.0.1:{grpc_port}",
+        "--cert-dir", cert_dir, "--ca-dir", cert_dir, "--enable-cert-rotation=false",
+        "--leader-elect=false", "--zap-log-level=info", "--zap-encoder=console"], env=env)
+    kc = str(cp.kubeconfig)
+    adapter = group.start("keda-adapter", [
+        adapter_bin, "--secure-port", "443", "--bind-address", ip,
+        "--tls-cert-file", pair.cert, "--tls-private-key-file", pair.key, "--cert-dir", cert_dir,
+        "--metrics-service-address", f"127.0.0.1:{grpc_port}", "--port", free_port(),
+        "--lister-kubeconfig", kc, "--authentication-kubeconfig", kc,
+        "--authorization-kubeconfig", kc, "--v=1"], env=env)
+    kube.apply({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": ADAPTER_SERVICE, "namespace": NAMESPACE},
+                "spec": {"clusterIP": ip, "ports": [{"name": "https", "port": 443,
+                                                     "targetPort": 443}]}})
+    kube.apply({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": {"name": APISERVICE},
+                "spec": {"group": "external.metrics.k8s.io", "version": "v1beta1",
+                         "groupPriorityMinimum": 100, "versionPriority": 100,
+                         "caBundle": base64.b64encode(ca.cert.read_bytes()).decode(),
+                         "service": {"name": ADAPTER_SERVICE, "namespace": NAMESPACE,
+                                     "port": 443}}})
+
+    def available():
+        svc = kube.get("apiregistration.k8s.io/v1", "APIService", APISERVICE) or {}
+        return any(c["type"] == "Available" and c["status"] == "True"
+                   for c in svc.get("status", {}).get("conditions", []))
+
+    wait_for(f"APIService {APISERVICE} Available", available, timeout=90, proc=adapter)

@@ -1,0 +1,101 @@
+"""Closed loop: VictoriaMetrics load -> our scaler -> KEDA -> HPA (kube-controller-manager) ->
+Cluster.spec.instances via the scale subresource -> CNPG stand-in -> series shape. Every assertion
+reads real objects from the apiserver."""
+
+import time
+
+import pytest
+
+from rig import wait_for
+from scaledobject import DOWN_PERIOD, FLOOR, MAX, cluster_and_scaledobject
+
+NS = "tenant-loop"
+NAME = "pg"
+CNPG = "postgresql.cnpg.io/v1"
+HPA = "autoscaling/v2"
+
+
+def instances(rig) -> int:
+    return rig.kube.get(CNPG, "Cluster", NAME, NS)["spec"].get("instances")
+
+
+def hpa_condition(rig, kind: str) -> dict:
+    hpa = rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{NAME}", NS) or {}
+    return next((c for c in hpa.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def hold(rig, seconds: float, expected: int) -> None:
+    """Asserts spec.instances stays at `expected` for `seconds` (sampled twice a second)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        assert instances(rig) == expected, f"instances moved off {expected} during a hold"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def loop(rig):
+    rig.kube.ensure_namespace(NS)
+    # The primary writes WAL throughout (a realistic busy primary); lag is what the test varies.
+    rig.feeder.set(NS, NAME, connections=0, lag_seconds=0, wal_bytes_per_s=20000)
+    for obj in cluster_and_scaledobject(rig, NS, NAME):
+        rig.kube.apply(obj)
+    wait_for("KEDA to create the HPA", lambda: rig.kube.get(
+        HPA, "HorizontalPodAutoscaler", f"keda-hpa-{NAME}", NS), timeout=60)
+    return rig
+
+
+def test_hpa_targets_cluster_scale_subresource(loop):
+    hpa = loop.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{NAME}", NS)
+    ref = hpa["spec"]["scaleTargetRef"]
+    assert (ref["kind"], ref["name"]) == ("Cluster", NAME)
+    metric = hpa["spec"]["metrics"][0]["external"]
+    assert metric["metric"]["name"].endswith(f"cnpg-{NAME}-readconnections")
+    assert metric["target"]["type"] == "AverageValue"
+    # The HPA can read the scale subresource's selector (set by the CNPG stand-in) and our metric.
+    wait_for("HPA ScalingActive=True", lambda: hpa_condition(loop, "ScalingActive").get(
+        "status") == "True", timeout=60)
+    assert instances(loop) == FLOOR
+
+
+def test_load_raises_instances_to_the_expected_count(loop):
+    # 35 active read sessions / target 10 -> 4 replicas + primary = 5 (= max).
+    loop.feeder.set(NS, NAME, connections=35)
+    wait_for("spec.instances to reach 5", lambda: instances(loop) == 5, timeout=90)
+    hold(loop, 6, 5)
+    assert max(v for _, v in loop.cnpg.series(NS, NAME) if v is not None) <= MAX
+
+
+def test_metrics_backend_down_holds_the_count(loop):
+    loop.vm.stop()
+    loop.feeder.set(NS, NAME, connections=0)  # would mean "scale down" if anyone could read it
+    # KEDA surfaces the scaler's UNAVAILABLE: the HPA cannot compute a metric.
+    wait_for("HPA ScalingActive=False (metric unavailable)", lambda: hpa_condition(
+        loop, "ScalingActive").get("status") == "False", timeout=60)
+    hold(loop, 3 * DOWN_PERIOD, 5)
+
+
+def test_lag_while_primary_writes_holds_the_count(loop):
+    # Replicas fall behind while the primary keeps writing: the brake must hold the count even
+    # though the load is gone.
+    loop.feeder.set(NS, NAME, lag_seconds=120)
+    loop.vm.start()
+    wait_for("HPA ScalingActive=True again", lambda: hpa_condition(
+        loop, "ScalingActive").get("status") == "True", timeout=60)
+    hold(loop, 3 * DOWN_PERIOD, 5)
+
+
+def test_without_load_it_comes_down_paced_to_the_floor(loop):
+    # Replicas caught up: drop the lag history so the 5-minute lag window is clean again.
+    loop.feeder.set(NS, NAME, lag_seconds=0)
+    loop.vm.delete_series(f'cnpg_pg_replication_lag{{namespace="{NS}"}}')
+    start = time.monotonic()
+    wait_for("spec.instances to come down to the floor", lambda: instances(loop) == FLOOR,
+             timeout=120)
+    hold(loop, 2 * DOWN_PERIOD, FLOOR)
+    steps = [(t, v) for t, v in loop.cnpg.series(NS, NAME) if t >= start]
+    values = [v for _, v in steps]
+    assert values == list(range(4, FLOOR - 1, -1)), f"scale-down was not one pod at a time: {values}"
+    gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
+    # One pod per DOWN_PERIOD seconds (observed by polling every 0.5 s, hence the slack).
+    assert all(g >= DOWN_PERIOD - 1.5 for g in gaps), f"scale-down not paced: gaps {gaps}"
+    assert min(v for _, v in loop.cnpg.series(NS, NAME) if v is not None) >= FLOOR
