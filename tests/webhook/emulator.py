@@ -8,7 +8,9 @@ carries a different metadata.resourceVersion gets 409 Conflict, as kube-apiserve
 namespace NS, the label internal.cozystack.io/flux-shard=SHARD lands first (new
 resourceVersion), so the webhook's conditional write conflicts and it must adopt SHARD.
 
-Usage: python emulator.py --port N [--race tenant-x=shard1]   (prints "ready" when serving)
+--stall NS makes every read of namespace NS hang for a minute (a slow API server).
+
+Usage: python emulator.py --port N [--race tenant-x=shard1] [--stall tenant-y]   (prints "ready" when serving)
 """
 import argparse
 import asyncio
@@ -21,11 +23,16 @@ from kmock._internal import parsing
 LABEL = "internal.cozystack.io/flux-shard"
 
 
+def status(code: int, reason: str, message: str) -> aiohttp.web.Response:
+    """A metav1.Status error body, which clients parse (kmock 0.8 answers its errors with a
+    500 and a traceback instead)."""
+    body = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+    return aiohttp.web.json_response(body, status=code)
+
+
 def conflict(name: str, want: str, have: str) -> aiohttp.web.Response:
-    message = f"Operation cannot be fulfilled on {name}: resourceVersion {want} is stale (now {have})"
-    status = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "message": message,
-              "reason": "Conflict", "code": 409}
-    return aiohttp.web.json_response(status, status=409)
+    return status(409, "Conflict", f"Operation cannot be fulfilled on {name}: resourceVersion {want} is stale (now {have})")
 
 
 def parse_path(path: str) -> parsing.ParsedPath:
@@ -42,13 +49,23 @@ parsing.parse_path = parse_path
 
 
 class OccEmulator(kmock.KubernetesEmulator):
-    def __init__(self, races: dict[str, str], **kwargs):
+    def __init__(self, races: dict[str, str], stalls: set[str], **kwargs):
         super().__init__(**kwargs)
+        self.stalls = stalls
         self.versions = itertools.count(1000)
         self.write_lock = asyncio.Lock()
         self.races = dict(races)
 
     async def _handle(self, request):
+        try:
+            return await self._handle_occ(request)
+        except kmock.KubernetesError as error:
+            reason = "NotFound" if error.status == 404 else "AlreadyExists" if error.status == 409 else "InternalError"
+            return status(error.status, reason, error.message)
+
+    async def _handle_occ(self, request):
+        if request.action == kmock.action.FETCH and request.name in self.stalls:
+            await asyncio.sleep(60)
         if request.resource is None or request.action not in (kmock.action.CREATE, kmock.action.UPDATE):
             return await super()._handle(request)
         # Writes are serialised so the version check and the write are atomic.
@@ -75,9 +92,10 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--race", action="append", default=[], help="NS=SHARD")
+    parser.add_argument("--stall", action="append", default=[], help="NS")
     args = parser.parse_args()
     races = dict(r.split("=", 1) for r in args.race)
-    emulator = OccEmulator(races)
+    emulator = OccEmulator(races, set(args.stall))
     emulator.resources.load_bundled()
     emulator.resources["helm.toolkit.fluxcd.io/v2/helmreleases"] = {"kind": "HelmRelease", "namespaced": True}
     async with kmock.Server(emulator, port=args.port):

@@ -82,12 +82,14 @@ class Proc:
 class Emulator:
     """The in-memory Kubernetes API."""
 
-    def __init__(self, tmp: pathlib.Path, races=()):
+    def __init__(self, tmp: pathlib.Path, races=(), stalls=()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, str(HERE / "emulator.py"), "--port", str(self.port)]
         for race in races:
             args += ["--race", race]
+        for ns in stalls:
+            args += ["--stall", ns]
         self.proc = Proc(args, tmp / f"emulator-{self.port}.log")
         wait_until(lambda: requests.get(self.url + "/api/v1/namespaces", timeout=1).ok, what="emulator")
         self.kubeconfig = tmp / f"kubeconfig-{self.port}"
