@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::metadata::ScalerConfig;
 use crate::metrics::{Metrics, ObjectLabels};
@@ -98,7 +98,16 @@ impl<E: Evaluate> Cache<E> {
         match result {
             Ok(evaluation) => {
                 let evaluation = Arc::new(evaluation);
-                debug!(namespace = %key.namespace, scaledobject = %key.name, summary = %evaluation.summary, "decided");
+                let d = &evaluation.decision;
+                let previous = state.good.as_ref().map(|(_, e)| &e.decision);
+                // Changes (and the first decision) at info, repeats at debug: logs show transitions.
+                if previous.is_none_or(|p| {
+                    (p.desired, p.recommended, p.reason) != (d.desired, d.recommended, d.reason)
+                }) {
+                    info!(namespace = %key.namespace, scaledobject = %key.name, cluster = %key.config.cluster, desired = d.desired, recommended = d.recommended, reason = %d.reason, summary = %evaluation.summary, "decision");
+                } else {
+                    debug!(namespace = %key.namespace, scaledobject = %key.name, desired = d.desired, reason = %d.reason, "decision unchanged");
+                }
                 self.metrics
                     .decision(&object_labels(&key), &evaluation.decision);
                 state.good = Some((now, evaluation.clone()));
@@ -106,7 +115,14 @@ impl<E: Evaluate> Cache<E> {
                 Ok(evaluation)
             }
             Err(error) => {
-                info!(namespace = %key.namespace, scaledobject = %key.name, %error, "evaluation failed");
+                // The first failure after a success (or a new kind of failure) at warn, repeats at debug.
+                let repeated =
+                    matches!(&state.attempt, Some((_, Some(previous))) if previous == &error);
+                if repeated {
+                    debug!(namespace = %key.namespace, scaledobject = %key.name, %error, "evaluation still failing");
+                } else {
+                    warn!(namespace = %key.namespace, scaledobject = %key.name, %error, "evaluation failed");
+                }
                 state.attempt = Some((now, Some(error.clone())));
                 match &state.good {
                     Some((at, good))
