@@ -3,12 +3,21 @@ namespaces. Logs of every process stay in the session's temp dir (path printed o
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from rig import Rig
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# A CI timeout or ^C must still run the fixture teardown that stops every process of the rig.
+signal.signal(signal.SIGTERM, _interrupt)
 
 
 @pytest.fixture(scope="session")

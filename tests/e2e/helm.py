@@ -42,6 +42,7 @@ def package_chart() -> Path:
 class Helm:
     def __init__(self, kubeconfig: Path, home: Path):
         self.kubeconfig = kubeconfig
+        self.home = home
         home.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"),
                     "HELM_CONFIG_HOME": str(home / "config"), "HELM_DATA_HOME": str(home / "data")}
@@ -54,13 +55,14 @@ class Helm:
         return r.stdout
 
     def _values(self, values: dict) -> list[str]:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=self.home, delete=False) as f:
             yaml.safe_dump(values, f)
         return ["--values", f.name]
 
-    def upgrade_install(self, release: str, chart: Path, namespace: str, values: dict) -> None:
+    def upgrade_install(self, release: str, chart: Path, namespace: str, values: dict,
+                        *extra: str) -> None:
         self.run("upgrade", "--install", release, str(chart), "--namespace", namespace,
-                 "--create-namespace", *self._values(values))
+                 "--create-namespace", *self._values(values), *extra)
 
     def template(self, release: str, chart: Path, namespace: str, values: dict) -> list[dict]:
         out = self.run("template", release, str(chart), "--namespace", namespace,
