@@ -40,12 +40,12 @@ def keda(scaler):
 
 @pytest.fixture
 def start_scaler(tmp_path):
-    """Factory: start_scaler(prometheus_url, *extra_flags) -> (Scaler, Keda); stopped afterwards."""
+    """Factory: start_scaler(prometheus_url, *extra_flags, tls=None) -> (Scaler, Keda); stopped afterwards."""
     started = []
 
-    def start(prometheus_url, *extra, refresh="1s"):
-        s = Scaler(str(tmp_path), prometheus_url, *extra, refresh=refresh).start()
-        k = Keda(s.address)
+    def start(prometheus_url, *extra, refresh="1s", tls=None):
+        s = Scaler(str(tmp_path), prometheus_url, *extra, refresh=refresh, tls=tls).start()
+        k = Keda(s.address, tls)
         started.append((s, k))
         return s, k
 

@@ -39,13 +39,21 @@ def metadata(cluster="pg", target="5", max_replicas="10", **extra) -> dict:
     return md
 
 
+def channel(address: str, tls=None):
+    """Plaintext h2c like KEDA without enableTLS, or TLS: `tls` = (credentials, server name)."""
+    if tls is None:
+        return grpc.insecure_channel(address)
+    creds, server_name = tls
+    return grpc.secure_channel(address, creds, options=[("grpc.ssl_target_name_override", server_name)])
+
+
 class Keda:
     """One shared channel, like KEDA's connection pool keyed by scalerAddress."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, tls=None):
         pb2, pb2_grpc = stubs()
         self.pb2 = pb2
-        self.channel = grpc.insecure_channel(address)
+        self.channel = channel(address, tls)
         self.stub = pb2_grpc.ExternalScalerStub(self.channel)
 
     def close(self):

@@ -1,9 +1,9 @@
 """Starts `scaler serve` on loopback ports and waits for gRPC health SERVING."""
 import os
 
-import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from keda import channel
 from procs import Proc, free_port, repo_root, wait_until
 
 
@@ -12,7 +12,8 @@ def scaler_binary() -> str:
 
 
 class Scaler:
-    def __init__(self, workdir: str, prometheus_url: str, *extra: str, refresh="1s"):
+    def __init__(self, workdir: str, prometheus_url: str, *extra: str, refresh="1s", tls=None):
+        self.tls = tls  # (grpc credentials, server name) the health probe connects with
         self.grpc_port, self.admin_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.grpc_port}"
         self.admin = f"http://127.0.0.1:{self.admin_port}"
@@ -39,7 +40,7 @@ class Scaler:
         return self
 
     def health(self, service="") -> int:
-        with grpc.insecure_channel(self.address) as ch:
+        with channel(self.address, self.tls) as ch:
             resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
             return resp.status
 
