@@ -143,6 +143,11 @@ impl Client {
             matches!(parsed.scheme(), "http" | "https"),
             "invalid --prometheus-url {base:?}: use an http:// or https:// URL"
         );
+        // reqwest is built without a provider (kube brings ring); make sure one is installed
+        // even when the library is used without `main` (tests), or building the client panics.
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
             .pool_idle_timeout(Duration::from_secs(60))

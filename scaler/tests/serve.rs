@@ -213,6 +213,24 @@ async fn stream_is_active_heartbeats_then_ends_ok_on_shutdown() {
     );
     assert!(running.metrics().await.contains("scaler_active_streams 1"));
 
+    // A client that goes away stops its stream's task.
+    let mut other = client
+        .stream_is_active(reference("so2", "db"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(other.message().await.unwrap().unwrap().result);
+    assert!(running.metrics().await.contains("scaler_active_streams 2"));
+    drop(other);
+    let since = Instant::now();
+    while !running.metrics().await.contains("scaler_active_streams 1") {
+        assert!(
+            since.elapsed() < Duration::from_secs(3),
+            "stream task outlived its client"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     running.shutdown.cancel();
     // The stream finishes with status OK (Ok(None)), not an error, so KEDA resets its backoff.
     let end = tokio::time::timeout(Duration::from_secs(3), async {

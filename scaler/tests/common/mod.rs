@@ -146,6 +146,7 @@ pub struct VictoriaMetrics {
 
 impl VictoriaMetrics {
     pub async fn start() -> Self {
+        install_provider();
         let dir = TempDir::new("vm");
         let port = free_port();
         let child = Command::new("victoria-metrics")
