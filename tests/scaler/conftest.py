@@ -43,8 +43,8 @@ def start_scaler(tmp_path):
     """Factory: start_scaler(prometheus_url, *extra_flags, tls=None) -> (Scaler, Keda); stopped afterwards."""
     started = []
 
-    def start(prometheus_url, *extra, refresh="1s", tls=None):
-        s = Scaler(str(tmp_path), prometheus_url, *extra, refresh=refresh, tls=tls).start()
+    def start(prometheus_url, *extra, tls=None, **kw):
+        s = Scaler(str(tmp_path), prometheus_url, *extra, tls=tls, **kw).start()
         k = Keda(s.address, tls)
         started.append((s, k))
         return s, k

@@ -12,7 +12,9 @@ def scaler_binary() -> str:
 
 
 class Scaler:
-    def __init__(self, workdir: str, prometheus_url: str, *extra: str, refresh="1s", tls=None):
+    def __init__(self, workdir: str, prometheus_url: str, *extra: str, refresh="1s", tls=None,
+                 topology="metrics", env=None):
+        self.env = env or {}
         self.tls = tls  # (grpc credentials, server name) the health probe connects with
         self.grpc_port, self.admin_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.grpc_port}"
@@ -22,7 +24,7 @@ class Scaler:
             "--listen", self.address,
             "--admin-listen", f"127.0.0.1:{self.admin_port}",
             "--prometheus-url", prometheus_url,
-            "--topology", "metrics",
+            "--topology", topology,
             "--refresh-interval", refresh,
             *extra,
         ]
@@ -30,7 +32,7 @@ class Scaler:
         self.proc = None
 
     def start(self, timeout=30):
-        env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info"))
+        env = dict(os.environ, **self.env)
         self.proc = Proc(self.argv, self.log, env=env)
         try:
             wait_until(self.serving, timeout, 0.1, f"scaler gRPC health SERVING on {self.address}")

@@ -166,3 +166,9 @@ def test_every_decision_publishes_its_reason(scaler, keda):
         assert promtext.total(samples, "scaler_decision_desired_instances", **labels) == desired, so
         current = {l["reason"] for l, v in promtext.select(samples, "scaler_decision_reason", **labels) if v == 1}
         assert current == {reason}, f"{so}: {current}"
+
+
+def test_topology_auto_without_kubernetes_falls_back_to_metrics(vm, start_scaler, tmp_path):
+    env = {"KUBECONFIG": str(tmp_path / "no-such-kubeconfig"), "KUBERNETES_SERVICE_HOST": "", "HOME": str(tmp_path)}
+    _, keda = start_scaler(vm.url, topology="auto", env=env)
+    assert keda.desired(keda.ref("tenant-a", "so-pg", metadata(target="5")), 5) == 4
