@@ -4,14 +4,10 @@ and applies its JSON Patch, and the webhook's watches and namespace writes hit t
 (real resourceVersion preconditions, real metadata-only watches)."""
 import base64
 import concurrent.futures
-import sys
 
 import pytest
 
-from webhook_harness import HERE, NS_LABEL, SHARD_KEY, Webhook, hr, patch_of, review, wait_until
-
-sys.path.insert(0, str(HERE.parent / "e2e"))
-rig = pytest.importorskip("rig", reason="the e2e rig (tests/e2e/rig) is missing")
+from webhook_harness import NS_LABEL, SHARD_KEY, ApiServer, Webhook, hr, patch_of, review, wait_until
 
 HR_API = "helm.toolkit.fluxcd.io/v2"
 
@@ -19,23 +15,11 @@ HR_API = "helm.toolkit.fluxcd.io/v2"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     try:
-        v = rig.versions()
-        bins = rig.controlplane.Binaries(rig.binary("etcd", v["ETCD_VERSION"]),
-                                         rig.binary("kube-apiserver", v["KUBE_VERSION"]), None)
-    except FileNotFoundError as error:
-        pytest.skip(f"no control plane binaries ({error}); tests/e2e/setup.sh builds them")
-    tmp = tmp_path_factory.mktemp("apiserver")
-    group = rig.procs.Group(tmp)
-    cp = rig.controlplane.ControlPlane(bins, tmp, group)
-    try:
-        # Only etcd and kube-apiserver: the webhook needs no controllers.
-        cp._make_pki()
-        cp._start_etcd()
-        cp._start_apiserver()
-        rig.install_crds(cp.kube, [rig.REPO.parent / "shared/crds/helm.toolkit.fluxcd.io_helmreleases.yaml"])
-        yield cp
-    finally:
-        group.stop_all()
+        api = ApiServer(tmp_path_factory.mktemp("apiserver"))
+    except (FileNotFoundError, ImportError) as error:
+        pytest.skip(f"no kube-apiserver ({error}); tests/e2e/setup.sh builds it")
+    yield api
+    api.stop()
 
 
 def namespace(kube, name, shard=None):

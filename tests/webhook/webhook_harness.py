@@ -137,10 +137,48 @@ class Emulator:
         })
 
 
-class Webhook:
-    """`scaler webhook` against an emulator, ready when /readyz says so."""
+class ApiServer:
+    """etcd + kube-apiserver from the e2e rig (binaries built by tests/e2e/setup.sh) with the
+    HelmRelease CRD installed. Raises FileNotFoundError when the binaries are missing."""
 
-    def __init__(self, tmp: pathlib.Path, emulator: Emulator, shards=3, extra=(), certs=None):
+    def __init__(self, tmp: pathlib.Path):
+        sys.path.insert(0, str(HERE.parent / "e2e"))
+        import rig
+
+        v = rig.versions()
+        bins = rig.controlplane.Binaries(rig.binary("etcd", v["ETCD_VERSION"]),
+                                         rig.binary("kube-apiserver", v["KUBE_VERSION"]), None)
+        self.group = rig.procs.Group(tmp)
+        cp = rig.controlplane.ControlPlane(bins, tmp, self.group)
+        try:
+            # Only etcd and kube-apiserver: the webhook needs no controllers. (The rig's start()
+            # also runs kube-controller-manager; these steps are its first three.)
+            cp._make_pki()
+            cp._start_etcd()
+            cp._start_apiserver()
+            crd = rig.REPO.parent / "shared/crds/helm.toolkit.fluxcd.io_helmreleases.yaml"
+            rig.install_crds(cp.kube, [crd])
+        except BaseException:
+            self.group.stop_all()
+            raise
+        self.kube = cp.kube
+        self.kubeconfig = cp.kubeconfig
+
+    def namespace(self, name: str, shard: str | None = None) -> dict:
+        labels = {NS_LABEL: shard} if shard else {}
+        return self.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+
+    def namespace_label(self, name: str) -> str | None:
+        return (self.kube.get("v1", "Namespace", name)["metadata"].get("labels") or {}).get(NS_LABEL)
+
+    def stop(self):
+        self.group.stop_all()
+
+
+class Webhook:
+    """`scaler webhook` against an Emulator or ApiServer, ready when /readyz says so."""
+
+    def __init__(self, tmp: pathlib.Path, emulator, shards=3, extra=(), certs=None):
         self.certs = certs or make_certs(tmp / "certs")
         self.port, self.admin_port = free_port(), free_port()
         self.url = f"https://127.0.0.1:{self.port}/mutate-helmrelease-shard"
