@@ -185,3 +185,13 @@ def test_slow_api_allows_unchanged_within_the_timeout(tmp_path, start_webhook):
         assert hook.metrics()['cozy_flux_shard_admissions_total{reason="timeout"}'] == 1
     finally:
         emulator.stop()
+
+
+def test_pin_places_a_new_tenant_on_its_shard(emulator, start_webhook):
+    seed_loads(emulator)
+    emulator.namespace("tenant-pinned")
+    hook = start_webhook(emulator, shards=3, extra=READY + ["--pin", "tenant-pinned=shard0"])
+    wait_load(hook, "shard0", 5)
+    # shard0 is the most loaded; only the pin sends the tenant there.
+    assert create(hook, "tenant-pinned") == "shard0"
+    assert emulator.namespace_label("tenant-pinned") == "shard0"

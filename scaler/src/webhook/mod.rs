@@ -232,3 +232,60 @@ async fn refresh(
         metrics.observe(&index, &policy.config(&index));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_parse_canonical_shards_only() {
+        let Pin(tenant, shard) = "tenant-big=shard2".parse().unwrap();
+        assert_eq!((tenant.as_str(), shard), ("tenant-big", 2));
+        for bad in [
+            "tenant-big",
+            "tenant-big=shard02",
+            "tenant-big=2",
+            "tenant-big=tenants",
+        ] {
+            let error = bad.parse::<Pin>().unwrap_err();
+            assert!(error.contains("--pin") && error.contains(bad), "{error}");
+        }
+    }
+
+    #[test]
+    fn flags_follow_the_contract() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = Cli::try_parse_from([
+            "webhook",
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+            "--shards",
+            "4",
+        ])
+        .unwrap();
+        let s = &cli.args.settings;
+        assert_eq!(s.listen.to_string(), "0.0.0.0:9443");
+        assert_eq!(s.admin_listen.to_string(), "0.0.0.0:9090");
+        assert_eq!(s.flux_namespace, "cozy-fluxcd");
+        assert_eq!(s.shards, 4);
+        assert!(
+            Cli::try_parse_from([
+                "webhook",
+                "--tls-cert",
+                "c",
+                "--tls-key",
+                "k",
+                "--shards",
+                "0"
+            ])
+            .is_err()
+        );
+    }
+}
