@@ -158,12 +158,18 @@ def scaler_counters(admin: str) -> dict:
 
 
 def server_side(delta: dict) -> dict:
-    """Share of GetMetrics answered within each histogram bound during the phase."""
-    n = delta.get("GetMetrics_le_+Inf", 0)
+    """From the scaler's GetMetrics histogram delta: the bucket bound (ms) under which 50 % and
+    99 % of the phase's answers fell (an upper bound of the server-side p50/p99)."""
+    buckets = sorted((float(k.removeprefix("GetMetrics_le_")), v) for k, v in delta.items()
+                     if k.startswith("GetMetrics_le_"))
+    n = buckets[-1][1] if buckets else 0
     if not n:
         return {}
-    return {k.removeprefix("GetMetrics_le_"): round(v / n, 4) for k, v in delta.items()
-            if k.startswith("GetMetrics_le_") and float(k.removeprefix("GetMetrics_le_")) <= 0.01}
+    out = {}
+    for q in (0.5, 0.99):
+        bound = next(le for le, v in buckets if v >= q * n)
+        out[f"server_GetMetrics_p{int(q * 100)}_le_ms"] = round(bound * 1000, 3)
+    return out
 
 
 def report_phase(title, lat, errors, elapsed, late, vm_delta, counters_delta):
@@ -178,7 +184,7 @@ def report_phase(title, lat, errors, elapsed, late, vm_delta, counters_delta):
         "vm_queries": vm_delta, "vm_queries_per_rpc": round(vm_delta / rpcs, 4) if rpcs else None,
         "scaler_rpcs": counters_delta.get("grpc_requests"),
         "scaler_backend_queries": counters_delta.get("backend_queries"),
-        "server_GetMetrics_share_within_s": server_side(counters_delta),
+        **server_side(counters_delta),
     }
     print(json.dumps(fig), flush=True)
     return fig
