@@ -22,6 +22,13 @@ use super::mutate::{Pending, Reason};
 /// and the re-read adopts its choice, so a second conflict in a row is already unusual.
 const WRITE_ATTEMPTS: usize = 3;
 
+/// Result of a conditional namespace write.
+enum Write {
+    Done,
+    /// The namespace changed since it was read (409).
+    Conflict,
+}
+
 /// Fixed placement policy of this webhook.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -79,10 +86,6 @@ impl Resolver {
         }
     }
 
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
     /// The shard the pending release's tenant lives on; `Err` says why it stays unchanged.
     pub async fn shard_for(&self, pending: &Pending) -> Result<ShardIndex, Reason> {
         let tenant = pending.tenant.as_str();
@@ -107,7 +110,9 @@ impl Resolver {
                 // the stamped release label carries the choice, and the namespace adopts it
                 // (majority of its releases) on the next create.
                 let shard = self.choose(tenant)?;
-                index::write(&self.index).record_label(tenant, shard);
+                if !pending.dry_run {
+                    index::write(&self.index).record_label(tenant, shard);
+                }
                 debug!(%tenant, shard = %shard_name(shard), "placed tenant without namespace");
                 return Ok(shard);
             };
@@ -124,12 +129,11 @@ impl Resolver {
             }
             match self
                 .record(tenant, ns.metadata.resource_version, shard)
-                .await
+                .await?
             {
-                Ok(()) => return Ok(shard),
+                Write::Done => return Ok(shard),
                 // Someone labelled the namespace since the read: re-read and adopt.
-                Err(None) => continue,
-                Err(Some(reason)) => return Err(reason),
+                Write::Conflict => continue,
             }
         }
         Err(Reason::ApiError)
@@ -165,13 +169,13 @@ impl Resolver {
         }
     }
 
-    /// Writes the label, conditional on `resource_version`. `Err(None)` is a conflict.
+    /// Writes the label, conditional on `resource_version`.
     async fn record(
         &self,
         tenant: &str,
         resource_version: Option<String>,
         shard: ShardIndex,
-    ) -> Result<(), Option<Reason>> {
+    ) -> Result<Write, Reason> {
         // A merge patch carrying metadata.resourceVersion is rejected with 409 Conflict when the
         // namespace changed since it was read: the optimistic-concurrency precondition.
         let body = json!({
@@ -188,22 +192,22 @@ impl Resolver {
                 self.metrics.placed();
                 index::write(&self.index).record_label(tenant, shard);
                 info!(%tenant, shard = %shard_name(shard), "placed tenant");
-                Ok(())
+                Ok(Write::Done)
             }
             Ok(Err(kube::Error::Api(status))) if status.is_conflict() => {
                 self.metrics.label_write("conflict");
                 debug!(%tenant, "namespace changed while placing; re-reading");
-                Err(None)
+                Ok(Write::Conflict)
             }
             Ok(Err(error)) => {
                 self.metrics.label_write("error");
                 warn!(%error, %tenant, "cannot record the tenant's shard");
-                Err(Some(Reason::ApiError))
+                Err(Reason::ApiError)
             }
             Err(_) => {
                 self.metrics.label_write("timeout");
                 warn!(%tenant, timeout = ?self.api_timeout, "recording the tenant's shard timed out");
-                Err(Some(Reason::Timeout))
+                Err(Reason::Timeout)
             }
         }
     }
