@@ -61,6 +61,22 @@ async def run(url, ca, bodies, concurrency):
     }
 
 
+def buckets(hook):
+    """Cumulative counts of the server-side latency histogram, by upper bound."""
+    prefix = 'cozy_flux_shard_admission_duration_seconds_bucket{le="'
+    return {float(k[len(prefix):-2]): v for k, v in hook.metrics().items() if k.startswith(prefix)}
+
+
+def server_bound(before, after, q):
+    """Upper bucket bound of the q-quantile of the requests between two snapshots."""
+    bounds = sorted(after)
+    total = after[bounds[-1]] - before.get(bounds[-1], 0)
+    for le in bounds:
+        if after[le] - before.get(le, 0) >= q * total:
+            return le
+    return float("inf")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["emulator", "apiserver"], default="apiserver")
@@ -87,12 +103,15 @@ def main():
             print(f"scaler binary: {SCALER} ({'release' if 'release' in str(SCALER) else 'debug'} build); "
                   f"backend: {args.backend}; concurrency {args.concurrency}; {os.cpu_count()} CPUs")
             for name, bodies in (("stamp", stamp), ("skip", skip), ("place", place)):
+                before = buckets(hook)
                 r = asyncio.run(run(hook.url, ca, bodies, args.concurrency))
-                print(f"{name:5}  n={r['requests']:5}  {r['rps']:7.0f} req/s  p50 {r['p50_ms']:6.2f} ms  "
-                      f"p90 {r['p90_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  max {r['max_ms']:6.2f} ms")
-            m = hook.metrics()
-            print(f"placements recorded: {m['cozy_flux_shard_placements_total']:.0f}; "
-                  f"server-side mean: {1000 * m['cozy_flux_shard_admission_duration_seconds_sum'] / m['cozy_flux_shard_admission_duration_seconds_count']:.2f} ms")
+                after = buckets(hook)
+                server = "/".join(f"{1000 * server_bound(before, after, q):g}" for q in (0.5, 0.99))
+                print(f"{name:5}  n={r['requests']:5}  {r['rps']:7.0f} req/s  client p50 {r['p50_ms']:6.2f} ms  "
+                      f"p90 {r['p90_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  max {r['max_ms']:6.2f} ms  "
+                      f"| server p50/p99 <= {server} ms")
+            print(f"placements recorded: {hook.metrics()['cozy_flux_shard_placements_total']:.0f}; "
+                  f"load average: {os.getloadavg()[0]:.1f}")
         finally:
             if hook:
                 hook.stop()
