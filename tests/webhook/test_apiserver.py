@@ -48,7 +48,14 @@ def hook(cluster, tmp_path_factory):
     namespace(kube, "tenant-b", "shard1")
     for i in range(5):
         create_hr(kube, "tenant-a", f"a{i}", {SHARD_KEY: "shard0"})
-    create_hr(kube, "tenant-b", "b0", {SHARD_KEY: "shard1"})
+    for i in range(2):
+        create_hr(kube, "tenant-b", f"b{i}", {SHARD_KEY: "shard1"})
+    # Releases without the shard key belong to the main controller: no shard load. Counted,
+    # they would make shard2 the heaviest and send new tenants elsewhere.
+    namespace(kube, "tenant-c", "shard2")
+    for i in range(10):
+        hr_obj = hr("tenant-c", f"c{i}", {})
+        kube.request("POST", kube.path(HR_API, "HelmRelease", "tenant-c"), hr_obj)
     webhook = Webhook(tmp_path_factory.mktemp("hook"), cluster, shards=3, extra=["--assume-shards-ready"])
     kube.create({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
@@ -67,7 +74,8 @@ def hook(cluster, tmp_path_factory):
     # The API server picks the configuration up asynchronously.
     wait_until(lambda: key_of(create_hr(kube, "tenant-a", "probe", dry_run=True)) == "shard0",
                timeout=30, what="the API server calling the webhook")
-    wait_until(lambda: webhook.metrics().get('cozy_flux_shard_load{shard="shard0"}') == 5, what="loads from the watch")
+    loads = lambda: [webhook.metrics().get(f'cozy_flux_shard_load{{shard="shard{i}"}}') for i in range(3)]
+    wait_until(lambda: loads() == [5, 2, 1], what="loads from the watch")
     yield webhook
     webhook.stop()
 

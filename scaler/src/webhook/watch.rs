@@ -10,7 +10,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
-use placement::shard::{ShardIndex, shard_of_deployment};
+use placement::shard::{SHARD_KEY_LABEL, ShardIndex, shard_of_deployment};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::index::{self, Index, Release, SharedIndex, TenantNamespace};
@@ -115,7 +115,9 @@ pub fn spawn(client: Client, index: SharedIndex, flux_namespace: Option<&str>) {
     // `Api<PartialObjectMeta<_>>` makes metadata-only list and watch requests.
     let hrs =
         Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &helmrelease_resource());
-    let releases = watcher::watcher(hrs, watcher::Config::default());
+    // Only releases carrying the shard key are sharded at all (as the placement controller
+    // counts them, §2.5); the rest belong to the main controller and carry no shard load.
+    let releases = watcher::watcher(hrs, watcher::Config::default().labels(SHARD_KEY_LABEL));
     let span = info_span!("helmreleases.helm.toolkit.fluxcd.io");
     tokio::spawn(follow::<_, Releases>(releases, index.clone()).instrument(span));
     let namespaces = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
