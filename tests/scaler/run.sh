@@ -10,4 +10,4 @@ export PYTHONDONTWRITEBYTECODE=1
 # Other suites install pytest plugins into the shared venv; this suite needs none of them.
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 cargo build --quiet -p scaler
-exec "$COZY_TOOLS/venv/bin/python" -m pytest "$here" -q -p no:cacheprovider --durations=8 "$@"
+exec "$COZY_TOOLS/venv/bin/python" -m pytest "$here" -q -p no:cacheprovider --durations=8 -rxX "$@"
