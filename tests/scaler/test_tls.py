@@ -14,7 +14,6 @@ from keda import Keda, code_of, metadata
 from procs import wait_until
 
 SERVER_NAME = "cnpg-scaler.cozy-keda.svc"
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
 
 class Pki:
