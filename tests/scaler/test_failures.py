@@ -92,6 +92,8 @@ def _stale_then_recover(vm, start_scaler):
         time.sleep(0.2)
     assert first_unavailable is not None, "never became UNAVAILABLE with the backend down"
     assert code_of(lambda: keda.is_active(ref)) in FAILURE_CODES
+    # GetMetricSpec still answers: it never depends on the backend.
+    assert keda.spec(ref, timeout=1).metricSpecs[0].metricName == "cnpg-pg-readconnections"
 
     # Same port, same data directory: answers come back without restarting the scaler.
     vm.start()

@@ -172,3 +172,21 @@ def test_topology_auto_without_kubernetes_falls_back_to_metrics(vm, start_scaler
     env = {"KUBECONFIG": str(tmp_path / "no-such-kubeconfig"), "KUBERNETES_SERVICE_HOST": "", "HOME": str(tmp_path)}
     _, keda = start_scaler(vm.url, topology="auto", env=env)
     assert keda.desired(keda.ref("tenant-a", "so-pg", metadata(target="5")), 5) == 4
+
+
+def test_idle_scaled_objects_are_evicted_with_their_gauges(vm, start_scaler):
+    scaler, keda = start_scaler(vm.url, "--cache-ttl", "2s")
+    keda.scale_loop_poll(keda.ref("tenant-a", "so-evict", metadata(target="5")))
+    so = dict(namespace="tenant-a", scaledobject="so-evict", cluster="pg")
+
+    def scrape():
+        return promtext.parse(requests.get(f"{scaler.admin}/metrics", timeout=2).text)
+
+    samples = scrape()
+    assert promtext.total(samples, "scaler_cache_entries") == 1
+    assert promtext.select(samples, "scaler_decision_desired_instances", **so) == [(so, 4.0)]
+    # ttl 2 s, swept every refresh interval (1 s).
+    wait_until(lambda: promtext.total(scrape(), "scaler_cache_entries") == 0, 6, 0.2, "eviction")
+    samples = scrape()
+    assert promtext.select(samples, "scaler_decision_desired_instances", **so) == []
+    assert promtext.select(samples, "scaler_decision_reason", **so) == []
