@@ -190,3 +190,19 @@ def test_idle_scaled_objects_are_evicted_with_their_gauges(vm, start_scaler):
     samples = scrape()
     assert promtext.select(samples, "scaler_decision_desired_instances", **so) == []
     assert promtext.select(samples, "scaler_decision_reason", **so) == []
+
+
+def test_sigterm_drains_in_flight_calls(vm, start_scaler):
+    """An rpc waiting on a slow backend when SIGTERM arrives still gets its answer."""
+    proxy = FakePrometheus("proxy", delay=1.0, upstream=vm.url)
+    try:
+        scaler, keda = start_scaler(proxy.url, "--query-timeout", "5s")
+        ref = keda.ref("tenant-b", "so-drain", metadata(target="5"))
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(keda.metrics, ref, "cnpg-pg-readconnections", 10)
+            wait_until(lambda: proxy.in_flight > 0, 5, 0.02, "the backend query in flight")
+            scaler.proc.signal()
+            assert pending.result().metricValues[0].metricValueFloat == 10
+        assert scaler.proc.popen.wait(10) == 0
+    finally:
+        proxy.close()
