@@ -2,8 +2,9 @@
 //!
 //! Key: (namespace, ScaledObject name, parsed metadata). Per key:
 //! * an evaluation younger than `refresh` answers every call without touching a backend;
-//! * the first call after that refreshes it; only one refresh runs at a time (single-flight),
-//!   and concurrent callers get the previous good answer meanwhile if it is within `staleness`;
+//! * the first call after that starts a refresh in the background and, like every call until it
+//!   lands, gets the previous good answer (if within `staleness`) at memory speed; without a
+//!   usable answer callers wait for the refresh. One refresh runs at a time (single-flight);
 //! * a failed refresh keeps serving the last good answer until it is `staleness` old, then the
 //!   error; failures are cached for `refresh` too, so retries do not hammer a sick backend;
 //! * keys not asked for during `ttl` are evicted, with their decision gauges.
@@ -45,7 +46,7 @@ struct State {
 struct Entry {
     state: Mutex<State>,
     /// Held while refreshing: the single flight.
-    refreshing: tokio::sync::Mutex<()>,
+    refreshing: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What the cache can tell without refreshing.
@@ -73,25 +74,34 @@ impl<E: Evaluate> Cache<E> {
     }
 
     /// The current evaluation for `key`, refreshing it when due.
-    pub async fn get(&self, key: Key) -> Result<Arc<Evaluation>, ObserveError> {
+    pub async fn get(self: &Arc<Self>, key: Key) -> Result<Arc<Evaluation>, ObserveError> {
         let (key, entry) = self.entry(key);
         let fallback = match self.peek(&entry, Instant::now(), true) {
             Peek::Fresh(answer) => return answer,
             Peek::Refresh(fallback) => fallback,
         };
-        let _flight = match (entry.refreshing.try_lock(), fallback) {
-            (Ok(guard), _) => guard,
-            // Someone else is refreshing and we have a usable answer: don't wait.
-            (Err(_), Some(good)) => return Ok(good),
-            (Err(_), None) => {
-                let guard = entry.refreshing.lock().await;
-                // The refresh we waited for may have settled it.
-                if let Peek::Fresh(answer) = self.peek(&entry, Instant::now(), false) {
-                    return answer;
-                }
-                guard
+        if let Some(good) = fallback {
+            // Stale-while-revalidate: answer from memory now and refresh in the background,
+            // unless a refresh is already running.
+            if let Ok(flight) = entry.refreshing.clone().try_lock_owned() {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let _flight = flight;
+                    let _ = this.refresh(&key, &entry).await;
+                });
             }
-        };
+            return Ok(good);
+        }
+        // Nothing usable: wait for the single flight, which may already have settled it.
+        let _flight = entry.refreshing.lock().await;
+        if let Peek::Fresh(answer) = self.peek(&entry, Instant::now(), false) {
+            return answer;
+        }
+        self.refresh(&key, &entry).await
+    }
+
+    /// Evaluates `key` and records the outcome; the caller holds the entry's flight lock.
+    async fn refresh(&self, key: &Key, entry: &Entry) -> Result<Arc<Evaluation>, ObserveError> {
         let result = self.evaluator.evaluate(&key.namespace, &key.config).await;
         let now = Instant::now();
         let mut state = lock(&entry.state);
@@ -109,7 +119,7 @@ impl<E: Evaluate> Cache<E> {
                     debug!(namespace = %key.namespace, scaledobject = %key.name, desired = d.desired, reason = %d.reason, "decision unchanged");
                 }
                 self.metrics
-                    .decision(&object_labels(&key), &evaluation.decision);
+                    .decision(&object_labels(key), &evaluation.decision);
                 state.good = Some((now, evaluation.clone()));
                 state.attempt = Some((now, None));
                 Ok(evaluation)

@@ -113,7 +113,12 @@ impl Args {
             evaluation: &evaluation,
             metric_name: config.metric_name(),
             metric_value: f64::from(evaluation.decision.desired) * config.target,
-            query: promql::decision_query(&self.namespace, &config.cluster, config.metric),
+            query: promql::decision_query(
+                &self.namespace,
+                &config.cluster,
+                config.metric,
+                config.max_replication_lag_seconds > 0.0,
+            ),
         };
         match self.output {
             Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -175,24 +180,25 @@ fn text(report: &Report<'_>) -> String {
         "  read load             {} ({load_unit}){absent}",
         o.load
     );
-    match o.max_lag_seconds {
-        Some(lag) => _ = writeln!(s, "  replica lag, 5m max   {lag} s"),
-        None => _ = writeln!(s, "  replica lag, 5m max   none (no replica lag series)"),
-    }
-    match e.wal_bytes_per_second {
-        Some(rate) => {
-            _ = writeln!(
-                s,
-                "  primary WAL rate      {rate} B/s ({})",
-                if o.primary_writing { "writing" } else { "idle" }
-            )
+    if p.max_lag_seconds > 0.0 {
+        match o.max_lag_seconds {
+            Some(lag) => _ = writeln!(s, "  replica lag, 5m max   {lag} s"),
+            None => _ = writeln!(s, "  replica lag, 5m max   none (no replica lag series)"),
         }
-        None => {
-            _ = writeln!(
-                s,
-                "  primary WAL rate      none (no cnpg_collector_wal_bytes series: counts as idle)"
-            )
+        match e.wal_bytes_per_second {
+            Some(rate) => {
+                let state = if o.primary_writing { "writing" } else { "idle" };
+                _ = writeln!(s, "  primary WAL rate      {rate} B/s ({state})")
+            }
+            None => {
+                _ = writeln!(
+                    s,
+                    "  primary WAL rate      none (no WAL series: counts as idle)"
+                )
+            }
         }
+    } else {
+        _ = writeln!(s, "  replica lag, WAL      not queried (lag brake off)");
     }
     let _ = writeln!(s, "\nGuards");
     let quorum_from = match e.quorum_source {

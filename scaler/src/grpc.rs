@@ -60,6 +60,11 @@ pub struct Scaler<E> {
     pub heartbeat: Duration,
 }
 
+/// The deprecated int target: `max(1, ceil(target))`.
+fn target_size(target: f64) -> i64 {
+    target.ceil().max(1.0) as i64
+}
+
 fn key(scaled_object: Option<ScaledObjectRef>) -> Result<Key, RpcError> {
     let r = scaled_object.ok_or(RpcError::MissingRef)?;
     if r.name.is_empty() || r.namespace.is_empty() {
@@ -106,14 +111,15 @@ impl<E: Evaluate> Scaler<E> {
         }
         let target = key.config.target;
         let evaluation = self.cache.get(key).await?;
-        // The HPA computes ceil(value / target) = desired for an AverageValue target.
-        let value = f64::from(evaluation.decision.desired) * target;
+        let desired = evaluation.decision.desired;
+        // The HPA computes ceil(value / target) = desired for an AverageValue target. KEDA ≥ 2.17
+        // uses the float pair; older KEDA only the int pair, so that one is desired × targetSize.
+        // Bounded by metadata limits (1000 × 1e9), far inside i64.
         Ok(GetMetricsResponse {
             metric_values: vec![MetricValue {
                 metric_name: served,
-                // Bounded by metadata limits (1000 × 1e9), far inside i64.
-                metric_value: value.ceil() as i64,
-                metric_value_float: value,
+                metric_value: i64::from(desired) * target_size(target),
+                metric_value_float: f64::from(desired) * target,
             }],
         })
     }
@@ -192,7 +198,7 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
             Ok(GetMetricSpecResponse {
                 metric_specs: vec![MetricSpec {
                     metric_name: key.config.metric_name(),
-                    target_size: target.ceil().max(1.0) as i64,
+                    target_size: target_size(target),
                     target_size_float: target,
                 }],
             })

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::decision::{self, Decision, Observation, Policy};
-use crate::metadata::ScalerConfig;
+use crate::metadata::{Metric, ScalerConfig};
 use crate::metrics::Metrics;
 use crate::promql::{self, QueryError, part};
 use crate::topology::{ClusterFacts, Topology, TopologyError};
@@ -20,6 +20,16 @@ pub enum ObserveError {
          (cnpg_pg_replication_in_recovery with pod=~\"{cluster}-<n>\"): is the cluster running and scraped?"
     )]
     NoInstances { namespace: String, cluster: String },
+    #[error(
+        "CPU series (container_cpu_usage_seconds_total{{container=\"postgres\"}}) exist for {with_series} of \
+         {replicas} replicas of CNPG cluster {cluster:?} in namespace {namespace:?}: are cAdvisor metrics scraped?"
+    )]
+    MissingCpuSeries {
+        namespace: String,
+        cluster: String,
+        replicas: u32,
+        with_series: u32,
+    },
 }
 
 /// Where the current count came from.
@@ -90,7 +100,12 @@ impl Evaluate for Observer {
         namespace: &str,
         config: &ScalerConfig,
     ) -> Result<Evaluation, ObserveError> {
-        let query = promql::decision_query(namespace, &config.cluster, config.metric);
+        let query = promql::decision_query(
+            namespace,
+            &config.cluster,
+            config.metric,
+            config.max_replication_lag_seconds > 0.0,
+        );
         let (parts, facts) = tokio::join!(
             self.prometheus.parts(&query),
             self.topology
@@ -117,6 +132,18 @@ pub fn evaluate(
             cluster: config.cluster.clone(),
         })?;
     let load = parts.get(part::LOAD).copied();
+    if config.metric == Metric::ReadCpuUtilization {
+        let count = |name| parts.get(name).map_or(0, |n| *n as u32);
+        let (replicas, with_series) = (count(part::REPLICAS), count(part::LOAD_PODS));
+        if with_series < replicas {
+            return Err(ObserveError::MissingCpuSeries {
+                namespace: namespace.to_owned(),
+                cluster: config.cluster.clone(),
+                replicas,
+                with_series,
+            });
+        }
+    }
     let wal = parts.get(part::WAL).copied();
     let (current, current_source) = match facts {
         Some(facts) => (facts.instances, CurrentSource::ClusterSpec),
@@ -254,6 +281,43 @@ mod tests {
             (1, QuorumSource::Metadata)
         );
         assert_eq!((e.decision.desired, e.decision.reason), (4, Reason::Load));
+    }
+
+    #[test]
+    fn missing_cpu_series_on_replicas_is_an_error_not_zero_load() {
+        let cfg = config(&[("metric", "ReadCPUUtilization")]);
+        let answer = |pods: f64| {
+            parts(&[
+                ("instances", 3.0),
+                ("replicas", 2.0),
+                ("load_pods", pods),
+                ("load", 300.0),
+            ])
+        };
+        assert!(matches!(
+            evaluate("ns", &cfg, "metrics", &answer(1.0), None),
+            Err(ObserveError::MissingCpuSeries {
+                replicas: 2,
+                with_series: 1,
+                ..
+            })
+        ));
+        assert_eq!(
+            evaluate("ns", &cfg, "metrics", &answer(2.0), None)
+                .unwrap()
+                .observation
+                .load,
+            300.0
+        );
+        // A lone primary has no replicas and so no replica CPU: zero load, not an error.
+        let lone = parts(&[("instances", 1.0)]);
+        assert_eq!(
+            evaluate("ns", &cfg, "metrics", &lone, None)
+                .unwrap()
+                .observation
+                .load,
+            0.0
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The one PromQL query behind a decision, and the HTTP client that runs it.
 //!
-//! Every decision costs exactly one instant query: four labelled parts joined with `or`, each
+//! Every decision costs exactly one instant query: labelled parts joined with `or` (instances and
+//! load; replica lag and primary WAL rate only when the lag brake is on), each
 //! scoped to the request's namespace and to the cluster's own instance pods
 //! (`pod=~"<cluster>-[1-9][0-9]*"`, so `pg` never matches `pg-archive-1`). Replicas are the pods
 //! whose `cnpg_pg_replication_in_recovery` is 1, the primary the one where it is 0.
@@ -22,12 +23,18 @@ pub const WINDOW: &str = "5m";
 pub mod part {
     pub const INSTANCES: &str = "instances";
     pub const LOAD: &str = "load";
+    /// ReadCPUUtilization only: replica pods, and replica pods that have a CPU series.
+    pub const REPLICAS: &str = "replicas";
+    pub const LOAD_PODS: &str = "load_pods";
     pub const LAG: &str = "lag";
     pub const WAL: &str = "wal";
 }
 
-/// Builds the decision query for `cluster` in `namespace`.
-pub fn decision_query(namespace: &str, cluster: &str, metric: Metric) -> String {
+/// Builds the decision query for `cluster` in `namespace`; `brake` adds the lag and WAL parts.
+///
+/// Series are reduced per pod (or per session identity) with `max by` before summing, so a pod
+/// scraped twice (two jobs, HA Prometheus pairs) does not count twice.
+pub fn decision_query(namespace: &str, cluster: &str, metric: Metric, brake: bool) -> String {
     let pods = format!("{}-[1-9][0-9]*", regex_escape(cluster));
     let sel = format!(
         "namespace=\"{}\",pod=~\"{}\"",
@@ -36,31 +43,56 @@ pub fn decision_query(namespace: &str, cluster: &str, metric: Metric) -> String 
     );
     let replicas = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 1)");
     let primary = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 0)");
-    let instances = format!("count(count by (pod) (cnpg_pg_replication_in_recovery{{{sel}}}))");
-    let load = match metric {
-        Metric::ReadConnections => format!(
-            "sum(cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}} and on(namespace,pod) {replicas})"
-        ),
-        Metric::ReadCpuUtilization => format!(
-            "sum(rate(container_cpu_usage_seconds_total{{{sel},container=\"postgres\"}}[{WINDOW}]) and on(namespace,pod) {replicas}) * 1000"
-        ),
-    };
-    let lag = format!(
-        "max(max_over_time(cnpg_pg_replication_lag{{{sel}}}[{WINDOW}]) and on(namespace,pod) {replicas})"
-    );
-    let wal = format!(
-        "sum(rate(cnpg_collector_wal_bytes{{{sel}}}[{WINDOW}]) and on(namespace,pod) {primary})"
-    );
+    let mut parts = vec![(
+        part::INSTANCES,
+        format!("count(count by (pod) (cnpg_pg_replication_in_recovery{{{sel}}}))"),
+    )];
+    match metric {
+        Metric::ReadConnections => parts.push((
+            part::LOAD,
+            format!(
+                "sum(max by (namespace,pod,datname,usename,application_name,state) \
+                 (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
+                 and on(namespace,pod) {replicas})"
+            ),
+        )),
+        Metric::ReadCpuUtilization => {
+            // cAdvisor always exports a running container's counter, so replicas without it
+            // mean a scrape gap (an error), unlike CNPG's omitted zero rows.
+            let cpu = format!(
+                "max by (namespace,pod) (rate(container_cpu_usage_seconds_total{{{sel},container=\"postgres\"}}[{WINDOW}]))"
+            );
+            parts.extend([
+                (
+                    part::LOAD,
+                    format!("sum({cpu} and on(namespace,pod) {replicas}) * 1000"),
+                ),
+                (part::REPLICAS, format!("count(count by (pod) {replicas})")),
+                (
+                    part::LOAD_PODS,
+                    format!("count({cpu} and on(namespace,pod) {replicas})"),
+                ),
+            ]);
+        }
+    }
+    if brake {
+        parts.extend([
+            (
+                part::LAG,
+                format!(
+                    "max(max_over_time(cnpg_pg_replication_lag{{{sel}}}[{WINDOW}]) and on(namespace,pod) {replicas})"
+                ),
+            ),
+            (
+                part::WAL,
+                format!(
+                    "max(rate(cnpg_collector_wal_bytes{{{sel}}}[{WINDOW}]) and on(namespace,pod) {primary})"
+                ),
+            ),
+        ]);
+    }
     let mut query = String::new();
-    for (i, (name, expr)) in [
-        (part::INSTANCES, instances),
-        (part::LOAD, load),
-        (part::LAG, lag),
-        (part::WAL, wal),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, (name, expr)) in parts.into_iter().enumerate() {
         if i > 0 {
             query.push_str("\nor ");
         }
@@ -259,30 +291,44 @@ mod tests {
 
     #[test]
     fn query_scopes_every_selector_to_namespace_and_cluster_pods() {
-        let q = decision_query("tenant-a", "pg", Metric::ReadConnections);
+        let q = decision_query("tenant-a", "pg", Metric::ReadConnections, true);
         let selectors = q.matches('{').count();
         let scoped = q
             .matches(r#"{namespace="tenant-a",pod=~"pg-[1-9][0-9]*""#)
             .count();
         assert_eq!(selectors, scoped, "{q}");
         assert_eq!(q.matches("label_replace(").count(), 4);
+        assert!(q.contains("max by (namespace,pod,datname,usename,application_name,state)"));
         assert!(q.contains(r#"usename!~"cnpg_metrics_exporter|postgres|streaming_replica""#));
         assert!(q.contains(r#"state="active""#));
         assert!(!q.contains("container_cpu"));
+        assert!(
+            q.contains("max_over_time(cnpg_pg_replication_lag")
+                && q.contains("rate(cnpg_collector_wal_bytes")
+        );
+    }
+
+    #[test]
+    fn lag_and_wal_are_only_queried_for_the_brake() {
+        let q = decision_query("ns", "pg", Metric::ReadConnections, false);
+        assert_eq!(q.matches("label_replace(").count(), 2);
+        assert!(!q.contains("cnpg_pg_replication_lag") && !q.contains("wal_bytes"));
     }
 
     #[test]
     fn cpu_query_reads_the_postgres_container_in_millicores() {
-        let q = decision_query("ns", "db", Metric::ReadCpuUtilization);
+        let q = decision_query("ns", "db", Metric::ReadCpuUtilization, false);
         assert!(q.contains(r#"container_cpu_usage_seconds_total{namespace="ns",pod=~"db-[1-9][0-9]*",container="postgres"}[5m]"#));
         assert!(q.contains("* 1000"));
+        assert!(q.contains(r#"label_replace(count(count by (pod) (cnpg_pg_replication_in_recovery{namespace="ns",pod=~"db-[1-9][0-9]*"} == 1)), "part", "replicas""#), "{q}");
+        assert!(q.contains(r#""part", "load_pods""#));
         assert!(!q.contains("cnpg_backends_total"));
     }
 
     #[test]
     fn names_are_escaped() {
         assert_eq!(regex_escape("a.b+c"), r"a\.b\+c");
-        let q = decision_query("we\"ird", "a.b", Metric::ReadConnections);
+        let q = decision_query("we\"ird", "a.b", Metric::ReadConnections, true);
         assert!(
             q.contains(r#"namespace="we\"ird",pod=~"a\\.b-[1-9][0-9]*""#),
             "{q}"
