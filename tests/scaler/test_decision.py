@@ -30,7 +30,8 @@ def test_read_connections_counts_only_active_client_sessions_on_replicas(keda, t
     assert spec.targetSize in (math.floor(float(target)), math.ceil(float(target)))
     mv = value_of(values[0])
     assert mv.metricValueFloat == pytest.approx(expected_desired * float(target))
-    assert mv.metricValue in (math.floor(mv.metricValueFloat), math.ceil(mv.metricValueFloat))
+    # KEDA < 2.17 reads only the int pair: the HPA's ceil(metricValue / targetSize) must agree.
+    assert math.ceil(mv.metricValue / spec.targetSize) == expected_desired
     assert active is True
 
 
@@ -187,3 +188,37 @@ def test_lag_brake_looks_at_the_last_five_minutes(vm, keda):
     md = dict(target=LAG_TARGET, maxReplicationLagSeconds="30")
     assert keda.desired(keda.ref("tenant-e", "so", metadata("recent-spike", **md)), 2) == 3
     assert keda.desired(keda.ref("tenant-e", "so", metadata("old-spike", **md)), 2) == 7
+
+
+@pytest.fixture(scope="module")
+def odd_clusters(vm):
+    """tenant-x/dup: every series scraped twice (operator PodMonitor + a manual one): 4 + 4
+    sessions, 300m + 300m CPU. tenant-x/nocpu: CNPG series but no cAdvisor series at all."""
+    import time
+
+    from cnpg_series import render, replicas
+
+    now = time.time()
+    dup = render([replicas("tenant-x", "dup", 4, cpu_millicores=300)], now)
+    nocpu = [line for line in render([replicas("tenant-x", "nocpu", 4)], now).splitlines()
+             if not line.startswith("container_cpu_usage_seconds_total")]
+    vm.import_and_wait(dup + dup.replace('job="cnpg"', 'job="cnpg-manual"') + "\n".join(nocpu) + "\n",
+                       'count(cnpg_pg_replication_in_recovery{namespace="tenant-x"})', lambda n: n == 9)
+
+
+@pytest.mark.parametrize("metric,target,desired", [
+    ("ReadConnections", "5", 1 + math.ceil(8 / 5)),
+    ("ReadCPUUtilization", "250", 1 + math.ceil(600 / 250)),
+])
+def test_duplicate_scrapes_do_not_double_the_load(keda, odd_clusters, metric, target, desired):
+    ref = keda.ref("tenant-x", "so", metadata("dup", target=target, metric=metric, max_replicas="20"))
+    assert keda.desired(ref, float(target)) == desired
+
+
+def test_missing_cpu_series_is_an_error_not_zero_load(keda, odd_clusters):
+    # cAdvisor always exports a running container's counter: its absence is unknown, not idle.
+    ref = keda.ref("tenant-x", "so", metadata("nocpu", target="250", metric="ReadCPUUtilization"))
+    assert code_of(lambda: keda.metrics(ref, "cnpg-nocpu-readcpuutilization")) == grpc.StatusCode.UNAVAILABLE
+    # ReadConnections on the same cluster is fine: CNPG omits zero rows, so no rows = no load.
+    ok = keda.ref("tenant-x", "so", metadata("nocpu", target="5"))
+    assert keda.desired(ok, 5) == 1 + math.ceil(8 / 5)

@@ -206,3 +206,25 @@ def test_sigterm_drains_in_flight_calls(vm, start_scaler):
         assert scaler.proc.popen.wait(10) == 0
     finally:
         proxy.close()
+
+
+def test_warm_key_answers_at_memory_speed_while_refreshing(vm, start_scaler):
+    """Stale-while-revalidate: after the refresh interval a warm key still answers at once with
+    its previous good value while one background refresh goes to the (slow) backend."""
+    proxy = FakePrometheus("proxy", delay=1.5, upstream=vm.url)
+    try:
+        _, keda = start_scaler(proxy.url, "--query-timeout", "5s", refresh="1s")
+        ref = keda.ref("tenant-b", "so-swr", metadata(target="5"))
+        assert keda.desired(ref, 5) == 2  # cold: waits for the backend once
+        time.sleep(1.2)  # past the refresh interval
+        before = proxy.requests
+        for _ in range(5):
+            t0 = time.monotonic()
+            (mv,) = keda.metrics(ref, "cnpg-pg-readconnections").metricValues
+            assert mv.metricValueFloat == 10
+            assert time.monotonic() - t0 < 0.5, "a warm key waited for the backend"
+        wait_until(lambda: proxy.requests == before + 1, 3, 0.05, "one background refresh")
+        time.sleep(0.3)
+        assert proxy.requests == before + 1
+    finally:
+        proxy.close()
