@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from chartsource import ChartServer
-from rig import REPO, wait_for
+from rig import REPO, binary, wait_for
 from rig.flux import container_args, selector_of, start_controller
 
 FLUX_NS = "cozy-fluxcd"
@@ -32,8 +32,7 @@ def helmrelease(name: str, shard: str | None) -> dict:
     labels = {"sharding.fluxcd.io/key": shard} if shard else {}
     return {"apiVersion": HR, "kind": "HelmRelease",
             "metadata": {"name": name, "namespace": NS, "labels": labels},
-            "spec": {"interval": "1m", "chartRef": {"kind": "OCIRepository", "name": "marker"},
-                     "install": {"strategy": {"name": "RetryOnFailure"}}}}
+            "spec": {"interval": "1m", "chartRef": {"kind": "OCIRepository", "name": "marker"}}}
 
 
 def ready(rig, name: str) -> bool:
@@ -84,11 +83,12 @@ def test_each_helmrelease_is_reconciled_only_by_its_shard(rig, controllers):
     releases = [f"hr-{key or 'main'}" for _, _, key in controllers]
     for (_, _, key), hr in zip(controllers, releases):
         rig.kube.apply(helmrelease(hr, key))
+    helm_controller = binary("helm-controller", rig.versions["HELM_CONTROLLER_VERSION"])
     procs = {}
     # Start the controllers one by one: after each start exactly one more release is reconciled.
     for i, ((ctl, args, _), hr) in enumerate(zip(controllers, releases)):
-        procs[ctl] = start_controller(ctl, rig.helm_controller_bin, args, rig.cp.kubeconfig,
-                                      FLUX_NS, rig.group)
+        procs[ctl] = start_controller(ctl, helm_controller, args, rig.cp.kubeconfig, FLUX_NS,
+                                      rig.group)
         wait_for(f"{hr} Ready via {ctl}", lambda: ready(rig, hr), timeout=90, proc=procs[ctl])
         assert release_secrets(rig, hr) == [f"sh.helm.release.v1.{hr}.v1"]
         time.sleep(3)  # give a wrongly selecting controller time to pick the others up

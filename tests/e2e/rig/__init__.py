@@ -77,7 +77,6 @@ class Rig:
                                         binary("kube-apiserver", v["KUBE_VERSION"]),
                                         binary("kube-controller-manager", v["KUBE_VERSION"])),
                                workdir, self.group)
-        self.helm_controller_bin = binary("helm-controller", v["HELM_CONTROLLER_VERSION"])
         self._keda_bins = (binary("keda-operator", v["KEDA_VERSION"]),
                            binary("keda-adapter", v["KEDA_VERSION"]))
         self.scaler_bin = REPO / "target/debug/scaler"

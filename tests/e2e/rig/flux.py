@@ -18,7 +18,7 @@ _DROPPED_FLAGS = ("--events-addr",)
 
 def container_args(deployment: dict, container: str = "helm-controller") -> list[str]:
     for c in deployment["spec"]["template"]["spec"]["containers"]:
-        if c["name"] == container or len(deployment["spec"]["template"]["spec"]["containers"]) == 1:
+        if c["name"] == container:
             return list(c.get("args", []))
     raise KeyError(f"no {container} container in Deployment {deployment['metadata']['name']}")
 
@@ -67,8 +67,8 @@ def selector_of(args: list[str]) -> str | None:
 def start_controller(name: str, binary: Path, args: list[str], kubeconfig: Path, namespace: str,
                      group: Group) -> Proc:
     largs, health = local_args(args)
-    proc = group.start(name, [binary, *largs, f"--kubeconfig={kubeconfig}"],
-                       env={"RUNTIME_NAMESPACE": namespace})
+    proc = group.start(name, [binary, *largs],
+                       env={"RUNTIME_NAMESPACE": namespace, "KUBECONFIG": str(kubeconfig)})
     wait_for(f"{name} /readyz", lambda: requests.get(
         f"http://127.0.0.1:{health}/readyz", timeout=1).ok, timeout=60, proc=proc)
     return proc

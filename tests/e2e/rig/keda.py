@@ -47,6 +47,16 @@ def start(cp: ControlPlane, operator_bin: Path, adapter_bin: Path, group: Group)
                 "metadata": {"name": ADAPTER_SERVICE, "namespace": NAMESPACE},
                 "spec": {"clusterIP": ip, "ports": [{"name": "https", "port": 443,
                                                      "targetPort": 443}]}})
+    # The aggregator's availability check wants a ready EndpointSlice behind a ClusterIP Service
+    # (the endpointslice controller would write the adapter pod's IP). Traffic never goes there:
+    # with aggregator routing off the apiserver dials the ClusterIP. Loopback IPs are rejected in
+    # EndpointSlices, so the placeholder is from the documentation range (RFC 5737), never dialed.
+    kube.apply({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": f"{ADAPTER_SERVICE}-rig", "namespace": NAMESPACE,
+                             "labels": {"kubernetes.io/service-name": ADAPTER_SERVICE}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["192.0.2.10"], "conditions": {"ready": True}}],
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]})
     kube.apply({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
                 "metadata": {"name": APISERVICE},
                 "spec": {"group": "external.metrics.k8s.io", "version": "v1beta1",
