@@ -2,12 +2,14 @@
 Cluster.spec.instances via the scale subresource -> CNPG stand-in -> series shape. Every assertion
 reads real objects from the apiserver."""
 
+import os
+import subprocess
 import time
 
 import pytest
 
 from rig import wait_for
-from scaledobject import DOWN_PERIOD, FLOOR, MAX, cluster_and_scaledobject
+from scaledobject import DOWN_PERIOD, FLOOR, LAG_LIMIT, MAX, TARGET, cluster_and_scaledobject
 
 NS = "tenant-loop"
 NAME = "pg"
@@ -74,6 +76,7 @@ def test_metrics_backend_down_holds_the_count(loop):
     # KEDA surfaces the scaler's UNAVAILABLE: the HPA cannot compute a metric.
     wait_for("HPA ScalingActive=False (metric unavailable)", lambda: hpa_condition(
         loop, "ScalingActive").get("status") == "False", timeout=60)
+    assert hpa_condition(loop, "ScalingActive")["reason"] == "FailedGetExternalMetric"
     hold(loop, 3 * DOWN_PERIOD, 5)
 
 
@@ -85,6 +88,19 @@ def test_lag_while_primary_writes_holds_the_count(loop):
     wait_for("HPA ScalingActive=True again", lambda: hpa_condition(
         loop, "ScalingActive").get("status") == "True", timeout=60)
     hold(loop, 3 * DOWN_PERIOD, 5)
+    # The hold is the brake's doing (not a stuck loop): the scaler says so for this cluster.
+    assert "reason: brake" in explain(loop), explain(loop)
+
+
+def explain(rig) -> str:
+    r = subprocess.run([rig.scaler_bin, "explain", "--prometheus-url", rig.vm.url,
+                        "--namespace", NS, "--cluster", NAME, "--target", str(TARGET),
+                        "--min-replicas", str(FLOOR), "--max-replicas", str(MAX),
+                        "--max-replication-lag-seconds", str(LAG_LIMIT), "--topology", "kube"],
+                       capture_output=True, text=True, env={**os.environ,
+                                                            "KUBECONFIG": str(rig.cp.kubeconfig)})
+    assert r.returncode == 0, r.stderr
+    return r.stdout
 
 
 def test_without_load_it_comes_down_paced_to_the_floor(loop):
