@@ -103,6 +103,7 @@ impl Args {
             prometheus: promql::Client::new(
                 &self.prometheus_url,
                 self.query_timeout,
+                1,
                 metrics.clone(),
             )?,
             topology,

@@ -7,9 +7,11 @@
 //! whose `cnpg_pg_replication_in_recovery` is 1, the primary the one where it is 0.
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
+use tokio::sync::Semaphore;
 
 use crate::metadata::Metric;
 use crate::metrics::Metrics;
@@ -141,6 +143,8 @@ pub struct Client {
     http: reqwest::Client,
     query_url: String,
     timeout: Duration,
+    /// Bounds concurrent queries so a slow backend is not buried under retries.
+    in_flight: Arc<Semaphore>,
     metrics: Metrics,
 }
 
@@ -168,7 +172,17 @@ struct VectorSample {
 
 impl Client {
     /// `base` is the Prometheus API root: `http://vm:8428` or `http://vmselect:8481/select/0/prometheus`.
-    pub fn new(base: &str, timeout: Duration, metrics: Metrics) -> anyhow::Result<Self> {
+    /// At most `max_in_flight` queries run at once; waiting for a slot counts toward `timeout`.
+    pub fn new(
+        base: &str,
+        timeout: Duration,
+        max_in_flight: usize,
+        metrics: Metrics,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            max_in_flight > 0,
+            "--max-concurrent-queries must be above 0"
+        );
         let parsed = reqwest::Url::parse(base)
             .map_err(|e| anyhow::anyhow!("invalid --prometheus-url {base:?}: {e}"))?;
         anyhow::ensure!(
@@ -188,6 +202,7 @@ impl Client {
             http,
             query_url: format!("{}/api/v1/query", base.trim_end_matches('/')),
             timeout,
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
             metrics,
         })
     }
@@ -195,7 +210,15 @@ impl Client {
     /// Runs one instant query and returns the value of each `part` label, bounded by the timeout.
     pub async fn parts(&self, query: &str) -> Result<HashMap<String, f64>, QueryError> {
         let start = Instant::now();
-        let result = tokio::time::timeout(self.timeout, self.fetch(query))
+        let bounded = async {
+            let _slot = self
+                .in_flight
+                .acquire()
+                .await
+                .map_err(|_| QueryError::Unreachable("client closed".into()))?;
+            self.fetch(query).await
+        };
+        let result = tokio::time::timeout(self.timeout, bounded)
             .await
             .unwrap_or(Err(QueryError::Timeout(self.timeout)));
         let outcome = match &result {
@@ -343,6 +366,62 @@ mod tests {
         let parts = parse_parts(body).unwrap();
         assert_eq!(parts.get("instances"), Some(&3.0));
         assert_eq!(parts.get("load"), Some(&42.5));
+    }
+
+    /// A local HTTP server answering every query after `delay`, recording peak concurrency.
+    async fn slow_backend(delay: Duration) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (n, p) = (now.clone(), peak.clone());
+        let app = axum::Router::new().route(
+            "/api/v1/query",
+            axum::routing::get(move || {
+                let (n, p) = (n.clone(), p.clone());
+                async move {
+                    p.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    tokio::time::sleep(delay).await;
+                    n.fetch_sub(1, Ordering::SeqCst);
+                    r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"instances"},"value":[1,"2"]}]}}"#
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, peak)
+    }
+
+    fn client(url: &str, timeout_ms: u64, max_in_flight: usize) -> Client {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        Client::new(
+            url,
+            Duration::from_millis(timeout_ms),
+            max_in_flight,
+            metrics,
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn bounds_concurrent_queries_and_times_out_waiting() {
+        let (url, peak) = slow_backend(Duration::from_millis(100)).await;
+        let c = client(&url, 2_000, 2);
+        let answers = futures::future::join_all((0..6).map(|_| c.parts("q"))).await;
+        assert!(
+            answers
+                .iter()
+                .all(|a| a.as_ref().is_ok_and(|p| p["instances"] == 2.0))
+        );
+        assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Waiting for a slot counts toward the timeout: the third query cannot finish in 150 ms.
+        let c = client(&url, 150, 1);
+        let answers = futures::future::join_all((0..3).map(|_| c.parts("q"))).await;
+        assert!(answers[0].is_ok());
+        assert!(
+            answers
+                .iter()
+                .any(|a| matches!(a, Err(QueryError::Timeout(_))))
+        );
     }
 
     #[test]

@@ -48,6 +48,10 @@ pub struct Args {
     /// Bound on each backend query (Prometheus, Kubernetes); keep it under KEDA's 3 s.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub query_timeout: Duration,
+    /// Most Prometheus queries in flight at once (protects a slow backend; waiting counts toward
+    /// --query-timeout).
+    #[arg(long, default_value = "64")]
+    pub max_concurrent_queries: usize,
     /// Forget ScaledObjects nobody asked about for this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub cache_ttl: Duration,
@@ -125,8 +129,12 @@ impl Args {
             }
         };
         info!(topology = topology.name(), prometheus = %self.prometheus_url, "starting");
-        let prometheus =
-            promql::Client::new(&self.prometheus_url, self.query_timeout, metrics.clone())?;
+        let prometheus = promql::Client::new(
+            &self.prometheus_url,
+            self.query_timeout,
+            self.max_concurrent_queries,
+            metrics.clone(),
+        )?;
         let observer = Observer {
             prometheus,
             topology,

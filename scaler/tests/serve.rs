@@ -27,6 +27,7 @@ fn args(prometheus_url: &str) -> Args {
         refresh_interval: Duration::from_millis(200),
         staleness: Duration::from_secs(5),
         query_timeout: Duration::from_secs(2),
+        max_concurrent_queries: 64,
         cache_ttl: Duration::from_secs(600),
         stream_heartbeat: Duration::from_secs(10),
         max_connection_age: None,
