@@ -57,7 +57,7 @@ def test_webhook_and_mutating_configuration(helm):
     mwc = one(objs, "MutatingWebhookConfiguration")
     assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NS}/cozy-autoscaling-webhook"
     [wh] = mwc["webhooks"]
-    assert (wh["failurePolicy"], wh["timeoutSeconds"], wh["sideEffects"]) == ("Ignore", 5, "None")
+    assert (wh["failurePolicy"], wh["timeoutSeconds"], wh["sideEffects"]) == ("Ignore", 5, "NoneOnDryRun")
     assert wh["rules"] == [{"apiGroups": ["helm.toolkit.fluxcd.io"], "apiVersions": ["v2"],
                             "resources": ["helmreleases"], "operations": ["CREATE"]}]
     assert wh["objectSelector"] == {"matchExpressions": [
