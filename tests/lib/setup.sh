@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Installs the tools every suite shares into $COZY_TOOLS (outside the clone), idempotently:
-# VictoriaMetrics (Debian) and a Python venv with grpcio for the independent gRPC client.
+# Debian packages and a Python venv with grpcio for the independent gRPC client.
 set -euo pipefail
 : "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
 mkdir -p "$COZY_TOOLS"
 
-if ! command -v victoria-metrics >/dev/null; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends victoria-metrics >/dev/null
+# Debian packages every suite shares: VictoriaMetrics (the package starts nothing by itself; tests
+# start their own instance on loopback) and the openssl CLI (throwaway test CAs and certificates).
+missing=()
+command -v victoria-metrics >/dev/null || missing+=(victoria-metrics)
+command -v openssl >/dev/null || missing+=(openssl)
+if ((${#missing[@]})); then
+  sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# The Debian package starts nothing by itself; tests start their own instance on loopback.
 
 if [[ ! -x "$COZY_TOOLS/venv/bin/python" ]]; then
   python3 -m venv "$COZY_TOOLS/venv"

@@ -2,14 +2,10 @@
 # Tools for the webhook suite, installed idempotently into the shared venv ($COZY_TOOLS/venv,
 # created by tests/lib/setup.sh): kmock (in-memory Kubernetes API emulator, the stopgap until a
 # real kube-apiserver is available) and httpx (async HTTPS client for the benchmark). Test
-# certificates come from the openssl CLI.
+# certificates come from the openssl CLI (tests/lib/setup.sh).
 set -euo pipefail
 : "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
 PY="$COZY_TOOLS/venv/bin/python"
 if ! "$PY" -c 'import kmock, httpx, jsonpatch, requests, pytest' 2>/dev/null; then
   "$COZY_TOOLS/venv/bin/pip" install -q --disable-pip-version-check kmock httpx jsonpatch requests pytest
-fi
-if ! command -v openssl >/dev/null; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl >/dev/null
 fi
