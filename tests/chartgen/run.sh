@@ -3,8 +3,7 @@
 # mode, guard and shard variant renders to schema-valid objects (pytest, parsed YAML).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-: "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
-export COZY_TOOLS
+. tests/lib/pytest.sh
 
 cargo build --quiet -p chartgen
 export CHARTGEN_BIN="$PWD/target/debug/chartgen"
@@ -25,6 +24,4 @@ for chart in charts/*/; do
 done
 
 echo "-- pytest"
-# Other suites add pytest plugins to the shared venv; this suite needs none of them.
-export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
-exec "$COZY_TOOLS/venv/bin/python" -m pytest -q -p no:cacheprovider tests/chartgen
+run_pytest tests/chartgen

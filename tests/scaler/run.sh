@@ -5,9 +5,6 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
-: "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
-export PYTHONDONTWRITEBYTECODE=1
-# Other suites install pytest plugins into the shared venv; this suite needs none of them.
-export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+. tests/lib/pytest.sh
 cargo build --quiet -p scaler
-exec "$COZY_TOOLS/venv/bin/python" -m pytest "$here" -q -p no:cacheprovider --durations=8 -rxX "$@"
+run_pytest "$here" --durations=8 -rxX "$@"

@@ -5,9 +5,6 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
-: "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
-export PYTHONDONTWRITEBYTECODE=1
-# kmock ships a pytest plugin; this suite starts its own emulator process instead.
-export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+. tests/lib/pytest.sh
 cargo build --quiet -p scaler
-exec "$COZY_TOOLS/venv/bin/python" -m pytest "$here" -q -p no:cacheprovider --durations=5 "$@"
+run_pytest "$here" --durations=5 "$@"

@@ -6,7 +6,5 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../../.."
 : "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
 export PYTHONDONTWRITEBYTECODE=1
-# Other suites install pytest plugins into the shared venv; this suite needs none of them.
-export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 cargo build --quiet --release -p scaler
 exec "$COZY_TOOLS/venv/bin/python" "$here/bench.py" --scaler target/release/scaler "$@"
