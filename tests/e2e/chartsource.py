@@ -59,10 +59,12 @@ class ChartServer:
                            "spec": {"url": "oci://127.0.0.1/e2e/marker", "interval": "10m",
                                     "ref": {"tag": "0.1.0"}}})
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        digest = "sha256:" + hashlib.sha256(self.body).hexdigest()
         kube.merge_patch("source.toolkit.fluxcd.io/v1", "OCIRepository", name, {"status": {
             "observedGeneration": repo["metadata"]["generation"],
-            "artifact": {"path": "e2e/marker-0.1.0.tgz", "url": self.url, "revision": "0.1.0",
-                         "digest": "sha256:" + hashlib.sha256(self.body).hexdigest(),
+            # OCI revisions are <tag>@<digest>; helm-controller checks the tag against the chart.
+            "artifact": {"path": "e2e/marker-0.1.0.tgz", "url": self.url,
+                         "revision": f"0.1.0@{digest}", "digest": digest,
                          "lastUpdateTime": now, "size": len(self.body)},
             "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
                             "message": "stored artifact", "lastTransitionTime": now,
