@@ -7,11 +7,9 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
-: "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
-export COZY_TOOLS
+. tests/lib/pytest.sh
 [[ -x "$COZY_TOOLS/venv/bin/python" ]] && command -v victoria-metrics >/dev/null || tests/lib/setup.sh
 [[ -x "$COZY_TOOLS/helm4/helm" ]] || tests/chartgen/setup.sh
 "$here/setup.sh"
 cargo build --quiet -p scaler -p chartgen
-export PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
-exec "$COZY_TOOLS/venv/bin/python" -m pytest "$here" -q -p no:cacheprovider -rs --durations=10 "$@"
+run_pytest "$here" -rs --durations=10 "$@"
