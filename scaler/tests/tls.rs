@@ -26,6 +26,22 @@ async fn serve(tls: &Reloading, shutdown: CancellationToken) -> std::net::Socket
     addr
 }
 
+/// Writes a server certificate signed by `ca` into `dir` (and `ca` itself as the client CA for
+/// mTLS), returning the files to serve.
+fn server_files(dir: &TempDir, ca: &Ca, mtls: bool) -> TlsFiles {
+    let (cert, key) = ca.leaf();
+    write(&dir.path("tls.crt"), &cert);
+    write(&dir.path("tls.key"), &key);
+    if mtls {
+        write(&dir.path("ca.crt"), &ca.pem());
+    }
+    TlsFiles {
+        cert: dir.path("tls.crt"),
+        key: dir.path("tls.key"),
+        client_ca: mtls.then(|| dir.path("ca.crt")),
+    }
+}
+
 async fn greeting(
     stream: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
 ) -> std::io::Result<Vec<u8>> {
@@ -69,15 +85,8 @@ async fn negotiates_the_configured_alpn() {
     install_provider();
     let dir = TempDir::new("tls-alpn");
     let ca = Ca::new();
-    let (cert, key) = ca.leaf();
-    write(&dir.path("tls.crt"), &cert);
-    write(&dir.path("tls.key"), &key);
+    let files = server_files(&dir, &ca, false);
     let shutdown = CancellationToken::new();
-    let files = TlsFiles {
-        cert: dir.path("tls.crt"),
-        key: dir.path("tls.key"),
-        client_ca: None,
-    };
     for (server_alpn, client_alpn, want) in [
         (ALPN_GRPC, &[&b"h2"[..]][..], &b"h2"[..]),
         (ALPN_HTTPS, &[&b"http/1.1"[..]][..], &b"http/1.1"[..]),
@@ -105,16 +114,8 @@ async fn mtls_requires_a_client_certificate_from_the_ca() {
     install_provider();
     let dir = TempDir::new("tls-mtls");
     let ca = Ca::new();
-    let (cert, key) = ca.leaf();
-    write(&dir.path("tls.crt"), &cert);
-    write(&dir.path("tls.key"), &key);
-    write(&dir.path("ca.crt"), &ca.pem());
+    let files = server_files(&dir, &ca, true);
     let shutdown = CancellationToken::new();
-    let files = TlsFiles {
-        cert: dir.path("tls.crt"),
-        key: dir.path("tls.key"),
-        client_ca: Some(dir.path("ca.crt")),
-    };
     let tls = Reloading::spawn(files, ALPN_GRPC, shutdown.clone()).unwrap();
     let addr = serve(&tls, shutdown.clone()).await;
 
@@ -138,15 +139,9 @@ async fn reloads_new_files_and_keeps_the_old_config_when_they_are_broken() {
     install_provider();
     let dir = TempDir::new("tls-reload");
     let ca = Ca::new();
-    let (cert_a, key_a) = ca.leaf();
-    write(&dir.path("tls.crt"), &cert_a);
-    write(&dir.path("tls.key"), &key_a);
+    let files = server_files(&dir, &ca, false);
+    let cert_a = std::fs::read_to_string(&files.cert).unwrap();
     let shutdown = CancellationToken::new();
-    let files = TlsFiles {
-        cert: dir.path("tls.crt"),
-        key: dir.path("tls.key"),
-        client_ca: None,
-    };
     let tls = Reloading::spawn_polling(
         files,
         ALPN_GRPC,
