@@ -4,12 +4,15 @@ namespaces. Logs of every process stay in the session's temp dir (path printed o
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from rig import Rig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))  # testkit
+
+from rig import Rig  # noqa: E402
 
 
 def _interrupt(signum, frame):

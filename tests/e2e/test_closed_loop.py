@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from rig import wait_for
+from rig import POLL
+from testkit import wait_until
 from scaledobject import DOWN_PERIOD, FLOOR, LAG_LIMIT, MAX, TARGET, cluster_and_scaledobject
 
 NS = "tenant-loop"
@@ -42,8 +43,8 @@ def loop(rig):
     rig.feeder.set(NS, NAME, connections=0, lag_seconds=0, wal_bytes_per_s=20000)
     for obj in cluster_and_scaledobject(rig, NS, NAME):
         rig.kube.apply(obj)
-    wait_for("KEDA to create the HPA", lambda: rig.kube.get(
-        HPA, "HorizontalPodAutoscaler", f"keda-hpa-{NAME}", NS), timeout=60)
+    wait_until(lambda: rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{NAME}", NS),
+               timeout=60, interval=POLL, what="KEDA to create the HPA")
     return rig
 
 
@@ -55,17 +56,19 @@ def test_hpa_targets_cluster_scale_subresource(loop):
     assert metric["metric"]["name"].endswith(f"cnpg-{NAME}-readconnections")
     assert metric["target"]["type"] == "AverageValue"
     # The HPA can read the scale subresource's selector (set by the CNPG stand-in) and our metric.
-    wait_for("HPA ScalingActive=True", lambda: hpa_condition(loop, "ScalingActive").get(
-        "status") == "True", timeout=60)
+    wait_until(lambda: hpa_condition(loop, "ScalingActive").get("status") == "True",
+               timeout=60, interval=POLL, what="HPA ScalingActive=True")
     # The chart leaves spec.instances to the HPA; with no load it settles on the floor.
-    wait_for("spec.instances at the floor", lambda: instances(loop) == FLOOR, timeout=30)
+    wait_until(lambda: instances(loop) == FLOOR,
+               timeout=30, interval=POLL, what="spec.instances at the floor")
     STATE["at_floor"] = time.monotonic()
 
 
 def test_load_raises_instances_to_the_expected_count(loop):
     # 35 active read sessions / target 10 -> 4 replicas + primary = 5 (= max).
     loop.feeder.set(NS, NAME, connections=35)
-    wait_for("spec.instances to reach 5", lambda: instances(loop) == 5, timeout=90)
+    wait_until(lambda: instances(loop) == 5,
+               timeout=90, interval=POLL, what="spec.instances to reach 5")
     hold(loop, 6, 5)
     assert max(v for _, v in loop.cnpg.series(NS, NAME) if v is not None) <= MAX
 
@@ -74,8 +77,8 @@ def test_metrics_backend_down_holds_the_count(loop):
     loop.vm.stop()
     loop.feeder.set(NS, NAME, connections=0)  # would mean "scale down" if anyone could read it
     # KEDA surfaces the scaler's UNAVAILABLE: the HPA cannot compute a metric.
-    wait_for("HPA ScalingActive=False (metric unavailable)", lambda: hpa_condition(
-        loop, "ScalingActive").get("status") == "False", timeout=60)
+    wait_until(lambda: hpa_condition(loop, "ScalingActive").get("status") == "False",
+               timeout=60, interval=POLL, what="HPA ScalingActive=False (metric unavailable)")
     assert hpa_condition(loop, "ScalingActive")["reason"] == "FailedGetExternalMetric"
     hold(loop, 3 * DOWN_PERIOD, 5)
 
@@ -85,8 +88,8 @@ def test_lag_while_primary_writes_holds_the_count(loop):
     # though the load is gone.
     loop.feeder.set(NS, NAME, lag_seconds=120)
     loop.vm.start()
-    wait_for("HPA ScalingActive=True again", lambda: hpa_condition(
-        loop, "ScalingActive").get("status") == "True", timeout=60)
+    wait_until(lambda: hpa_condition(loop, "ScalingActive").get("status") == "True",
+               timeout=60, interval=POLL, what="HPA ScalingActive=True again")
     hold(loop, 3 * DOWN_PERIOD, 5)
     # The hold is the brake's doing (not a stuck loop): the scaler says so for this cluster.
     assert "reason: brake" in explain(loop), explain(loop)
@@ -108,8 +111,8 @@ def test_without_load_it_comes_down_paced_to_the_floor(loop):
     loop.feeder.set(NS, NAME, lag_seconds=0)
     loop.vm.delete_series(f'cnpg_pg_replication_lag{{namespace="{NS}"}}')
     start = time.monotonic()
-    wait_for("spec.instances to come down to the floor", lambda: instances(loop) == FLOOR,
-             timeout=120)
+    wait_until(lambda: instances(loop) == FLOOR,
+               timeout=120, interval=POLL, what="spec.instances to come down to the floor")
     hold(loop, 2 * DOWN_PERIOD, FLOOR)
     steps = [(t, v) for t, v in loop.cnpg.series(NS, NAME) if t >= start]
     values = [v for _, v in steps]

@@ -7,7 +7,8 @@ is on keeps the HPA's count."""
 import time
 
 from helm import Helm, example_chart
-from rig import wait_for
+from rig import POLL
+from testkit import wait_until
 
 NS = "tenant-migrate"
 RELEASE = "mig"
@@ -58,9 +59,10 @@ def test_migration_never_drops_below_the_floor(rig):
     def step(name: str, **auto) -> dict | None:
         start = time.monotonic()
         helm.upgrade_install(RELEASE, chart, NS, values(rig, **auto), CSA)
-        wait_for(f"Cluster after '{name}'", lambda: rig.kube.get(CNPG, "Cluster", RELEASE, NS),
-                 timeout=30)
-        wait_for(f"a settled count after '{name}'", lambda: settled(rig, start), timeout=40)
+        wait_until(lambda: rig.kube.get(CNPG, "Cluster", RELEASE, NS),
+                   timeout=30, interval=POLL, what=f"Cluster after '{name}'")
+        wait_until(lambda: settled(rig, start),
+                   timeout=40, interval=POLL, what=f"a settled count after '{name}'")
         check_floor(rig, name)
         return rig.kube.get("keda.sh/v1alpha1", "ScaledObject", RELEASE, NS)
 
@@ -79,7 +81,8 @@ def test_migration_never_drops_below_the_floor(rig):
     assert instances(rig) == REPLICAS
     # More load: the HPA takes the Cluster to 1 + ceil(30 / 10) = 4 ...
     rig.feeder.set(NS, RELEASE, connections=30)
-    wait_for("the HPA to raise the Cluster to 4", lambda: instances(rig) == 4, timeout=60)
+    wait_until(lambda: instances(rig) == 4,
+               timeout=60, interval=POLL, what="the HPA to raise the Cluster to 4")
     # ... and a routine upgrade of the release keeps the HPA's count (the seed is unchanged).
     step("on again", enabled=True, transition=False)
     assert instances(rig) == 4
@@ -87,7 +90,8 @@ def test_migration_never_drops_below_the_floor(rig):
     # Back off: the HPA is gone with the ScaledObject. Helm's client-side patch of a custom resource
     # is old-vs-new manifest (seed 3 -> static 3: empty), so the live count the HPA left stays.
     assert step("off", enabled=False) is None
-    wait_for("KEDA to remove the HPA", lambda: rig.kube.get(
-        "autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{RELEASE}", NS) is None, timeout=30)
+    wait_until(lambda: rig.kube.get("autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{RELEASE}",
+                                    NS) is None,
+               timeout=30, interval=POLL, what="KEDA to remove the HPA")
     assert instances(rig) == 4
     check_floor(rig, "end")

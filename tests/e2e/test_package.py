@@ -9,8 +9,8 @@ import pytest
 import requests
 
 from helm import Helm, package_chart
-from rig import free_port, wait_for
-from rig.certs import CA
+from rig import POLL
+from testkit import CA, free_port, wait_until
 
 NS = "cozy-autoscaling"
 FLUX_NS = "cozy-fluxcd"
@@ -83,8 +83,8 @@ def webhook(rig, package):
         "--tls-key", pair.key, "--shards", str(SHARDS), "--admin-listen", f"127.0.0.1:{admin}",
         "--flux-namespace", FLUX_NS], env={"KUBECONFIG": str(rig.cp.kubeconfig)})
     try:
-        wait_for("scaler webhook /readyz", lambda: requests.get(
-            f"http://127.0.0.1:{admin}/readyz", timeout=1).ok, timeout=30, proc=proc)
+        wait_until(lambda: requests.get(f"http://127.0.0.1:{admin}/readyz", timeout=1).ok,
+                   timeout=30, interval=POLL, what="scaler webhook /readyz", proc=proc)
     except RuntimeError as e:
         if "unrecognized subcommand" in str(e) or "not implemented" in str(e).lower():
             pytest.skip(f"`scaler webhook` not implemented yet (issue 4): {e}")

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from chartsource import ChartServer
-from rig import REPO, binary, wait_for
+from rig import POLL, REPO, binary
+from testkit import wait_until
 from rig.flux import container_args, selector_of, start_controller
 
 FLUX_NS = "cozy-fluxcd"
@@ -89,7 +90,8 @@ def test_each_helmrelease_is_reconciled_only_by_its_shard(rig, controllers):
     for i, ((ctl, args, _), hr) in enumerate(zip(controllers, releases)):
         procs[ctl] = start_controller(ctl, helm_controller, args, rig.cp.kubeconfig, FLUX_NS,
                                       rig.group)
-        wait_for(f"{hr} Ready via {ctl}", lambda: ready(rig, hr), timeout=90, proc=procs[ctl])
+        wait_until(lambda: ready(rig, hr),
+                   timeout=90, interval=POLL, what=f"{hr} Ready via {ctl}", proc=procs[ctl])
         assert release_secrets(rig, hr) == [f"sh.helm.release.v1.{hr}.v1"]
         time.sleep(3)  # give a wrongly selecting controller time to pick the others up
         for other in releases[i + 1:]:
@@ -111,7 +113,8 @@ def test_relabelling_moves_a_release_without_uninstalling(rig, controllers):
     assert before is not None
     rig.kube.merge_patch(HR, "HelmRelease", hr1, {"metadata": {"labels": {KEY: key2}}},
                          namespace=NS)
-    wait_for(f"{ctl2} to pick up {hr1}", lambda: mentions(procs[ctl2], hr1), timeout=60)
+    wait_until(lambda: mentions(procs[ctl2], hr1),
+               timeout=60, interval=POLL, what=f"{ctl2} to pick up {hr1}")
     time.sleep(5)
     assert ready(rig, hr1)
     after = rig.kube.get("v1", "ConfigMap", f"{hr1}-marker", NS)

@@ -1,8 +1,12 @@
 """Fixtures: one real VictoriaMetrics with the base CNPG data set, one scaler in front of it,
 and factories for extra scalers / VictoriaMetrics instances that a test may break on purpose."""
+import pathlib
+import sys
 import time
 
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lib"))  # testkit
 
 import scenarios
 from cnpg_series import render

@@ -6,7 +6,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from procs import free_port
+from testkit import free_port
 
 MODES = {
     # name: (http status, content type, body)

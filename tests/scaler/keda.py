@@ -9,7 +9,7 @@ import time
 import grpc
 from grpc_tools import protoc
 
-from procs import repo_root
+from testkit import REPO
 
 _pb = None
 
@@ -19,7 +19,7 @@ def stubs():
     global _pb
     if _pb is None:
         out = tempfile.mkdtemp(prefix="scaler-stubs-")
-        proto_dir = os.path.join(repo_root(), "proto")
+        proto_dir = str(REPO / "proto")
         rc = protoc.main([
             "grpc_tools.protoc", f"-I{proto_dir}", f"--python_out={out}", f"--grpc_python_out={out}",
             os.path.join(proto_dir, "externalscaler.proto"),

@@ -4,11 +4,11 @@ import os
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from keda import channel
-from procs import Proc, free_port, repo_root, wait_until
+from testkit import REPO, Proc, free_port, wait_until
 
 
 def scaler_binary() -> str:
-    return os.environ.get("SCALER_BIN") or os.path.join(repo_root(), "target", "debug", "scaler")
+    return os.environ.get("SCALER_BIN") or str(REPO / "target" / "debug" / "scaler")
 
 
 class Scaler:
@@ -32,13 +32,12 @@ class Scaler:
         self.proc = None
 
     def start(self, timeout=30):
-        env = dict(os.environ, **self.env)
-        self.proc = Proc(self.argv, self.log, env=env)
+        self.proc = Proc(self.argv, self.log, env=self.env)
         try:
             wait_until(self.serving, timeout, 0.1, f"scaler gRPC health SERVING on {self.address}")
         except TimeoutError:
             self.proc.stop()
-            raise RuntimeError(f"scaler did not become SERVING; log tail:\n{self.proc.log_tail()}")
+            raise RuntimeError(f"scaler did not become SERVING; log tail:\n{self.proc.tail()}")
         return self
 
     def health(self, service="") -> int:
@@ -48,7 +47,7 @@ class Scaler:
 
     def serving(self) -> bool:
         if not self.proc.alive():
-            raise RuntimeError(f"scaler exited early:\n{self.proc.log_tail()}")
+            raise RuntimeError(f"scaler exited early:\n{self.proc.tail()}")
         return self.health() == health_pb2.HealthCheckResponse.SERVING
 
     def stop(self) -> int:

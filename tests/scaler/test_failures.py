@@ -7,7 +7,7 @@ import pytest
 
 from fake_backend import MODES, FakePrometheus
 from keda import code_of, metadata
-from procs import free_port, wait_until
+from testkit import free_port, wait_until
 from vm import VictoriaMetrics
 
 FAILURE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

@@ -10,7 +10,7 @@ import promtext
 from cnpg_series import Backend, render, replicas
 from fake_backend import FakePrometheus
 from keda import code_of, metadata
-from procs import wait_until
+from testkit import wait_until
 
 
 def test_grpc_health_serving(scaler):

@@ -5,7 +5,7 @@ import time
 
 import requests
 
-from procs import Proc, free_port, wait_until
+from testkit import Proc, free_port, wait_until
 
 
 class VictoriaMetrics:
@@ -38,7 +38,7 @@ class VictoriaMetrics:
 
     def _healthy(self) -> bool:
         if not self.proc.alive():
-            raise RuntimeError(f"victoria-metrics exited:\n{self.proc.log_tail()}")
+            raise RuntimeError(f"victoria-metrics exited:\n{self.proc.tail()}")
         return requests.get(f"{self.url}/health", timeout=1).text.strip() == "OK"
 
     def stop(self):

@@ -7,7 +7,8 @@ import concurrent.futures
 
 import pytest
 
-from webhook_harness import NS_LABEL, SHARD_KEY, ApiServer, Webhook, hr, patch_of, review, wait_until
+from testkit import wait_until
+from webhook_harness import NS_LABEL, SHARD_KEY, TRANSIENT, ApiServer, Webhook, hr, patch_of, review
 
 HR_API = "helm.toolkit.fluxcd.io/v2"
 
@@ -73,9 +74,9 @@ def hook(cluster, tmp_path_factory):
     })
     # The API server picks the configuration up asynchronously.
     wait_until(lambda: key_of(create_hr(kube, "tenant-a", "probe", dry_run=True)) == "shard0",
-               timeout=30, what="the API server calling the webhook")
+               timeout=30, what="the API server calling the webhook", retry=TRANSIENT)
     loads = lambda: [webhook.metrics().get(f'cozy_flux_shard_load{{shard="shard{i}"}}') for i in range(3)]
-    wait_until(lambda: loads() == [5, 2, 1], what="loads from the watch")
+    wait_until(lambda: loads() == [5, 2, 1], what="loads from the watch", retry=TRANSIENT)
     yield webhook
     webhook.stop()
 

@@ -8,7 +8,8 @@ import jsonpatch
 import pytest
 import requests
 
-from webhook_harness import SHARD_KEY, Emulator, Webhook, hr, make_certs, patch_of, review, wait_until
+from testkit import wait_until
+from webhook_harness import SHARD_KEY, TRANSIENT, Emulator, Webhook, hr, make_certs, patch_of, review
 
 READY = ["--assume-shards-ready"]
 
@@ -125,7 +126,7 @@ def test_certificate_is_reloaded_when_the_files_change(hook):
 
     before = served_subject()
     make_certs(hook.certs["ca"].parent, cn="rotated.localhost")
-    wait_until(lambda: served_subject() != before, timeout=15, what="the rotated certificate")
+    wait_until(lambda: served_subject() != before, timeout=15, what="the rotated certificate", retry=TRANSIENT)
     # The rotated certificate is signed by the same CA: clients keep verifying.
     assert hook.review(review("CREATE", "tenant-foo", hr("tenant-foo", "pg", None)))
 

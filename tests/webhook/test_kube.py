@@ -6,7 +6,8 @@ import time
 
 import requests
 
-from webhook_harness import SHARD_KEY, Emulator, hr, patch_of, review, wait_until
+from testkit import wait_until
+from webhook_harness import SHARD_KEY, TRANSIENT, Emulator, hr, patch_of, review
 
 READY = ["--assume-shards-ready"]
 
@@ -36,7 +37,7 @@ def seed_loads(emulator):
 
 def wait_load(hook, shard, value):
     key = f'cozy_flux_shard_load{{shard="{shard}"}}'
-    wait_until(lambda: hook.metrics().get(key) == value, what=f"{key} == {value}")
+    wait_until(lambda: hook.metrics().get(key) == value, what=f"{key} == {value}", retry=TRANSIENT)
 
 
 def test_new_tenant_is_placed_on_least_loaded_shard_and_recorded(emulator, start_webhook):
@@ -152,7 +153,8 @@ def test_readiness_comes_from_shard_deployments(emulator, start_webhook):
     # Only shard0 (the most loaded) becomes ready: that is where the next tenant must go.
     emulator.shard_deployment("cozy-fluxcd", 2, ready=0)
     emulator.shard_deployment("cozy-fluxcd", 0, ready=1)
-    wait_until(lambda: create(hook, "tenant-go") == "shard0", what="placement on the ready shard0")
+    wait_until(lambda: create(hook, "tenant-go") == "shard0", what="placement on the ready shard0",
+               retry=TRANSIENT)
     assert emulator.namespace_label("tenant-go") == "shard0"
 
 

@@ -4,79 +4,31 @@ and `scaler webhook` itself. Also builds AdmissionReview bodies and talks to the
 import json
 import os
 import pathlib
-import socket
-import subprocess
 import sys
-import time
 import uuid
 
 import requests
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
-SCALER = pathlib.Path(os.environ.get("SCALER_BIN", ROOT / "target" / "debug" / "scaler"))
+sys.path.insert(0, str(HERE.parent / "lib"))  # testkit
+from testkit import CA, REPO, Proc, free_port, wait_until  # noqa: E402
+
+SCALER = pathlib.Path(os.environ.get("SCALER_BIN", REPO / "target" / "debug" / "scaler"))
 SHARD_KEY = "sharding.fluxcd.io/key"
 NS_LABEL = "internal.cozystack.io/flux-shard"
 HR_API = "/apis/helm.toolkit.fluxcd.io/v2"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(check, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except (requests.RequestException, OSError) as error:
-            last = error
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+# Only these mean "not up yet" while polling; any other error fails the test at once.
+TRANSIENT = (requests.RequestException, OSError)
 
 
 def make_certs(directory: pathlib.Path, cn: str = "localhost") -> dict:
-    """A throwaway CA and a server certificate for 127.0.0.1/localhost signed by it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    run = lambda *args: subprocess.run(args, cwd=directory, check=True, capture_output=True)
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    if not (directory / "ca.crt").exists():
-        run("openssl", "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=webhook-test-ca")
-    run("openssl", "req", *ec, "-keyout", "tls.key.new", "-out", "tls.csr", "-subj", f"/CN={cn}")
-    (directory / "ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    run("openssl", "x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "tls.crt.new", "-days", "1", "-extfile", "ext")
-    # Replace both files by rename, as a Secret volume update does.
-    os.replace(directory / "tls.key.new", directory / "tls.key")
-    os.replace(directory / "tls.crt.new", directory / "tls.crt")
-    return {"ca": directory / "ca.crt", "cert": directory / "tls.crt", "key": directory / "tls.key"}
-
-
-class Proc:
-    """A child process with its output in a log file, killed on stop()."""
-
-    def __init__(self, args, log: pathlib.Path, env=None):
-        self.log = log
-        self.out = open(log, "wb")
-        self.proc = subprocess.Popen(args, stdout=self.out, stderr=subprocess.STDOUT, env=env)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.out.close()
-
-    def tail(self, n=40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+    """A throwaway CA (kept across calls, so a rotation stays trusted) and a server certificate for
+    127.0.0.1/localhost signed by it, both files replaced by rename as a Secret volume update does."""
+    ca = CA(directory, "webhook-test")
+    pair = ca.issue("tls", cn, hosts=("localhost", "127.0.0.1"))
+    return {"ca": ca.cert, "cert": pair.cert, "key": pair.key}
 
 
 class Emulator:
@@ -91,7 +43,8 @@ class Emulator:
         for ns in stalls:
             args += ["--stall", ns]
         self.proc = Proc(args, tmp / f"emulator-{self.port}.log")
-        wait_until(lambda: requests.get(self.url + "/api/v1/namespaces", timeout=1).ok, what="emulator")
+        wait_until(lambda: requests.get(self.url + "/api/v1/namespaces", timeout=1).ok, what="emulator",
+                   retry=TRANSIENT)
         self.kubeconfig = tmp / f"kubeconfig-{self.port}"
         self.kubeconfig.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "emu",
@@ -146,16 +99,12 @@ class ApiServer:
         import rig
 
         v = rig.versions()
-        bins = rig.controlplane.Binaries(rig.binary("etcd", v["ETCD_VERSION"]),
-                                         rig.binary("kube-apiserver", v["KUBE_VERSION"]), None)
-        self.group = rig.procs.Group(tmp)
-        cp = rig.controlplane.ControlPlane(bins, tmp, self.group)
+        bins = rig.Binaries(rig.binary("etcd", v["ETCD_VERSION"]), rig.binary("kube-apiserver", v["KUBE_VERSION"]),
+                            controller_manager=None)
+        self.group = rig.Group(tmp)
+        cp = rig.ControlPlane(bins, tmp, self.group)
         try:
-            # Only etcd and kube-apiserver: the webhook needs no controllers. (The rig's start()
-            # also runs kube-controller-manager; these steps are its first three.)
-            cp._make_pki()
-            cp._start_etcd()
-            cp._start_apiserver()
+            cp.start_apiserver()  # the webhook needs no controllers
             crd = rig.REPO.parent / "shared/crds/helm.toolkit.fluxcd.io_helmreleases.yaml"
             rig.install_crds(cp.kube, [crd])
         except BaseException:
@@ -183,18 +132,18 @@ class Webhook:
         self.port, self.admin_port = free_port(), free_port()
         self.url = f"https://127.0.0.1:{self.port}/mutate-helmrelease-shard"
         self.admin = f"http://127.0.0.1:{self.admin_port}"
-        env = dict(os.environ, KUBECONFIG=str(emulator.kubeconfig))
         args = [str(SCALER), "webhook", "--listen", f"127.0.0.1:{self.port}",
                 "--admin-listen", f"127.0.0.1:{self.admin_port}", "--tls-cert", str(self.certs["cert"]),
                 "--tls-key", str(self.certs["key"]), "--shards", str(shards), *extra]
-        self.proc = Proc(args, tmp / f"webhook-{self.port}.log", env=env)
+        self.proc = Proc(args, tmp / f"webhook-{self.port}.log", env={"KUBECONFIG": str(emulator.kubeconfig)})
         self.session = requests.Session()
         # Otherwise REQUESTS_CA_BUNDLE from the environment silently replaces `verify`.
         self.session.trust_env = False
         self.session.verify = str(self.certs["ca"])
         try:
-            wait_until(lambda: requests.get(self.admin + "/readyz", timeout=1).status_code == 200, what="webhook /readyz")
-        except AssertionError:
+            wait_until(lambda: requests.get(self.admin + "/readyz", timeout=1).status_code == 200,
+                       what="webhook /readyz", retry=TRANSIENT)
+        except TimeoutError:
             self.stop()
             raise AssertionError("webhook did not become ready:\n" + self.proc.tail())
 

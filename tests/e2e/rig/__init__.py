@@ -7,13 +7,14 @@ import os
 from pathlib import Path
 
 import requests
+from testkit import Proc, free_port, wait_until
 
 from . import keda
 from .cnpg import CnpgStandIn
 from .controlplane import Binaries, ControlPlane
 from .kube import Kube, load_yaml_docs
 from .metrics import Feeder, VictoriaMetrics
-from .procs import Group, Proc, free_port, wait_for
+from .procs import POLL, Group
 
 REPO = Path(__file__).resolve().parents[3]
 TOOLS = Path(os.environ.get("COZY_TOOLS", Path.home() / ".cache/cozy-autoscaling"))
@@ -62,7 +63,7 @@ def install_crds(kube: Kube, files: list[Path]) -> None:
                 return False
         return True
 
-    wait_for("CRDs Established", established, timeout=60)
+    wait_until(established, timeout=60, interval=POLL, what="CRDs Established")
 
 
 class Rig:
@@ -105,9 +106,8 @@ class Rig:
             "--topology", "kube", "--refresh-interval", "1s", "--staleness", "5s",
             "--log-level", "debug"],
             env={"KUBECONFIG": str(self.cp.kubeconfig)})
-        wait_for("scaler /healthz",
-                 lambda: requests.get(f"{self.scaler_admin}/healthz", timeout=1).ok,
-                 timeout=30, proc=self.scaler)
+        wait_until(lambda: requests.get(f"{self.scaler_admin}/healthz", timeout=1).ok,
+                   timeout=30, interval=POLL, what="scaler /healthz", proc=self.scaler)
 
     def stop(self) -> None:
         for part in (self.feeder, self.cnpg):
@@ -116,4 +116,4 @@ class Rig:
         self.group.stop_all()
 
 
-__all__ = ["Rig", "Kube", "REPO", "TOOLS", "free_port", "wait_for"]
+__all__ = ["Rig", "Kube", "REPO", "TOOLS", "POLL"]

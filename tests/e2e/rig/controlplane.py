@@ -14,16 +14,25 @@ from pathlib import Path
 
 import requests
 
-from . import certs
+from testkit import CA, Pair, free_port, openssl, wait_until
+
 from .kube import Kube
-from .procs import Group, free_port, wait_for
+from .procs import POLL, Group
 
 
 @dataclass
 class Binaries:
     etcd: Path
     apiserver: Path
-    controller_manager: Path
+    controller_manager: Path | None  # None: start_apiserver() only
+
+
+def service_account_keys(directory: Path) -> Pair:
+    """The key pair the apiserver signs and verifies service-account tokens with."""
+    key, pub = directory / "sa.key", directory / "sa.pub"
+    openssl("genrsa", "-out", str(key), "2048")
+    openssl("rsa", "-in", str(key), "-pubout", "-out", str(pub))
+    return Pair(pub, key)
 
 
 class ControlPlane:
@@ -44,15 +53,22 @@ class ControlPlane:
 
     # ------------------------------------------------------------------------------------
     def start(self) -> Kube:
-        self._make_pki()
-        self._start_etcd()
-        self._start_apiserver()
+        """The whole control plane: start_apiserver() plus kube-controller-manager (HPA)."""
+        self.start_apiserver()
         self._start_controller_manager()
         return self.kube
 
+    def start_apiserver(self) -> Kube:
+        """etcd and kube-apiserver only, for tests of the API itself (no controllers run); then
+        `kube` and `kubeconfig` are the admin client and its kubeconfig."""
+        self._make_pki()
+        self._start_etcd()
+        self._start_apiserver()
+        return self.kube
+
     def _make_pki(self) -> None:
-        self.ca = certs.CA(self.pki, "cluster")
-        self.front_proxy_ca = certs.CA(self.pki, "front-proxy")
+        self.ca = CA(self.pki, "cluster")
+        self.front_proxy_ca = CA(self.pki, "front-proxy")
         self.serving = self.ca.issue(
             "apiserver", "kube-apiserver",
             hosts=("127.0.0.1", "localhost", f"{self.service_prefix}.1", "kubernetes",
@@ -60,7 +76,7 @@ class ControlPlane:
         self.admin = self.ca.issue("admin", "e2e-admin", org="system:masters", client=True)
         self.proxy_client = self.front_proxy_ca.issue("front-proxy-client", "front-proxy-client",
                                                       client=True)
-        self.sa = certs.service_account_keys(self.pki)
+        self.sa = service_account_keys(self.pki)
 
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()
@@ -73,8 +89,8 @@ class ControlPlane:
             "--initial-cluster", f"e2e=http://127.0.0.1:{peer}",
             "--listen-metrics-urls", f"http://127.0.0.1:{free_port()}",
             "--unsafe-no-fsync", "--log-level", "warn"])
-        wait_for("etcd /health", lambda: requests.get(f"{self.etcd_url}/health", timeout=2).ok,
-                 timeout=30, proc=proc)
+        wait_until(lambda: requests.get(f"{self.etcd_url}/health", timeout=2).ok,
+                   timeout=30, interval=POLL, what="etcd /health", proc=proc)
 
     def _start_apiserver(self) -> None:
         port = free_port()
@@ -107,12 +123,11 @@ class ControlPlane:
             "--enable-aggregator-routing=false",
             "--profiling=false", "--v=1"])
         self.kube = Kube(self.server, str(self.ca.cert), str(self.admin.cert), str(self.admin.key))
-        wait_for("kube-apiserver /readyz",
-                 lambda: self.kube.request("GET", "/readyz") == "ok",
-                 timeout=120, proc=proc)
+        wait_until(lambda: self.kube.request("GET", "/readyz") == "ok",
+                   timeout=120, interval=POLL, what="kube-apiserver /readyz", proc=proc)
         self.kubeconfig = self.write_kubeconfig(self.dir / "admin.kubeconfig", self.admin)
 
-    def write_kubeconfig(self, path: Path, client: certs.Pair) -> Path:
+    def write_kubeconfig(self, path: Path, client: Pair) -> Path:
         path.write_text(f"""apiVersion: v1
 kind: Config
 clusters:
@@ -139,5 +154,5 @@ current-context: e2e
             "--horizontal-pod-autoscaler-sync-period", "3s",
             "--leader-elect=false", "--v=2"])
         # Ready when it has written its first events/leases is hard to observe; its healthz is.
-        wait_for("kube-controller-manager running", lambda: proc.alive() and proc.log.stat().st_size
-                 > 0, timeout=30, proc=proc)
+        wait_until(lambda: proc.alive() and proc.log.stat().st_size > 0,
+                   timeout=30, interval=POLL, what="kube-controller-manager running", proc=proc)

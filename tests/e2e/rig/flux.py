@@ -7,7 +7,9 @@ from pathlib import Path
 
 import requests
 
-from .procs import Group, Proc, free_port, wait_for
+from testkit import Proc, free_port, wait_until
+
+from .procs import POLL, Group
 
 # Flags whose value is a listen address: rebound to free loopback ports (several controllers share
 # this host, where each would have its own pod network namespace in a cluster).
@@ -69,6 +71,6 @@ def start_controller(name: str, binary: Path, args: list[str], kubeconfig: Path,
     largs, health = local_args(args)
     proc = group.start(name, [binary, *largs],
                        env={"RUNTIME_NAMESPACE": namespace, "KUBECONFIG": str(kubeconfig)})
-    wait_for(f"{name} /readyz", lambda: requests.get(
-        f"http://127.0.0.1:{health}/readyz", timeout=1).ok, timeout=60, proc=proc)
+    wait_until(lambda: requests.get(f"http://127.0.0.1:{health}/readyz", timeout=1).ok,
+               timeout=60, interval=POLL, what=f"{name} /readyz", proc=proc)
     return proc

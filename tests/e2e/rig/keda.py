@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from . import certs
+from testkit import CA, free_port, wait_until
+
 from .controlplane import ControlPlane
-from .procs import Group, free_port, wait_for
+from .procs import POLL, Group
 
 NAMESPACE = "keda"
 ADAPTER_SERVICE = "keda-operator-metrics-apiserver"
@@ -22,7 +23,7 @@ def start(cp: ControlPlane, operator_bin: Path, adapter_bin: Path, group: Group)
     # One cert dir for both: KEDA's operator<->adapter gRPC reads ca.crt/tls.crt/tls.key from it,
     # and the same pair serves the adapter's HTTPS to the aggregator.
     cert_dir = cp.dir / "keda-certs"
-    ca = certs.CA(cert_dir, "keda")
+    ca = CA(cert_dir, "keda")
     pair = ca.issue("tls", "keda", hosts=(
         f"{ADAPTER_SERVICE}.{NAMESPACE}.svc", f"keda-operator.{NAMESPACE}.svc.cluster.local",
         "localhost", "127.0.0.1", ip))
@@ -70,4 +71,5 @@ def start(cp: ControlPlane, operator_bin: Path, adapter_bin: Path, group: Group)
         return any(c["type"] == "Available" and c["status"] == "True"
                    for c in svc.get("status", {}).get("conditions", []))
 
-    wait_for(f"APIService {APISERVICE} Available", available, timeout=90, proc=adapter)
+    wait_until(available, timeout=90, interval=POLL, what=f"APIService {APISERVICE} Available",
+               proc=adapter)

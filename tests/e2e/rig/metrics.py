@@ -13,7 +13,9 @@ from pathlib import Path
 import requests
 
 from .cnpg import CnpgStandIn
-from .procs import Group, Proc, free_port, wait_for
+from testkit import Proc, free_port, wait_until
+
+from .procs import POLL, Group
 
 
 @dataclass
@@ -38,9 +40,8 @@ class VictoriaMetrics:
         self.proc = self.group.start("victoria-metrics", [
             binary, f"-httpListenAddr=127.0.0.1:{self.port}", f"-storageDataPath={self.data}",
             "-retentionPeriod=100y", "-search.latencyOffset=0s", "-loggerLevel=WARN"])
-        wait_for("VictoriaMetrics /health",
-                 lambda: requests.get(f"{self.url}/health", timeout=1).text.strip() == "OK",
-                 timeout=20, proc=self.proc)
+        wait_until(lambda: requests.get(f"{self.url}/health", timeout=1).text.strip() == "OK",
+                   timeout=20, interval=POLL, what="VictoriaMetrics /health", proc=self.proc)
         return self
 
     def stop(self) -> None:

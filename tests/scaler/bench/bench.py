@@ -22,10 +22,11 @@ import grpc
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "lib"))
 from cnpg_series import Backend, Cluster, Pod, render  # noqa: E402
 from keda import metadata, stubs  # noqa: E402
 import promtext  # noqa: E402
-from procs import rss_kib  # noqa: E402
+from testkit import rss_kib  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
 
