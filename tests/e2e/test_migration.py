@@ -53,8 +53,8 @@ def check_floor(rig, step: str) -> None:
 def test_migration_never_drops_below_the_floor(rig):
     chart = example_chart()
     helm = Helm(rig.cp.kubeconfig, rig.dir / "helm")
-    # Load that wants exactly the current count: 1 primary + ceil(25 / 10) = 3.
-    rig.feeder.set(NS, RELEASE, connections=25)
+    # Load that wants exactly the current count: 1 primary + ceil(20 / 10) = 3.
+    rig.feeder.set(NS, RELEASE, connections=20)
 
     def step(name: str, **auto) -> dict | None:
         start = time.monotonic()
