@@ -32,20 +32,25 @@ fn shard_of(p: &Placement, ns: &str) -> Option<ShardIndex> {
     p.assignments.get(ns).copied()
 }
 
-#[test]
-fn design_vector_rebalance_moves_one_heavy_tenant() {
+/// The design's rebalance vector: a:30 and b:30 on shard0, c:10 on shard1, K = 2.
+fn design_vector(rebalance_threshold: f64) -> Placement {
     let tenants = [
         t("a", 30, Some(0)),
         t("b", 30, Some(0)),
         t("c", 10, Some(1)),
     ];
-    let p = place(
+    place(
         &tenants,
         &PlacementConfig {
-            rebalance_threshold: 0.25,
+            rebalance_threshold,
             ..cfg(2)
         },
-    );
+    )
+}
+
+#[test]
+fn design_vector_rebalance_moves_one_heavy_tenant() {
+    let p = design_vector(0.25);
     assert_eq!(p.loads, vec![30, 40]);
     // Exactly one of the 30-weight tenants moved; ties go by name, so `a`.
     assert_eq!(shard_of(&p, "a"), Some(1));
@@ -55,18 +60,7 @@ fn design_vector_rebalance_moves_one_heavy_tenant() {
 
 #[test]
 fn design_vector_high_threshold_moves_nothing() {
-    let tenants = [
-        t("a", 30, Some(0)),
-        t("b", 30, Some(0)),
-        t("c", 10, Some(1)),
-    ];
-    let p = place(
-        &tenants,
-        &PlacementConfig {
-            rebalance_threshold: 2.0,
-            ..cfg(2)
-        },
-    );
+    let p = design_vector(2.0);
     assert_eq!(p.loads, vec![60, 10]);
     assert_eq!(shard_of(&p, "a"), Some(0));
 }

@@ -58,25 +58,20 @@ async fn broken_files_fail_at_startup_naming_the_file() {
     let (cert, _) = ca.leaf();
     write(&dir.path("tls.crt"), &cert);
     write(&dir.path("tls.key"), "not a key");
-    let files = TlsFiles {
-        cert: dir.path("tls.crt"),
-        key: dir.path("tls.key"),
-        client_ca: None,
+    let startup_error = |cert: &str| {
+        let files = TlsFiles {
+            cert: dir.path(cert),
+            key: dir.path("tls.key"),
+            client_ca: None,
+        };
+        Reloading::spawn(files, ALPN_GRPC, CancellationToken::new())
+            .err()
+            .unwrap()
+            .to_string()
     };
-    let error = Reloading::spawn(files, ALPN_GRPC, CancellationToken::new())
-        .err()
-        .unwrap()
-        .to_string();
+    let error = startup_error("tls.crt");
     assert!(error.contains("tls.key"), "{error}");
-    let files = TlsFiles {
-        cert: dir.path("missing.crt"),
-        key: dir.path("tls.key"),
-        client_ca: None,
-    };
-    let error = Reloading::spawn(files, ALPN_GRPC, CancellationToken::new())
-        .err()
-        .unwrap()
-        .to_string();
+    let error = startup_error("missing.crt");
     assert!(error.contains("missing.crt"), "{error}");
 }
 
