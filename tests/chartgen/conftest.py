@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testkit import FLUX_AIO_FIXTURE as FLUX_FIXTURE  # noqa: F401 (re-exported to the tests)
 from validate import validate_all
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,7 +18,6 @@ CHARTGEN = Path(os.environ.get("CHARTGEN_BIN", REPO / "target/debug/chartgen"))
 EXAMPLE = REPO / "charts/example-postgres"
 PRISTINE = REPO / "tests/chartgen/fixtures/example-postgres"
 PACKAGE = REPO / "charts/cozy-autoscaling"
-FLUX_FIXTURE = REPO.parent / "shared/fixtures/flux-aio-deployment.yaml"
 
 
 @pytest.fixture(scope="session")

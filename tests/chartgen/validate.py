@@ -1,20 +1,20 @@
 """Schema validation of rendered objects.
 
 Kubernetes kinds: kubernetes-validate in strict mode (unknown fields fail). KEDA, CNPG and Flux
-kinds: the upstream CRD openAPIV3Schema from ../shared/crds, made strict the same way (every
+kinds: the upstream CRD openAPIV3Schema (tests/lib/upstream.sh, pinned versions), made strict the same way (every
 object schema that lists properties gets additionalProperties: false unless it preserves unknown
 fields). Kinds whose CRDs are not available offline only get a structural check and are listed.
 """
 import copy
 import os
-from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
 import yaml
+from testkit import crd_files
 
 K8S_VERSION = "1.33"
-CRD_DIR = Path(os.environ.get("COZY_CRDS", Path(__file__).resolve().parents[3] / "shared/crds"))
+CRD_FILES = crd_files("keda", "cnpg", "helm-controller")
 # No CRD for these is available offline (cert-manager, prometheus-operator, VictoriaMetrics operator).
 STRUCTURAL_ONLY = {
     ("cert-manager.io/v1", "Issuer"),
@@ -62,14 +62,14 @@ def defaulted(obj):
 
 def _load_crds():
     out = {}
-    for path in sorted(CRD_DIR.glob("*.yaml")):
+    for path in CRD_FILES:
         crd = yaml.safe_load(path.read_text())
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for v in crd["spec"]["versions"]:
             schema = strictify(copy.deepcopy(v["schema"]["openAPIV3Schema"]))
             out[(f"{group}/{v['name']}", kind)] = jsonschema.Draft7Validator(schema)
     if not out:
-        raise RuntimeError(f"no CRDs under {CRD_DIR}; set COZY_CRDS")
+        raise RuntimeError("no upstream CRDs found: run tests/lib/setup.sh")
     return out
 
 

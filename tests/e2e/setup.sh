@@ -5,8 +5,8 @@
 # they pin different k8s.io versions. Builds run one at a time, niced: the machine is shared.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=tests/e2e/lib/versions.sh
-. "$HERE/lib/versions.sh"
+# shellcheck source=tests/lib/versions.sh
+. "$HERE/../lib/versions.sh"
 : "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
 BIN="$COZY_TOOLS/e2e/bin"
 mkdir -p "$BIN"
@@ -51,20 +51,3 @@ build kube-controller-manager "$KUBE_VERSION" kube k8s.io/kubernetes/cmd/kube-co
 build keda-operator "$KEDA_VERSION" keda github.com/kedacore/keda/v2/cmd/operator
 build keda-adapter "$KEDA_VERSION" keda github.com/kedacore/keda/v2/cmd/adapter
 build helm-controller "$HELM_CONTROLLER_VERSION" flux github.com/fluxcd/helm-controller
-
-# Upstream CRDs matching the built versions, copied out of the module cache: the shared/crds copies
-# lack KEDA's ScaledJob and eventing CRDs and Flux's source CRDs, which the controllers watch.
-copy_crds() { # NAME MODULE VERSION
-  local out="$COZY_TOOLS/e2e/crds/$1-$3"
-  if [[ -d "$out" ]]; then return 0; fi
-  local dir
-  # Outside any module, so no go.mod/go.sum is touched.
-  dir=$(cd "${TMPDIR:-/tmp}" && go mod download -json "$2@$3" |
-        "$COZY_TOOLS/venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
-  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-  cp "$dir"/config/crd/bases/*.yaml "$out.tmp/"
-  mv "$out.tmp" "$out"
-}
-copy_crds keda github.com/kedacore/keda/v2 "$KEDA_VERSION"
-copy_crds helm-controller github.com/fluxcd/helm-controller "$HELM_CONTROLLER_VERSION"
-copy_crds source-controller github.com/fluxcd/source-controller "$SOURCE_CONTROLLER_VERSION"

@@ -10,19 +10,18 @@ import yaml
 
 from chartsource import ChartServer
 from rig import POLL, REPO, binary
-from testkit import wait_until
+from testkit import FLUX_AIO_FIXTURE, wait_until
 from rig.flux import container_args, selector_of, start_controller
 
 FLUX_NS = "cozy-fluxcd"
 NS = "tenant-shards"
 HR = "helm.toolkit.fluxcd.io/v2"
-FIXTURE = REPO.parent / "shared/fixtures/flux-aio-deployment.yaml"
 KEY = "sharding.fluxcd.io/key"
 
 
 def render_shards(count: int) -> list[dict]:
     chartgen = REPO / "target/debug/chartgen"
-    r = subprocess.run([chartgen, "shards", "--flux-deployment", FIXTURE, "--count", str(count)],
+    r = subprocess.run([chartgen, "shards", "--flux-deployment", FLUX_AIO_FIXTURE, "--count", str(count)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"`chartgen shards` is not available yet (issue 3): {r.stderr.strip()[:300]}")
@@ -61,7 +60,7 @@ def mentions(proc, name: str) -> bool:
 def controllers(rig):
     """[(name, container args, shard key or None for main)]: two rendered shards, then main."""
     deployments = render_shards(2)
-    main = next(d for d in yaml.safe_load_all(FIXTURE.read_text()) if d and d["kind"] == "Deployment")
+    main = next(d for d in yaml.safe_load_all(FLUX_AIO_FIXTURE.read_text()) if d and d["kind"] == "Deployment")
     rig.kube.ensure_namespace(FLUX_NS)
     rig.kube.ensure_namespace(NS)
     server = ChartServer()

@@ -14,6 +14,36 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[2]
+TOOLS = Path(os.environ.get("COZY_TOOLS", Path.home() / ".cache/cozy-autoscaling"))
+
+
+def versions() -> dict[str, str]:
+    """The upstream versions pinned in tests/lib/versions.sh."""
+    out = {}
+    for line in (REPO / "tests/lib/versions.sh").read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def upstream(name: str) -> Path:
+    """The folder tests/lib/upstream.sh filled for upstream `name` (keda, helm-controller,
+    source-controller, cnpg) at its pinned version."""
+    key = {"keda": "KEDA_VERSION", "helm-controller": "HELM_CONTROLLER_VERSION",
+           "source-controller": "SOURCE_CONTROLLER_VERSION", "cnpg": "CNPG_VERSION"}[name]
+    path = TOOLS / "upstream" / f"{name}-{versions()[key]}"
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is missing: run tests/lib/setup.sh (it runs tests/lib/upstream.sh)")
+    return path
+
+
+def crd_files(*names: str) -> list[Path]:
+    """Every upstream CRD file of the named upstreams, in a stable order."""
+    return [f for n in names for f in sorted(upstream(n).glob("*.yaml")) if f.name != "default-monitoring.yaml"]
+
+
+FLUX_AIO_FIXTURE = REPO / "tests/lib/fixtures/flux-aio-deployment.yaml"
 
 
 def free_port() -> int:

@@ -105,8 +105,7 @@ class ApiServer:
         cp = rig.ControlPlane(bins, tmp, self.group)
         try:
             cp.start_apiserver()  # the webhook needs no controllers
-            crd = rig.REPO.parent / "shared/crds/helm.toolkit.fluxcd.io_helmreleases.yaml"
-            rig.install_crds(cp.kube, [crd])
+            rig.install_crds(cp.kube, rig.upstream_crd_files("helm-controller"))
         except BaseException:
             self.group.stop_all()
             raise

