@@ -6,7 +6,6 @@ object schema that lists properties gets additionalProperties: false unless it p
 fields). Kinds whose CRDs are not available offline only get a structural check and are listed.
 """
 import copy
-import os
 
 import jsonschema
 import kubernetes_validate

@@ -3,7 +3,6 @@ all processes on loopback, built by tests/e2e/setup.sh into $COZY_TOOLS/e2e."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import requests
