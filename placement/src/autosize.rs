@@ -22,30 +22,14 @@ pub const SCALE_UP_PER_SHARD: u64 = 120;
 /// Shrink only once the running shards carry fewer than this many HelmReleases each.
 pub const SCALE_DOWN_PER_SHARD: u64 = 60;
 
-/// How the shard count is chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShardCountMode {
-    /// Follow [`recommended_shard_count`] with hysteresis.
-    Auto,
-    /// A fixed count (0 is treated as 1).
-    Fixed(u64),
-}
-
-/// The shard count to run, given `current` running shards (§2.6 `EffectiveShardCount`).
+/// The shard count automatic sizing would run, given `current` running shards (§2.6
+/// `EffectiveShardCount` in auto mode; a fixed count needs no function).
 ///
 /// The band between 60 and 120 HelmReleases per shard keeps the count from flapping around
 /// the 100-per-shard target. `H/current` is compared exactly (no integer division), so
 /// 241 releases on 2 shards (120.5 each) do scale up.
-pub fn effective_shard_count(
-    mode: ShardCountMode,
-    helmreleases: u64,
-    tenants: u64,
-    current: u64,
-) -> u64 {
-    let desired = match mode {
-        ShardCountMode::Fixed(count) => return count.max(1),
-        ShardCountMode::Auto => recommended_shard_count(helmreleases, tenants),
-    };
+pub fn effective_shard_count(helmreleases: u64, tenants: u64, current: u64) -> u64 {
+    let desired = recommended_shard_count(helmreleases, tenants);
     if current < 1 || desired == current {
         return desired.max(current);
     }
@@ -83,7 +67,7 @@ mod tests {
             (99, 10, 1, 1),
         ] {
             assert_eq!(
-                effective_shard_count(ShardCountMode::Auto, h, t, current),
+                effective_shard_count(h, t, current),
                 want,
                 "H={h} T={t} current={current}"
             );
@@ -93,25 +77,13 @@ mod tests {
     #[test]
     fn effective_hysteresis_edges() {
         // Exactly 120 per shard is not crowded; 120.5 is.
-        assert_eq!(effective_shard_count(ShardCountMode::Auto, 240, 10, 2), 2);
-        assert_eq!(effective_shard_count(ShardCountMode::Auto, 241, 10, 2), 3);
+        assert_eq!(effective_shard_count(240, 10, 2), 2);
+        assert_eq!(effective_shard_count(241, 10, 2), 3);
         // Exactly 60 per shard is not sparse.
-        assert_eq!(effective_shard_count(ShardCountMode::Auto, 180, 10, 3), 3);
-        assert_eq!(effective_shard_count(ShardCountMode::Auto, 179, 10, 3), 2);
+        assert_eq!(effective_shard_count(180, 10, 3), 3);
+        assert_eq!(effective_shard_count(179, 10, 3), 2);
         // More shards running than recommended but none of them crowded: keep.
-        assert_eq!(effective_shard_count(ShardCountMode::Auto, 500, 10, 6), 6);
-    }
-
-    #[test]
-    fn fixed_mode_ignores_load() {
-        assert_eq!(
-            effective_shard_count(ShardCountMode::Fixed(4), 10_000, 1, 2),
-            4
-        );
-        assert_eq!(
-            effective_shard_count(ShardCountMode::Fixed(0), 10_000, 1, 2),
-            1
-        );
+        assert_eq!(effective_shard_count(500, 10, 6), 6);
     }
 
     proptest::proptest! {
@@ -125,7 +97,7 @@ mod tests {
         #[test]
         fn effective_moves_towards_recommended(h in 0u64..5_000, t in 0u64..64, current in 0u64..20) {
             let desired = recommended_shard_count(h, t);
-            let k = effective_shard_count(ShardCountMode::Auto, h, t, current);
+            let k = effective_shard_count(h, t, current);
             // Hysteresis only ever keeps the running count or jumps to the recommendation.
             proptest::prop_assert!(k == current || k == desired);
         }

@@ -4,6 +4,7 @@
 
 pub mod autosize;
 pub mod placement;
+pub mod plan;
 pub mod shard;
 pub mod tenant;
 

@@ -7,8 +7,6 @@ use std::fmt;
 
 /// Shard label on HelmReleases.
 pub const SHARD_KEY_LABEL: &str = "sharding.fluxcd.io/key";
-/// Legacy value of [`SHARD_KEY_LABEL`]: the release waits for a shard.
-pub const LEGACY_SHARD_KEY: &str = "tenants";
 /// Assignment label on tenant Namespaces.
 pub const NAMESPACE_SHARD_LABEL: &str = "internal.cozystack.io/flux-shard";
 /// Prefix of every shard name and of shard Deployment names after `helm-controller-`.
