@@ -16,23 +16,76 @@ explicit 0. Two instances minimum, because the load query counts standbys and de
 {{/*
 How the [[ spec.field ]] field renders:
   static  off, dryRun or transition: `[[ spec.field ]]: .Values.[[ spec.values_key ]]`, exactly as before autoscaling;
-  omit    active, replicaMode=omit: the field is left out, so neither Helm nor Flux fights the HPA;
-  seed    active, replicaMode=seed: a constant max(.Values.[[ spec.values_key ]], floor) (Cozystack decision 0001,
-          for client-side apply, where an unchanged constant produces no patch).
+  live    active: the live [[ spec.target_kind ]]'s own count, raised to the floor; on a first install (or wherever
+          `lookup` sees nothing: helm template, client dry-run) max(.Values.[[ spec.values_key ]], floor).
+The field is never left out and never set away from the live count, so no apply mode (Helm 3 merge
+patch, Helm 4 or Flux client- or server-side apply) deletes it or reverts the HPA: the last manifest
+that owned the field always carries the value the HPA left (docs/chartgen.md, "Replica field").
 */}}
 {{- define "[[ chart ]].autoscaling.replicaField" -}}
 {{- $a := .Values.autoscaling -}}
 {{- if or (not $a.enabled) $a.dryRun $a.transition -}}
 static
-{{- else if has $a.replicaMode (list "omit" "seed") -}}
-{{ $a.replicaMode }}
 {{- else -}}
-{{ fail (printf "autoscaling.replicaMode must be omit or seed, got %v" $a.replicaMode) }}
+live
 {{- end -}}
 {{- end }}
 
-{{- define "[[ chart ]].autoscaling.seed" -}}
-{{- max (int .Values.[[ spec.values_key ]]) (int (include "[[ chart ]].autoscaling.floor" .)) -}}
+{{/* spec.[[ spec.field ]] of the live [[ spec.target_kind ]], or "" when there is none or it is not a number. */}}
+{{- define "[[ chart ]].autoscaling.liveCount" -}}
+{{- $live := lookup "[[ spec.target_api_version ]]" "[[ spec.target_kind ]]" .Release.Namespace ([[ spec.target_name ]]) -}}
+{{- $count := dig "spec" "[[ spec.field ]]" "" $live -}}
+{{- if or (kindIs "int64" $count) (kindIs "float64" $count) (kindIs "int" $count) -}}
+{{- int $count -}}
+{{- end -}}
+{{- end }}
+
+{{/* The active count: the live one, else .Values.[[ spec.values_key ]]; never below the floor. */}}
+{{- define "[[ chart ]].autoscaling.instances" -}}
+{{- $live := include "[[ chart ]].autoscaling.liveCount" . -}}
+{{- $count := ternary $live (toString .Values.[[ spec.values_key ]]) (ne $live "") -}}
+{{- max (int $count) (int (include "[[ chart ]].autoscaling.floor" .)) -}}
+{{- end }}
+
+{{/*
+Hand-back guard: pausing or turning off autoscaling makes `[[ spec.values_key ]]` the count again. While the
+HPA drives the live [[ spec.target_kind ]] (our ScaledObject is live and not paused), refuse a `[[ spec.values_key ]]`
+other than the live count, so the hand-back never moves it. Acts only where `lookup` sees the
+cluster (installs, upgrades, Flux); `helm template` renders as before.
+*/}}
+{{- define "[[ chart ]].autoscaling.handbackGuard" -}}
+{{- if and (eq (include "[[ chart ]].autoscaling.replicaField" .) "static") (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") -}}
+{{- $so := lookup "keda.sh/v1alpha1" "ScaledObject" .Release.Namespace ([[ spec.target_name ]]) -}}
+{{- $ours := eq (dig "metadata" "labels" "app.kubernetes.io/instance" "" $so) .Release.Name -}}
+{{- $pausedOut := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-out" "" $so)) "true" -}}
+{{- $pausedIn := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-in" "" $so)) "true" -}}
+{{- $live := include "[[ chart ]].autoscaling.liveCount" . -}}
+{{- if and $ours (not (and $pausedIn $pausedOut)) (ne $live "") (ne (int $live) (int .Values.[[ spec.values_key ]])) -}}
+{{- fail (printf "[[ spec.values_key ]] (%d) differs from the live [[ spec.field ]] (%s) the autoscaler set: set [[ spec.values_key ]] to %s to pause or turn off autoscaling without moving the count, and change it in a later upgrade if you want another count" (int .Values.[[ spec.values_key ]]) $live $live) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+HPA behaviour: autoscaling.behavior, plus autoscaling.tolerance in both directions where the
+cluster has per-HPA tolerance (Kubernetes >= 1.35, HPAConfigurableTolerance on by default; KEDA
+>= 2.18 passes it on). The scaler's metric already encodes the exact count, so 0 lets a +-1 step
+through above ten instances, which the default 10 % would swallow. Older clusters get no field
+and keep the 10 %; a direction's own behavior tolerance wins; tolerance null renders none.
+*/}}
+{{- define "[[ chart ]].autoscaling.behavior" -}}
+{{- $a := .Values.autoscaling -}}
+{{- $behavior := deepCopy ($a.behavior | default dict) -}}
+{{- if and (not (kindIs "invalid" $a.tolerance)) (semverCompare ">=1.35.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- range $direction := list "scaleUp" "scaleDown" -}}
+{{- $policy := get $behavior $direction | default dict -}}
+{{- if not (hasKey $policy "tolerance") -}}
+{{- $_ := set $policy "tolerance" (toString $a.tolerance) -}}
+{{- end -}}
+{{- $_ := set $behavior $direction $policy -}}
+{{- end -}}
+{{- end -}}
+{{- if $behavior }}{{ toYaml $behavior }}{{ end -}}
 {{- end }}
 
 {{/* Render-time guards (cozystack-designs.md §1.3, §1.7): each fails with the fix in the message. */}}

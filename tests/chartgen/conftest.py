@@ -34,8 +34,10 @@ class Helm:
                    HELM_CONFIG_HOME=str(self.home / "config"), HELM_DATA_HOME=str(self.home / "data"))
         return subprocess.run([str(self.binary), *map(str, args)], capture_output=True, text=True, env=env)
 
-    def template(self, chart, sets=(), keda=True, release="pg", namespace="tenant-a"):
+    def template(self, chart, sets=(), keda=True, release="pg", namespace="tenant-a", kube_version=None):
         args = ["template", release, chart, "--namespace", namespace]
+        if kube_version:
+            args += ["--kube-version", kube_version]
         for s in sets:
             args += ["--set", s]
         if keda:

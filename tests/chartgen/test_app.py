@@ -3,7 +3,7 @@ and helm 4, asserted on parsed objects that pass schema validation."""
 import pytest
 
 from conftest import EXAMPLE, PRISTINE, docs, one
-from validate import defaulted, validate_all
+from validate import validate_all
 
 ON = ["autoscaling.enabled=true"]
 PAUSE_IN, PAUSE_OUT, PAUSED = (
@@ -23,13 +23,11 @@ def test_off_renders_exactly_the_original_chart(helm, sets, keda):
     assert one(objs, "Cluster")["spec"]["instances"] == (5 if sets else 2)
 
 
-def test_on_omits_instances_and_renders_the_scaledobject(helm):
-    objs = helm.render(EXAMPLE, ON + ["replicas=3"])
-    cluster = one(objs, "Cluster")
-    assert "instances" not in cluster["spec"]
-    # Documented hazard of omit mode: the API server defaults the field to CNPG's 1 until
-    # KEDA's HPA raises it to minReplicaCount (docs/chartgen.md, "omit vs seed").
-    assert defaulted(cluster)["spec"]["instances"] == 1
+def test_on_renders_the_count_and_the_scaledobject(helm):
+    objs = helm.render(EXAMPLE, ON + ["replicas=3"], kube_version="1.34.0")
+    # Never omitted: `helm template` has no live Cluster to look up, so the count is
+    # max(replicas, floor); installs and upgrades render the live count (tests/e2e).
+    assert one(objs, "Cluster")["spec"]["instances"] == 3
     so = one(objs, "ScaledObject", "pg")
     assert so["apiVersion"] == "keda.sh/v1alpha1"
     assert not so["metadata"].get("annotations"), "active autoscaling must not be paused"
@@ -73,18 +71,46 @@ def test_transition_and_dry_run_keep_the_count_and_pause_both_ways(helm, mode, d
     assert so["spec"]["triggers"][0]["metadata"]["dryRun"] == dry
 
 
-@pytest.mark.parametrize("replicas,seed", [(1, 3), (5, 5)])
-def test_seed_mode_renders_the_constant_max_of_replicas_and_floor(helm, replicas, seed):
-    objs = helm.render(EXAMPLE, ON + ["autoscaling.replicaMode=seed", f"replicas={replicas}",
-                                      "autoscaling.minReplicas=3"])
-    assert one(objs, "Cluster")["spec"]["instances"] == seed
+@pytest.mark.parametrize("replicas,count", [(1, 3), (5, 5)])
+def test_without_a_live_cluster_the_count_is_replicas_raised_to_the_floor(helm, replicas, count):
+    objs = helm.render(EXAMPLE, ON + [f"replicas={replicas}", "autoscaling.minReplicas=3"])
+    assert one(objs, "Cluster")["spec"]["instances"] == count
     assert not one(objs, "ScaledObject")["metadata"].get("annotations")
 
 
-def test_seed_mode_in_transition_is_still_static(helm):
-    objs = helm.render(EXAMPLE, ON + ["autoscaling.replicaMode=seed", "autoscaling.transition=true",
-                                      "replicas=1", "autoscaling.minReplicas=3"])
+def test_transition_is_static_even_below_the_floor(helm):
+    objs = helm.render(EXAMPLE, ON + ["autoscaling.transition=true", "replicas=1", "autoscaling.minReplicas=3"])
     assert one(objs, "Cluster")["spec"]["instances"] == 1
+
+
+def behavior(objs):
+    return one(objs, "ScaledObject")["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+
+
+@pytest.mark.parametrize("kube", ["1.35.0", "1.37.2", "v1.35.1-gke.1200"])
+def test_tolerance_is_rendered_both_ways_from_kubernetes_1_35(helm, kube):
+    b = behavior(helm.render(EXAMPLE, ON, kube_version=kube))
+    assert b["scaleUp"] == {"stabilizationWindowSeconds": 300, "tolerance": "0"}
+    assert b["scaleDown"]["tolerance"] == "0" and b["scaleDown"]["stabilizationWindowSeconds"] == 1800
+
+
+@pytest.mark.parametrize("kube", ["1.33.0", "1.34.9"])
+def test_no_tolerance_before_kubernetes_1_35(helm, kube):
+    b = behavior(helm.render(EXAMPLE, ON, kube_version=kube))
+    assert "tolerance" not in b["scaleUp"] and "tolerance" not in b["scaleDown"]
+
+
+def test_tolerance_value_null_and_per_direction_override(helm):
+    b = behavior(helm.render(EXAMPLE, ON + ["autoscaling.tolerance=2", "autoscaling.behavior.scaleDown.tolerance=0.5"],
+                             kube_version="1.36.0"))
+    assert (b["scaleUp"]["tolerance"], b["scaleDown"]["tolerance"]) == ("2", "0.5")
+    b = behavior(helm.render(EXAMPLE, ON + ["autoscaling.tolerance=null"], kube_version="1.36.0"))
+    assert "tolerance" not in b["scaleUp"] and "tolerance" not in b["scaleDown"]
+    # Without any behaviour the tolerance alone is rendered.
+    b = behavior(helm.render(EXAMPLE, ON + ["autoscaling.behavior.scaleUp=null", "autoscaling.behavior.scaleDown=null"], kube_version="1.36.0"))
+    assert b == {"scaleUp": {"tolerance": "0"}, "scaleDown": {"tolerance": "0"}}
+    out = helm.template(EXAMPLE, ON + ["autoscaling.tolerance=-1"])
+    assert out.returncode != 0 and "tolerance" in out.stderr
 
 
 def test_behavior_is_overridable(helm):
@@ -115,6 +141,6 @@ def test_guard_boundaries_render(helm):
     assert one(objs, "ScaledObject")["spec"]["maxReplicaCount"] == 100
 
 
-def test_schema_rejects_unknown_modes(helm):
-    out = helm.template(EXAMPLE, ON + ["autoscaling.replicaMode=sometimes"])
-    assert out.returncode != 0 and "replicaMode" in out.stderr
+def test_schema_rejects_unknown_metrics(helm):
+    out = helm.template(EXAMPLE, ON + ["autoscaling.metric=Writes"])
+    assert out.returncode != 0 and "metric" in out.stderr

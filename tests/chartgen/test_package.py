@@ -1,8 +1,10 @@
 """The cozy-autoscaling package chart rendered by helm 3 and helm 4: every object schema-valid,
 and the scaler, webhook and shard pieces shaped as the contracts require."""
 import pytest
+import yaml
 
-from conftest import PACKAGE, one
+from conftest import EXAMPLE, PACKAGE, one
+from validate import validate
 
 NS = "cozy-autoscaling"
 
@@ -119,3 +121,19 @@ def test_webhook_can_be_disabled(helm):
 def test_shard_count_below_one_is_refused(helm):
     out = helm.template(PACKAGE, ["shards.count=0"], keda=False)
     assert out.returncode != 0 and "count" in out.stderr
+
+
+def test_tenant_helmrelease_example_ignores_the_hpa_owned_count(helm):
+    """The documented tenant HelmRelease is a valid Flux object whose drift detection leaves the
+    Cluster's instance count to the HPA, and its values render with the example app chart."""
+    [hr] = [d for d in yaml.safe_load_all((PACKAGE / "examples/tenant-helmrelease.yaml").read_text()) if d]
+    validate(hr)
+    drift = hr["spec"]["driftDetection"]
+    assert drift["mode"] == "enabled"
+    assert {"paths": ["/spec/instances"], "target": {"group": "postgresql.cnpg.io", "kind": "Cluster"}} in drift["ignore"]
+    values = hr["spec"]["values"]
+    sets = [f"replicas={values['replicas']}"] + [
+        f"autoscaling.{k}={str(v).lower() if isinstance(v, bool) else v}"
+        for k, v in values["autoscaling"].items()]
+    objs = helm.render(EXAMPLE, sets)
+    assert one(objs, "Cluster")["spec"]["instances"] == 3

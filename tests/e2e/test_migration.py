@@ -1,5 +1,5 @@
 """The example app chart installed and upgraded with the real helm through the documented migration
-sequence off -> transition -> on -> off (seed mode, client-side apply; docs/chartgen.md) while KEDA
+sequence off -> transition -> on -> off (client-side apply; docs/chartgen.md) while KEDA
 and the HPA run: the live Cluster never has fewer instances than the quorum floor (every
 spec.instances value the CNPG stand-in sees is recorded), and a routine upgrade while autoscaling
 is on keeps the HPA's count."""
@@ -19,13 +19,13 @@ CNPG = "postgresql.cnpg.io/v1"
 CSA = "--server-side=false"
 
 
-def values(rig, **autoscaling) -> dict:
+def values(rig, replicas: int = REPLICAS, **autoscaling) -> dict:
     return {
-        "replicas": REPLICAS,
+        "replicas": replicas,
         "quorum": {"minSyncReplicas": 1, "maxSyncReplicas": 1},
         "autoscaling": {
             "scalerAddress": f"127.0.0.1:{rig.scaler_port}", "minReplicas": FLOOR,
-            "maxReplicas": 5, "target": 10, "metric": "ReadConnections", "replicaMode": "seed",
+            "maxReplicas": 5, "target": 10, "metric": "ReadConnections",
             "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
                          "scaleDown": {"stabilizationWindowSeconds": 3,
                                        "policies": [{"type": "Pods", "value": 1,
@@ -56,9 +56,9 @@ def test_migration_never_drops_below_the_floor(rig):
     # Load that wants exactly the current count: 1 primary + ceil(20 / 10) = 3.
     rig.feeder.set(NS, RELEASE, connections=20)
 
-    def step(name: str, **auto) -> dict | None:
+    def step(name: str, replicas: int = REPLICAS, **auto) -> dict | None:
         start = time.monotonic()
-        helm.upgrade_install(RELEASE, chart, NS, values(rig, **auto), CSA)
+        helm.upgrade_install(RELEASE, chart, NS, values(rig, replicas, **auto), CSA)
         wait_until(lambda: rig.kube.get(CNPG, "Cluster", RELEASE, NS),
                    timeout=30, interval=POLL, what=f"Cluster after '{name}'")
         wait_until(lambda: settled(rig, start),
@@ -87,9 +87,9 @@ def test_migration_never_drops_below_the_floor(rig):
     step("on again", enabled=True, transition=False)
     assert instances(rig) == 4
 
-    # Back off: the HPA is gone with the ScaledObject. Helm's client-side patch of a custom resource
-    # is old-vs-new manifest (seed 3 -> static 3: empty), so the live count the HPA left stays.
-    assert step("off", enabled=False) is None
+    # Back off with replicas = the live count (the hand-back guard refuses anything else while the
+    # HPA drives the count): the HPA is gone with the ScaledObject and the count stays.
+    assert step("off", 4, enabled=False) is None
     wait_until(lambda: rig.kube.get("autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{RELEASE}",
                                     NS) is None,
                timeout=30, interval=POLL, what="KEDA to remove the HPA")

@@ -45,8 +45,8 @@ impl ReplicaLine<'_> {
         let indent: String = original.chars().take_while(|c| c.is_whitespace()).collect();
         let c = self.chart;
         format!(
-            "{head}\n{original}\n{{{{- else if eq (include \"{c}.autoscaling.replicaField\" $) \"seed\" }}}}\n\
-             {indent}{field}: {{{{ include \"{c}.autoscaling.seed\" $ }}}}\n{{{{- end }}}}\n",
+            "{head}\n{original}\n{{{{- else }}}}\n\
+             {indent}{field}: {{{{ include \"{c}.autoscaling.instances\" $ }}}}\n{{{{- end }}}}\n",
             head = self.head(),
             field = self.field,
         )
@@ -150,7 +150,7 @@ mod tests {
         assert_eq!(
             r.text,
             "spec:\n{{- if eq (include \"pg.autoscaling.replicaField\" $) \"static\" }}\n  instances: {{ .Values.replicas }}\n\
-             {{- else if eq (include \"pg.autoscaling.replicaField\" $) \"seed\" }}\n  instances: {{ include \"pg.autoscaling.seed\" $ }}\n\
+             {{- else }}\n  instances: {{ include \"pg.autoscaling.instances\" $ }}\n\
              {{- end }}\n  imageName: x\n"
         );
     }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 pub const KEY: &str = "autoscaling";
 
 /// Defaults in the order the block lists them (cozystack-designs.md §1.5, plus the scaler
-/// address, the replica mode and the HPA behaviour).
+/// address, the HPA tolerance and the HPA behaviour).
 pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
     vec![
         ("enabled", json!(false)),
@@ -19,7 +19,7 @@ pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
         ("maxReplicationLagSeconds", json!(0)),
         ("dryRun", json!(false)),
         ("transition", json!(false)),
-        ("replicaMode", json!("omit")),
+        ("tolerance", json!(0)),
         (
             "behavior",
             json!({
@@ -32,6 +32,10 @@ pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
         ),
     ]
 }
+
+/// Keys earlier chartgen versions generated and that mean nothing now; a re-run drops them
+/// (`replicaMode`: the omit and seed modes were replaced by the live count, docs/chartgen.md).
+const RETIRED: &[&str] = &["replicaMode"];
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ValuesError {
@@ -76,6 +80,9 @@ pub fn merge(
         Some(Value::Object(m)) => m.clone(),
         Some(other) => return Err(ValuesError::BlockNotMapping(other.to_string())),
     };
+    for key in RETIRED {
+        have.remove(*key);
+    }
     let mut known = serde_json::Map::new();
     for (k, default) in defaults {
         known.insert(k.to_owned(), have.remove(k).unwrap_or(default));
@@ -181,6 +188,8 @@ mod tests {
         assert_eq!(m.known["maxReplicas"], json!(6));
         assert_eq!(m.known["scalerAddress"], json!("s:1"));
         assert_eq!(m.extra["custom"], json!("x"));
+        let retired = merge("autoscaling:\n  replicaMode: omit\n", defaults("s")).unwrap();
+        assert!(!retired.extra.contains_key("replicaMode"));
         let keys: Vec<&String> = m.known.keys().collect();
         assert_eq!(keys[0], "enabled");
         assert_eq!(keys[10], "behavior");

@@ -16,23 +16,76 @@ explicit 0. Two instances minimum, because the load query counts standbys and de
 {{/*
 How the instances field renders:
   static  off, dryRun or transition: `instances: .Values.replicas`, exactly as before autoscaling;
-  omit    active, replicaMode=omit: the field is left out, so neither Helm nor Flux fights the HPA;
-  seed    active, replicaMode=seed: a constant max(.Values.replicas, floor) (Cozystack decision 0001,
-          for client-side apply, where an unchanged constant produces no patch).
+  live    active: the live Cluster's own count, raised to the floor; on a first install (or wherever
+          `lookup` sees nothing: helm template, client dry-run) max(.Values.replicas, floor).
+The field is never left out and never set away from the live count, so no apply mode (Helm 3 merge
+patch, Helm 4 or Flux client- or server-side apply) deletes it or reverts the HPA: the last manifest
+that owned the field always carries the value the HPA left (docs/chartgen.md, "Replica field").
 */}}
 {{- define "example-postgres.autoscaling.replicaField" -}}
 {{- $a := .Values.autoscaling -}}
 {{- if or (not $a.enabled) $a.dryRun $a.transition -}}
 static
-{{- else if has $a.replicaMode (list "omit" "seed") -}}
-{{ $a.replicaMode }}
 {{- else -}}
-{{ fail (printf "autoscaling.replicaMode must be omit or seed, got %v" $a.replicaMode) }}
+live
 {{- end -}}
 {{- end }}
 
-{{- define "example-postgres.autoscaling.seed" -}}
-{{- max (int .Values.replicas) (int (include "example-postgres.autoscaling.floor" .)) -}}
+{{/* spec.instances of the live Cluster, or "" when there is none or it is not a number. */}}
+{{- define "example-postgres.autoscaling.liveCount" -}}
+{{- $live := lookup "postgresql.cnpg.io/v1" "Cluster" .Release.Namespace (.Release.Name) -}}
+{{- $count := dig "spec" "instances" "" $live -}}
+{{- if or (kindIs "int64" $count) (kindIs "float64" $count) (kindIs "int" $count) -}}
+{{- int $count -}}
+{{- end -}}
+{{- end }}
+
+{{/* The active count: the live one, else .Values.replicas; never below the floor. */}}
+{{- define "example-postgres.autoscaling.instances" -}}
+{{- $live := include "example-postgres.autoscaling.liveCount" . -}}
+{{- $count := ternary $live (toString .Values.replicas) (ne $live "") -}}
+{{- max (int $count) (int (include "example-postgres.autoscaling.floor" .)) -}}
+{{- end }}
+
+{{/*
+Hand-back guard: pausing or turning off autoscaling makes `replicas` the count again. While the
+HPA drives the live Cluster (our ScaledObject is live and not paused), refuse a `replicas`
+other than the live count, so the hand-back never moves it. Acts only where `lookup` sees the
+cluster (installs, upgrades, Flux); `helm template` renders as before.
+*/}}
+{{- define "example-postgres.autoscaling.handbackGuard" -}}
+{{- if and (eq (include "example-postgres.autoscaling.replicaField" .) "static") (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") -}}
+{{- $so := lookup "keda.sh/v1alpha1" "ScaledObject" .Release.Namespace (.Release.Name) -}}
+{{- $ours := eq (dig "metadata" "labels" "app.kubernetes.io/instance" "" $so) .Release.Name -}}
+{{- $pausedOut := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-out" "" $so)) "true" -}}
+{{- $pausedIn := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-in" "" $so)) "true" -}}
+{{- $live := include "example-postgres.autoscaling.liveCount" . -}}
+{{- if and $ours (not (and $pausedIn $pausedOut)) (ne $live "") (ne (int $live) (int .Values.replicas)) -}}
+{{- fail (printf "replicas (%d) differs from the live instances (%s) the autoscaler set: set replicas to %s to pause or turn off autoscaling without moving the count, and change it in a later upgrade if you want another count" (int .Values.replicas) $live $live) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+HPA behaviour: autoscaling.behavior, plus autoscaling.tolerance in both directions where the
+cluster has per-HPA tolerance (Kubernetes >= 1.35, HPAConfigurableTolerance on by default; KEDA
+>= 2.18 passes it on). The scaler's metric already encodes the exact count, so 0 lets a +-1 step
+through above ten instances, which the default 10 % would swallow. Older clusters get no field
+and keep the 10 %; a direction's own behavior tolerance wins; tolerance null renders none.
+*/}}
+{{- define "example-postgres.autoscaling.behavior" -}}
+{{- $a := .Values.autoscaling -}}
+{{- $behavior := deepCopy ($a.behavior | default dict) -}}
+{{- if and (not (kindIs "invalid" $a.tolerance)) (semverCompare ">=1.35.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- range $direction := list "scaleUp" "scaleDown" -}}
+{{- $policy := get $behavior $direction | default dict -}}
+{{- if not (hasKey $policy "tolerance") -}}
+{{- $_ := set $policy "tolerance" (toString $a.tolerance) -}}
+{{- end -}}
+{{- $_ := set $behavior $direction $policy -}}
+{{- end -}}
+{{- end -}}
+{{- if $behavior }}{{ toYaml $behavior }}{{ end -}}
 {{- end }}
 
 {{/* Render-time guards (cozystack-designs.md §1.3, §1.7): each fails with the fix in the message. */}}
