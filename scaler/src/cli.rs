@@ -11,11 +11,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the KEDA external-scaler gRPC API.
-    Serve(crate::serve::Args),
+    Serve(scaler::serve::Args),
     /// Print one decision with every input and guard that shaped it.
-    Explain(crate::explain::Args),
+    Explain(scaler::explain::Args),
     /// Serve the Flux shard-placement admission webhook.
-    Webhook(crate::webhook::Args),
+    Webhook(webhook::Args),
 }
 
 impl Cli {

@@ -7,12 +7,12 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use crate::decision::Brake;
-use crate::logging::LogArgs;
 use crate::metadata::{self, Metric};
 use crate::metrics::Metrics;
 use crate::observe::{CurrentSource, Evaluate as _, Evaluation, Observer, QuorumSource};
 use crate::promql;
 use crate::topology::{self, Topology};
+use runtime::logging::LogArgs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {

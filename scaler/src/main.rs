@@ -1,10 +1,13 @@
-//! `scaler`: KEDA external scaler for CloudNativePG clusters and Flux shard-placement webhook.
+//! `scaler`: one binary (one image) for both servers: the KEDA external scaler (`serve`,
+//! `explain`, this crate) and the Flux shard-placement webhook (`webhook`, the webhook crate).
 use clap::Parser;
+
+mod cli;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // kube (ring) and reqwest (no provider) share one rustls provider; install it
     // before either builds a TLS config, or rustls panics choosing one.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    scaler::cli::Cli::parse().run().await
+    cli::Cli::parse().run().await
 }

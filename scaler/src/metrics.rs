@@ -1,4 +1,4 @@
-//! The scaler's Prometheus metrics (served by [`crate::admin`] on `/metrics`).
+//! The scaler's Prometheus metrics (served by [`runtime::admin`] on `/metrics`).
 //!
 //! | name | type | labels |
 //! |---|---|---|

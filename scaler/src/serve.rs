@@ -11,16 +11,17 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::cache::{Cache, Timing};
 use crate::grpc::Scaler;
-use crate::logging::LogArgs;
 use crate::metrics::Metrics;
 use crate::observe::Observer;
+use crate::promql;
 use crate::proto::external_scaler_server::ExternalScalerServer;
 use crate::topology::{self, ClusterIndex, Topology};
-use crate::{admin, promql, tls};
+use runtime::logging::LogArgs;
+use runtime::{admin, shutdown, tls};
 
 /// How long in-flight rpcs may take to finish after SIGTERM before the server stops anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -78,7 +79,7 @@ impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
         self.log.init()?;
         let shutdown = CancellationToken::new();
-        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        tokio::spawn(shutdown::cancel_on_signal(shutdown.clone()));
         let grpc = TcpListener::bind(self.listen)
             .await
             .with_context(|| format!("cannot listen on --listen {}", self.listen))?;
@@ -217,12 +218,8 @@ impl Args {
                 }
             }
         };
-        tokio::pin!(server);
-        tokio::select! {
-            result = &mut server => result.context("gRPC server failed")?,
-            _ = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN_TIMEOUT).await } => {
-                warn!("in-flight rpcs did not finish within {DRAIN_TIMEOUT:?}; stopping anyway");
-            }
+        if let Some(result) = shutdown::drain(server, &shutdown, DRAIN_TIMEOUT).await {
+            result.context("gRPC server failed")?;
         }
         shutdown.cancel();
         let _ = ready_task.await;
@@ -237,30 +234,4 @@ async fn set_health(health: &tonic_health::server::HealthReporter, status: Servi
     health
         .set_service_status("externalscaler.ExternalScaler", status)
         .await;
-}
-
-/// Cancels `shutdown` on SIGTERM or SIGINT.
-pub async fn cancel_on_signal(shutdown: CancellationToken) {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = terminate => info!("SIGTERM: shutting down"),
-        result = tokio::signal::ctrl_c() => match result {
-            Ok(()) => info!("SIGINT: shutting down"),
-            Err(error) => {
-                warn!(%error, "cannot listen for SIGINT");
-                std::future::pending::<()>().await;
-            }
-        },
-    }
-    shutdown.cancel();
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hyper_util::rt::TokioIo;
-use scaler::logging::{LogArgs, LogFormat};
+use runtime::logging::{LogArgs, LogFormat};
 use scaler::proto::external_scaler_client::ExternalScalerClient;
 use scaler::proto::{GetMetricsRequest, ScaledObjectRef};
 use scaler::serve::Args;

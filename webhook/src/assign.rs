@@ -14,9 +14,9 @@ use serde_json::json;
 use tokio::time::timeout;
 use tracing::{debug, info, warn};
 
-use super::index::{self, Index, SharedIndex, TenantNamespace};
-use super::metrics::Metrics;
-use super::mutate::{Pending, Reason};
+use crate::index::{self, Index, SharedIndex, TenantNamespace};
+use crate::metrics::Metrics;
+use crate::mutate::{Pending, Reason};
 
 /// Label writes per admission: a conflict means another writer just labelled the namespace,
 /// and the re-read adopts its choice, so a second conflict in a row is already unusual.

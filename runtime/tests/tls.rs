@@ -1,11 +1,10 @@
 //! The shared TLS module: ALPN, mTLS, and certificate reload with a broken-file fallback.
-mod common;
 
 use std::time::Duration;
 
-use common::*;
 use futures::StreamExt as _;
-use scaler::tls::{ALPN_GRPC, ALPN_HTTPS, Reloading, TlsFiles};
+use runtime::testing::*;
+use runtime::tls::{ALPN_GRPC, ALPN_HTTPS, Reloading, TlsFiles};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;

@@ -13,8 +13,8 @@ use kube::{Api, Client, ResourceExt};
 use placement::shard::{SHARD_KEY_LABEL, ShardIndex, shard_of_deployment};
 use tracing::{Instrument, info, info_span, warn};
 
-use super::index::{self, Index, Release, SharedIndex, TenantNamespace};
-use super::mutate::{HELMRELEASE_GROUP, HELMRELEASE_KIND, HELMRELEASE_VERSION};
+use crate::index::{self, Index, Release, SharedIndex, TenantNamespace};
+use crate::mutate::{HELMRELEASE_GROUP, HELMRELEASE_KIND, HELMRELEASE_VERSION};
 
 /// How one watched kind lands in the index.
 trait Feed<K> {

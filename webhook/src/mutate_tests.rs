@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::webhook::review::AdmissionReview;
+use crate::review::AdmissionReview;
 
 fn mk_review(operation: &str, namespace: &str, object: Value) -> AdmissionRequest {
     let body = json!({
@@ -164,7 +164,7 @@ fn only_v2_helmreleases_are_intercepted() {
         ("source.toolkit.fluxcd.io", "v2", "HelmRelease"),
     ] {
         let mut req = mk_review("CREATE", "tenant-foo", hr.clone());
-        req.kind = crate::webhook::review::GroupVersionKind {
+        req.kind = crate::review::GroupVersionKind {
             group: group.into(),
             version: version.into(),
             kind: kind.into(),

@@ -16,11 +16,11 @@ use tokio::time::timeout;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::assign::Resolver;
-use super::metrics::Metrics;
-use super::mutate::{Admit, Outcome, Reason, admit};
-use super::review::AdmissionReview;
-use crate::tls::TlsConn;
+use crate::assign::Resolver;
+use crate::metrics::Metrics;
+use crate::mutate::{Admit, Outcome, Reason, admit};
+use crate::review::AdmissionReview;
+use runtime::tls::TlsConn;
 
 /// The webhook path (cozystack-designs.md §2.2).
 pub const PATH: &str = "/mutate-helmrelease-shard";

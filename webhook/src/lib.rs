@@ -3,6 +3,7 @@
 //! `mutate` decides (pure), `assign` resolves a tenant's shard (index + namespace label),
 //! `watch` keeps the `index` current, `server` is the HTTPS shell, `metrics` the gauges.
 use std::collections::BTreeMap;
+use std::future::IntoFuture as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -15,8 +16,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
 
-use crate::{admin, logging::LogArgs, tls};
 use placement::shard::{ShardIndex, parse_shard_index};
+use runtime::{admin, logging::LogArgs, shutdown, tls};
 
 pub mod assign;
 pub mod index;
@@ -32,6 +33,8 @@ const GAUGE_REFRESH: Duration = Duration::from_secs(1);
 /// ALPN: HTTP/1.1 only; the workspace's axum is built without HTTP/2, and the API server
 /// calls webhooks over HTTP/1.1 just as well.
 const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
+/// What a draining review gets beyond its admission deadline to write its answer.
+const DRAIN_SLACK: Duration = Duration::from_secs(1);
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -180,30 +183,17 @@ impl Args {
             local,
         };
         info!(%local, shards, "serving the shard-placement webhook");
-        tokio::spawn(cancel_on_signal(shutdown.clone()));
-        axum::serve(listener, server::router(webhook))
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await
-            .context("webhook server")
-    }
-}
-
-/// SIGINT or SIGTERM (what the kubelet sends) starts a graceful shutdown.
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+        tokio::spawn(shutdown::cancel_on_signal(shutdown.clone()));
+        // Readiness goes down as the token is cancelled (`refresh`); in-flight reviews then get
+        // their admission deadline, plus a second to write the answer.
+        let server = axum::serve(listener, server::router(webhook))
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+            .into_future();
+        match shutdown::drain(server, &shutdown, admission_deadline + DRAIN_SLACK).await {
+            Some(result) => result.context("webhook server"),
+            None => Ok(()),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
     }
-    info!("shutting down");
-    shutdown.cancel();
 }
 
 /// Refreshes the gauges and flips readiness once the watches have synced.

@@ -9,7 +9,7 @@ use k8s_openapi::ByteString;
 use placement::shard::{SHARD_KEY_LABEL, ShardIndex, shard_name};
 use serde_json::{Map, Value};
 
-use super::review::{AdmissionRequest, AdmissionResponse};
+use crate::review::{AdmissionRequest, AdmissionResponse};
 
 pub const HELMRELEASE_GROUP: &str = "helm.toolkit.fluxcd.io";
 pub const HELMRELEASE_VERSION: &str = "v2";
