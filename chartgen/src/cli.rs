@@ -126,14 +126,23 @@ enum Count {
     Auto,
 }
 
+/// Most shards `--count` accepts: each is a helm-controller Deployment, and `auto` never asks for
+/// more than `placement::autosize::MAX_AUTO_SHARDS`; a larger number is a typo, not a plan.
+const MAX_SHARDS: u64 = 64;
+
 impl FromStr for Count {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "auto" => Ok(Self::Auto),
             n => match n.parse::<u64>() {
-                Ok(k) if k >= 1 => Ok(Self::Fixed(k)),
-                _ => Err(format!("expected a positive number or `auto`, got {n:?}")),
+                Ok(k) if (1..=MAX_SHARDS).contains(&k) => Ok(Self::Fixed(k)),
+                Ok(k) if k > MAX_SHARDS => Err(format!(
+                    "{k} shards is more than the {MAX_SHARDS} chartgen generates (each is a helm-controller Deployment); use a smaller number or `auto`"
+                )),
+                _ => Err(format!(
+                    "expected a number from 1 to {MAX_SHARDS} or `auto`, got {n:?}"
+                )),
             },
         }
     }
@@ -209,7 +218,7 @@ impl ShardsArgs {
                         chart.display()
                     );
                 }
-                let mut plan = Plan::default();
+                let mut plan = Plan::confined(&chart);
                 plan.add(chart.join("templates/helm-controller-shards.yaml"), yaml);
                 plan.apply()?;
             }

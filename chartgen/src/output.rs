@@ -1,19 +1,34 @@
-//! The set of files a command wants on disk, written atomically or compared (`--check`).
+//! The set of files a command wants on disk, compared (`--check`) or applied all-or-nothing:
+//! every new file is staged beside its target first, then renamed into place; if any step fails,
+//! what was already replaced is restored and every temporary is removed.
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 
 /// Desired file contents, plus directories whose unlisted files count as stale.
 #[derive(Default)]
 pub struct Plan {
     files: BTreeMap<PathBuf, String>,
     owned_dirs: Vec<PathBuf>,
+    /// When set, every path written or removed must lie under it, reached without symlinks.
+    root: Option<PathBuf>,
 }
 
 impl Plan {
+    /// A plan that may only write inside `root` (a chart directory).
+    pub fn confined(root: &Path) -> Self {
+        Self {
+            root: Some(root.to_path_buf()),
+            ..Self::default()
+        }
+    }
+
     pub fn add(&mut self, path: impl Into<PathBuf>, content: String) {
         self.files.insert(path.into(), content);
     }
@@ -40,20 +55,40 @@ impl Plan {
         Ok(out)
     }
 
-    /// Writes every changed file atomically and removes stale ones; returns what changed.
+    /// Writes every changed file and removes stale ones, all or nothing; returns what changed.
     pub fn apply(&self) -> anyhow::Result<Vec<PathBuf>> {
         let changed = self.drift()?;
-        let stale = self.stale()?;
-        for path in &changed {
-            if let Some(content) = self.files.get(path) {
-                write_atomic(path, content)?;
+        if let Some(root) = &self.root {
+            for path in &changed {
+                ensure_inside(root, path)?;
             }
         }
-        for path in &stale {
-            fs::remove_file(path)
-                .with_context(|| format!("cannot remove stale '{}'", path.display()))?;
+        let mut tx = Transaction::default();
+        let result = self.commit(&changed, &mut tx);
+        if let Err(err) = result {
+            return match tx.rollback() {
+                Ok(()) => Err(err.context("nothing was changed")),
+                Err(rb) => Err(err.context(format!(
+                    "and restoring the chart failed too, check these files by hand: {rb:#}"
+                ))),
+            };
         }
         Ok(changed)
+    }
+
+    fn commit(&self, changed: &[PathBuf], tx: &mut Transaction) -> anyhow::Result<()> {
+        for path in changed {
+            if let Some(content) = self.files.get(path) {
+                tx.stage(path, content)?;
+            }
+        }
+        tx.replace_all()?;
+        for path in changed {
+            if !self.files.contains_key(path) {
+                tx.remove(path)?;
+            }
+        }
+        Ok(())
     }
 
     fn stale(&self) -> anyhow::Result<Vec<PathBuf>> {
@@ -69,6 +104,184 @@ impl Plan {
     }
 }
 
+/// Refuses a path outside `root` or reached through a symlink (a link inside a chart may point
+/// anywhere; writing through it would change a file the chart does not own).
+pub fn ensure_inside(root: &Path, path: &Path) -> anyhow::Result<()> {
+    let rel = path.strip_prefix(root).map_err(|_| {
+        anyhow::anyhow!(
+            "refusing to write '{}': it is outside '{}'",
+            path.display(),
+            root.display()
+        )
+    })?;
+    let mut at = root.to_path_buf();
+    for part in rel.components() {
+        at.push(part);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => bail!(
+                "refusing to write '{}': '{}' is a symlink, and chartgen never writes through links; replace the link with the file itself",
+                path.display(),
+                at.display()
+            ),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(e) => return Err(e).with_context(|| format!("cannot inspect '{}'", at.display())),
+        }
+    }
+    Ok(())
+}
+
+/// A file's content and mode before `apply` touched it (None: it did not exist).
+type Previous = Option<(Vec<u8>, u32)>;
+
+/// What `apply` did so far, so it can be undone.
+#[derive(Default)]
+struct Transaction {
+    /// (target, temporary holding its new content).
+    staged: Vec<(PathBuf, PathBuf)>,
+    /// Targets replaced or removed, with what they were before.
+    done: Vec<(PathBuf, Previous)>,
+    created_dirs: Vec<PathBuf>,
+}
+
+static TMP_SEQ: AtomicU32 = AtomicU32::new(0);
+
+impl Transaction {
+    /// Writes `content` into a fresh temporary beside `path` (created exclusively, so a planted
+    /// link is never followed), with the mode of the file it will replace.
+    fn stage(&mut self, path: &Path, content: &str) -> anyhow::Result<()> {
+        let dir = parent(path);
+        self.create_dirs(dir)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(
+            ".{name}.chartgen-{}-{}.tmp",
+            std::process::id(),
+            TMP_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .with_context(|| format!("cannot create '{}'", tmp.display()))?;
+        self.staged.push((path.to_path_buf(), tmp.clone()));
+        file.write_all(content.as_bytes())
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("cannot write '{}'", tmp.display()))?;
+        if let Ok(meta) = fs::metadata(path) {
+            fs::set_permissions(&tmp, meta.permissions())
+                .with_context(|| format!("cannot set the mode of '{}'", tmp.display()))?;
+        }
+        Ok(())
+    }
+
+    fn create_dirs(&mut self, dir: &Path) -> anyhow::Result<()> {
+        let mut missing = Vec::new();
+        let mut at = dir;
+        while !at.as_os_str().is_empty() && !at.exists() {
+            missing.push(at.to_path_buf());
+            at = parent(at);
+        }
+        for d in missing.into_iter().rev() {
+            fs::create_dir(&d).with_context(|| format!("cannot create '{}'", d.display()))?;
+            self.created_dirs.push(d);
+        }
+        Ok(())
+    }
+
+    fn replace_all(&mut self) -> anyhow::Result<()> {
+        while let Some((path, tmp)) = self.staged.first().cloned() {
+            let before = previous(&path)?;
+            fs::rename(&tmp, &path)
+                .with_context(|| format!("cannot move '{}' into place", path.display()))?;
+            self.staged.remove(0);
+            self.done.push((path, before));
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, path: &Path) -> anyhow::Result<()> {
+        let before = previous(path)?;
+        fs::remove_file(path)
+            .with_context(|| format!("cannot remove stale '{}'", path.display()))?;
+        self.done.push((path.to_path_buf(), before));
+        Ok(())
+    }
+
+    /// Restores every replaced or removed file, newest first, and removes temporaries and the
+    /// directories `stage` created. Reports every file it could not restore.
+    fn rollback(mut self) -> anyhow::Result<()> {
+        let mut failed = Vec::new();
+        for (_, tmp) in self.staged.drain(..) {
+            let _ = fs::remove_file(tmp);
+        }
+        for (path, before) in self.done.drain(..).rev() {
+            let restored = match before {
+                None => fs::remove_file(&path),
+                Some((bytes, mode)) => restore(&path, &bytes, mode),
+            };
+            if let Err(e) = restored {
+                failed.push(format!("'{}': {e}", path.display()));
+            }
+        }
+        for dir in self.created_dirs.drain(..).rev() {
+            let _ = fs::remove_dir(dir);
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            bail!("{}", failed.join("; "))
+        }
+    }
+}
+
+/// The content and mode a target has now (None when it does not exist).
+fn previous(path: &Path) -> anyhow::Result<Previous> {
+    match fs::read(path) {
+        Ok(bytes) => {
+            let mode = fs::metadata(path)
+                .with_context(|| format!("cannot inspect '{}'", path.display()))?
+                .permissions()
+                .mode();
+            Ok(Some((bytes, mode)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read '{}'", path.display())),
+    }
+}
+
+fn restore(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let tmp = parent(path).join(format!(
+        ".{}.chartgen-restore-{}.tmp",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let result = fs::write(&tmp, bytes)
+        .and_then(|()| fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)))
+        .and_then(|()| fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+impl Drop for Transaction {
+    /// Temporaries never outlive the transaction (after a commit there are none left).
+    fn drop(&mut self) {
+        for (_, tmp) in self.staged.drain(..) {
+            let _ = fs::remove_file(tmp);
+        }
+    }
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 fn walk(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let entries = match fs::read_dir(dir) {
@@ -77,10 +290,10 @@ fn walk(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         Err(e) => return Err(e).with_context(|| format!("cannot list '{}'", dir.display())),
     };
     for entry in entries {
-        let path = entry
-            .with_context(|| format!("cannot list '{}'", dir.display()))?
-            .path();
-        if path.is_dir() {
+        let entry = entry.with_context(|| format!("cannot list '{}'", dir.display()))?;
+        let path = entry.path();
+        // Not followed: a linked directory is not part of the owned tree.
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
             out.extend(walk(&path)?);
         } else {
             out.push(path);
@@ -89,24 +302,84 @@ fn walk(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Writes through a temporary file in the same directory and renames it into place, so a
-/// failure never leaves a half-written file behind.
-pub fn write_atomic(path: &Path, content: &str) -> anyhow::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.chartgen-{}.tmp", std::process::id()));
-    fs::write(&tmp, content).with_context(|| format!("cannot write '{}'", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("cannot move '{}' into place", path.display()))
-}
-
 /// Reads a file, naming it in the error.
 pub fn read(path: &Path) -> anyhow::Result<String> {
     fs::read_to_string(path).with_context(|| format!("cannot read '{}'", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("chartgen-output-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = walk(dir)
+            .unwrap()
+            .iter()
+            .map(|p| p.strip_prefix(dir).unwrap().display().to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_failed_rename_restores_everything_and_leaves_no_temporaries() {
+        let dir = scratch("rollback");
+        fs::write(dir.join("a.yaml"), "old a\n").unwrap();
+        fs::write(dir.join("c.yaml"), "old c\n").unwrap();
+        let before = listing(&dir);
+        let mut tx = Transaction::default();
+        tx.stage(&dir.join("a.yaml"), "new a\n").unwrap();
+        tx.stage(&dir.join("b/new.yaml"), "new b\n").unwrap();
+        tx.stage(&dir.join("c.yaml"), "new c\n").unwrap();
+        // The last temporary vanishes, so its rename fails after `a` and `b` moved into place.
+        fs::remove_file(&tx.staged[2].1).unwrap();
+        assert!(tx.replace_all().is_err());
+        assert_eq!(fs::read_to_string(dir.join("a.yaml")).unwrap(), "new a\n");
+        tx.rollback().unwrap();
+        assert_eq!(fs::read_to_string(dir.join("a.yaml")).unwrap(), "old a\n");
+        assert_eq!(fs::read_to_string(dir.join("c.yaml")).unwrap(), "old c\n");
+        assert!(
+            !dir.join("b").exists(),
+            "a directory created for staging is removed"
+        );
+        assert_eq!(listing(&dir), before, "no temporaries left");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn writes_keep_the_file_mode_and_refuse_links_and_outside_paths() {
+        let dir = scratch("confine");
+        let outside = scratch("confine-outside");
+        fs::write(dir.join("run.sh"), "old").unwrap();
+        fs::set_permissions(dir.join("run.sh"), fs::Permissions::from_mode(0o750)).unwrap();
+        let mut plan = Plan::confined(&dir);
+        plan.add(dir.join("run.sh"), "new".into());
+        plan.apply().unwrap();
+        let mode = fs::metadata(dir.join("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o750);
+
+        std::os::unix::fs::symlink(&outside, dir.join("linked")).unwrap();
+        let mut plan = Plan::confined(&dir);
+        plan.add(dir.join("linked/x.yaml"), "x".into());
+        let err = plan.apply().unwrap_err().to_string();
+        assert!(err.contains("is a symlink"), "{err}");
+        assert!(!outside.join("x.yaml").exists());
+
+        let mut plan = Plan::confined(&dir);
+        plan.add(outside.join("y.yaml"), "y".into());
+        assert!(plan.apply().unwrap_err().to_string().contains("outside"));
+        fs::remove_dir_all(dir).unwrap();
+        fs::remove_dir_all(outside).unwrap();
+    }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::output::{Plan, read};
+use crate::output::{Plan, ensure_inside, read};
 use crate::render::Renderer;
 use replica::ReplicaLine;
 
@@ -50,17 +50,22 @@ struct Ctx<'a> {
 pub fn plan(chart: &Path, spec: &AppSpec, r: &Renderer) -> anyhow::Result<Plan> {
     let name = chart_name(chart)?;
     let values_path = chart.join("values.yaml");
+    let schema_path = chart.join("values.schema.json");
+    for path in [&values_path, &schema_path] {
+        ensure_inside(chart, path)?;
+    }
     let values_text = read(&values_path)?;
-    if !values::has_path(&values_text, &spec.values_key) {
+    let values_root = values::parse(&values_text)?;
+    if !values::has_path(&values_root, &spec.values_key) {
         return Err(values::ValuesError::MissingKey(spec.values_key.clone()).into());
     }
-    if !spec.max_sync_key.is_empty() && !values::has_path(&values_text, &spec.max_sync_key) {
+    if !spec.max_sync_key.is_empty() && !values::has_path(&values_root, &spec.max_sync_key) {
         bail!(
             "values.yaml has no `{}`; pass --max-sync-replicas-key with the chart's synchronous-replica key, or '' if it has none",
             spec.max_sync_key
         );
     }
-    let merged = values::merge(&values_text, values::defaults(&spec.scaler_address))?;
+    let merged = values::merge(&values_root, values::defaults(&spec.scaler_address))?;
     let max_sync = if spec.max_sync_key.is_empty() {
         "0".to_owned()
     } else {
@@ -74,14 +79,13 @@ pub fn plan(chart: &Path, spec: &AppSpec, r: &Renderer) -> anyhow::Result<Plan> 
         extra: merged.extra,
     };
 
-    let mut plan = Plan::default();
+    let mut plan = Plan::confined(chart);
     let block = r.render("app/values-autoscaling.yaml", &ctx)?;
     plan.add(
         &values_path,
         values::splice(&values_text, values::KEY, &block),
     );
 
-    let schema_path = chart.join("values.schema.json");
     let existing = match std::fs::read_to_string(&schema_path) {
         Ok(t) => Some(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -107,11 +111,12 @@ pub fn plan(chart: &Path, spec: &AppSpec, r: &Renderer) -> anyhow::Result<Plan> 
         }
         plan.add(path, r.render(tmpl, &ctx)?);
     }
-    rewrite_replica_lines(&templates, &name, spec, &mut plan)?;
+    rewrite_replica_lines(chart, &templates, &name, spec, &mut plan)?;
     Ok(plan)
 }
 
 fn rewrite_replica_lines(
+    chart_dir: &Path,
     templates: &Path,
     chart: &str,
     spec: &AppSpec,
@@ -124,7 +129,7 @@ fn rewrite_replica_lines(
     };
     let generated: Vec<PathBuf> = GENERATED.iter().map(|(_, f)| templates.join(f)).collect();
     let mut found = 0;
-    for path in template_files(templates)? {
+    for path in template_files(chart_dir, templates)? {
         if generated.contains(&path) {
             continue;
         }
@@ -161,14 +166,31 @@ fn rewrite_replica_lines(
     Ok(())
 }
 
-fn template_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+/// Template files under `dir`, sorted. Symlinks are followed only while they stay inside
+/// `chart`; one that leaves it is reported and skipped (chartgen never reads or writes outside
+/// the chart).
+fn template_files(chart: &Path, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let root = chart
+        .canonicalize()
+        .with_context(|| format!("cannot resolve '{}'", chart.display()))?;
     let mut out = Vec::new();
     let entries = std::fs::read_dir(dir)
         .with_context(|| format!("cannot list '{}'; is this a Helm chart?", dir.display()))?;
     for entry in entries {
-        let path = entry?.path();
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_symlink() {
+            let target = path.canonicalize().ok();
+            if !target.as_ref().is_some_and(|t| t.starts_with(&root)) {
+                eprintln!(
+                    "chartgen: warning: not following '{}': the link leads out of the chart",
+                    path.display()
+                );
+                continue;
+            }
+        }
         if path.is_dir() {
-            out.extend(template_files(&path)?);
+            out.extend(template_files(chart, &path)?);
         } else if path
             .extension()
             .is_some_and(|e| e == "yaml" || e == "yml" || e == "tpl")

@@ -37,10 +37,22 @@ pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
 /// (`replicaMode`: the omit and seed modes were replaced by the live count, docs/chartgen.md).
 const RETIRED: &[&str] = &["replicaMode"];
 
+/// Deepest nesting accepted in values.yaml: real charts stay under ten levels, and the YAML
+/// parser's time grows steeply with depth (100k levels took minutes).
+pub const MAX_DEPTH: usize = 64;
+/// Largest values.yaml accepted.
+pub const MAX_BYTES: usize = 8 << 20;
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ValuesError {
-    #[error("values.yaml is not valid YAML: {0}")]
+    #[error("values.yaml is not valid YAML: {0}; fix it before running chartgen app")]
     Parse(String),
+    #[error(
+        "values.yaml nests deeper than {MAX_DEPTH} levels (line {0}); chartgen refuses it to stay fast: flatten that value"
+    )]
+    TooDeep(usize),
+    #[error("values.yaml is larger than {} MiB; chartgen refuses it", MAX_BYTES >> 20)]
+    TooLarge,
     #[error("values.yaml: top level must be a mapping")]
     NotMapping,
     #[error(
@@ -60,21 +72,94 @@ pub struct Merged {
     pub extra: serde_json::Map<String, Value>,
 }
 
+/// Parses values.yaml after bounding its size and nesting depth, so a hostile file costs
+/// linear time; a syntax error names its line.
+pub fn parse(values_text: &str) -> Result<serde_json::Map<String, Value>, ValuesError> {
+    if values_text.len() > MAX_BYTES {
+        return Err(ValuesError::TooLarge);
+    }
+    if let Some(line) = too_deep(values_text, MAX_DEPTH) {
+        return Err(ValuesError::TooDeep(line));
+    }
+    if values_text.trim().is_empty() {
+        return Ok(serde_json::Map::new());
+    }
+    match serde_norway::from_str(values_text).map_err(|e| ValuesError::Parse(e.to_string()))? {
+        Value::Null => Ok(serde_json::Map::new()),
+        Value::Object(m) => Ok(m),
+        _ => Err(ValuesError::NotMapping),
+    }
+}
+
+/// The first line where the nesting (block indentation levels, `- ` entries and flow brackets)
+/// exceeds `limit`. A linear over-estimate: block scalars are skipped, quotes are honoured.
+fn too_deep(text: &str, limit: usize) -> Option<usize> {
+    let mut indents: Vec<usize> = Vec::new();
+    let mut flow = 0usize;
+    let mut block_scalar: Option<usize> = None;
+    for (n, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let body = line[indent..].trim_end();
+        if let Some(owner) = block_scalar {
+            if body.is_empty() || indent > owner {
+                continue;
+            }
+            block_scalar = None;
+        }
+        if body.is_empty() || body.starts_with('#') {
+            continue;
+        }
+        if flow == 0 {
+            while indents.last().is_some_and(|&top| top >= indent) {
+                indents.pop();
+            }
+            indents.push(indent);
+        }
+        let mut dashes = 0;
+        let mut rest = body;
+        while let Some(r) = rest
+            .strip_prefix("- ")
+            .or(if rest == "-" { Some("") } else { None })
+        {
+            dashes += 1;
+            rest = r.trim_start();
+        }
+        let mut quote: Option<char> = None;
+        let mut prev = ' ';
+        let mut peak = flow;
+        for c in rest.chars() {
+            match quote {
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None => match c {
+                    '"' | '\'' if " :-[{,".contains(prev) => quote = Some(c),
+                    '#' if prev == ' ' => break,
+                    '[' | '{' => {
+                        flow += 1;
+                        peak = peak.max(flow);
+                    }
+                    ']' | '}' => flow = flow.saturating_sub(1),
+                    _ => {}
+                },
+            }
+            prev = c;
+        }
+        if indents.len() + dashes + peak > limit {
+            return Some(n + 1);
+        }
+        let scalar_head = rest.rsplit([' ', ':']).next().unwrap_or("");
+        if flow == 0 && (scalar_head.starts_with('|') || scalar_head.starts_with('>')) {
+            block_scalar = Some(indent);
+        }
+    }
+    None
+}
+
 /// Merges the author's existing `autoscaling` settings over the defaults.
 pub fn merge(
-    values_text: &str,
+    root: &serde_json::Map<String, Value>,
     defaults: Vec<(&'static str, Value)>,
 ) -> Result<Merged, ValuesError> {
-    let root: Value = if values_text.trim().is_empty() {
-        json!({})
-    } else {
-        serde_norway::from_str(values_text).map_err(|e| ValuesError::Parse(e.to_string()))?
-    };
-    let root = match root {
-        Value::Null => serde_json::Map::new(),
-        Value::Object(m) => m,
-        _ => return Err(ValuesError::NotMapping),
-    };
     let mut have = match root.get(KEY) {
         None | Some(Value::Null) => serde_json::Map::new(),
         Some(Value::Object(m)) => m.clone(),
@@ -91,13 +176,12 @@ pub fn merge(
 }
 
 /// True when the dotted `path` exists in values.yaml.
-pub fn has_path(values_text: &str, path: &str) -> bool {
-    let Ok(root) = serde_norway::from_str::<Value>(values_text) else {
+pub fn has_path(root: &serde_json::Map<String, Value>, path: &str) -> bool {
+    let mut segs = path.split('.');
+    let Some(first) = segs.next().and_then(|s| root.get(s)) else {
         return false;
     };
-    path.split('.')
-        .try_fold(&root, |v, seg| v.get(seg))
-        .is_some()
+    segs.try_fold(first, |v, seg| v.get(seg)).is_some()
 }
 
 /// Replaces the top-level `key:` block (the key line and every indented, list or comment line
@@ -178,17 +262,19 @@ mod tests {
 
     #[test]
     fn merge_keeps_author_values_and_extras() {
-        let m = merge(
-            "replicas: 3\nautoscaling:\n  enabled: true\n  target: 40\n  custom: x\n",
-            defaults("s:1"),
-        )
-        .unwrap();
+        let root = parse("replicas: 3\nautoscaling:\n  enabled: true\n  target: 40\n  custom: x\n")
+            .unwrap();
+        let m = merge(&root, defaults("s:1")).unwrap();
         assert_eq!(m.known["enabled"], json!(true));
         assert_eq!(m.known["target"], json!(40));
         assert_eq!(m.known["maxReplicas"], json!(6));
         assert_eq!(m.known["scalerAddress"], json!("s:1"));
         assert_eq!(m.extra["custom"], json!("x"));
-        let retired = merge("autoscaling:\n  replicaMode: omit\n", defaults("s")).unwrap();
+        let retired = merge(
+            &parse("autoscaling:\n  replicaMode: omit\n").unwrap(),
+            defaults("s"),
+        )
+        .unwrap();
         assert!(!retired.extra.contains_key("replicaMode"));
         let keys: Vec<&String> = m.known.keys().collect();
         assert_eq!(keys[0], "enabled");
@@ -198,13 +284,48 @@ mod tests {
     #[test]
     fn merge_rejects_a_scalar_block() {
         assert!(matches!(
-            merge("autoscaling: true\n", defaults("s")),
+            merge(&parse("autoscaling: true\n").unwrap(), defaults("s")),
             Err(ValuesError::BlockNotMapping(_))
         ));
-        assert!(has_path(
-            "quorum:\n  maxSyncReplicas: 1\n",
+        let root = parse("quorum:\n  maxSyncReplicas: 1\n").unwrap();
+        assert!(has_path(&root, "quorum.maxSyncReplicas"));
+        assert!(!has_path(
+            &parse("quorum: {}\n").unwrap(),
             "quorum.maxSyncReplicas"
         ));
-        assert!(!has_path("quorum: {}\n", "quorum.maxSyncReplicas"));
+    }
+
+    #[test]
+    fn invalid_yaml_names_its_line() {
+        let err = parse("replicas: 2\nfoo: [1, 2\nbar: 3\n").unwrap_err();
+        assert!(
+            matches!(&err, ValuesError::Parse(m) if m.contains("line 3")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn deep_values_are_refused_fast_and_real_ones_pass() {
+        let n = 100_000;
+        let flow = format!("replicas: 2\ndeep: {}{}\n", "[".repeat(n), "]".repeat(n));
+        let block: String = (0..2000)
+            .map(|i| format!("{}k:\n", " ".repeat(i)))
+            .collect();
+        let dashes = format!("x:\n{}1\n", "- ".repeat(n));
+        for text in [flow, block, dashes] {
+            let started = std::time::Instant::now();
+            assert!(matches!(parse(&text), Err(ValuesError::TooDeep(_))));
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        }
+        let ok = "a:\n  b:\n    - c: [1, {d: \"[[[\"}]\n      e: |\n        [[[[ {{{{\n          - - -\n";
+        assert!(parse(ok).is_ok());
+        let at_limit: String = (0..MAX_DEPTH)
+            .map(|i| format!("{}k:\n", " ".repeat(i)))
+            .collect();
+        assert!(parse(&at_limit).is_ok());
+        let over: String = (0..=MAX_DEPTH)
+            .map(|i| format!("{}k:\n", " ".repeat(i)))
+            .collect();
+        assert_eq!(parse(&over), Err(ValuesError::TooDeep(MAX_DEPTH + 1)));
     }
 }
