@@ -14,10 +14,17 @@ use crate::shards::{self, ShardConfig};
 /// Chart name, also the release name and helper prefix.
 pub const CHART: &str = "cozy-autoscaling";
 const CHART_TEMPLATES: &str = "package/chart";
+/// Where release pipelines push the image `./run.sh image` builds (docs/image.md).
+pub const IMAGE_REPOSITORY: &str = "ghcr.io/cozystack/cozy-autoscaling";
+/// The chart's version and appVersion, hence the image tag: the crates' version, so the chart a
+/// commit generates points at the image the same commit builds.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 #[derive(Serialize)]
 struct Ctx<'a> {
     chart: &'a str,
+    version: &'a str,
+    image_repository: &'a str,
     shard_key: &'a str,
     /// Only for the shards wrapper: the sanitised Deployment as YAML.
     shard: String,
@@ -30,6 +37,8 @@ pub fn plan(out: &Path, flux_deployment: &Path, r: &Renderer) -> anyhow::Result<
     plan.own_dir(&chart_dir);
     let ctx = Ctx {
         chart: CHART,
+        version: VERSION,
+        image_repository: IMAGE_REPOSITORY,
         shard_key: shards::SHARD_KEY,
         shard: shard_template(flux_deployment)?,
     };

@@ -1,9 +1,11 @@
 """The cozy-autoscaling package chart rendered by helm 3 and helm 4: every object schema-valid,
 and the scaler, webhook and shard pieces shaped as the contracts require."""
+import tomllib
+
 import pytest
 import yaml
 
-from conftest import EXAMPLE, PACKAGE, one
+from conftest import EXAMPLE, PACKAGE, REPO, one
 from validate import validate
 
 NS = "cozy-autoscaling"
@@ -137,3 +139,57 @@ def test_tenant_helmrelease_example_ignores_the_hpa_owned_count(helm):
         for k, v in values["autoscaling"].items()]
     objs = helm.render(EXAMPLE, sets)
     assert one(objs, "Cluster")["spec"]["instances"] == 3
+
+
+def container_port(container, name):
+    [port] = [p["containerPort"] for p in container["ports"] if p["name"] == name]
+    return port
+
+
+def arg_port(container, flag):
+    [value] = [a.split("=", 1)[1] for a in container["args"] if a.startswith(f"{flag}=")]
+    return int(value.rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize("component,serving_port", [("scaler", "grpc"), ("webhook", "https")])
+def test_pods_are_hardened_and_probe_what_the_binary_serves(helm, component, serving_port):
+    objs = render(helm)
+    name = f"cozy-autoscaling-{component}"
+    pod = one(objs, "Deployment", name)["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["runAsGroup"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [c] = pod["containers"]
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}}
+    assert set(c["resources"]["requests"]) == {"cpu", "memory"}
+    # No CPU limit on purpose: CFS throttling would push answers past KEDA's deadline (docs/image.md).
+    assert set(c["resources"]["limits"]) == {"memory"}
+    # Probes hit the admin server, on the port the binary is told to listen on.
+    assert arg_port(c, "--admin-listen") == container_port(c, "admin")
+    assert arg_port(c, "--listen") == container_port(c, serving_port)
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    declared = {p["name"] for p in c["ports"]}
+    svc = one(objs, "Service", name)
+    assert {p["targetPort"] for p in svc["spec"]["ports"]} <= declared
+
+
+def test_image_is_the_one_this_commit_builds(helm):
+    chart = yaml.safe_load((PACKAGE / "Chart.yaml").read_text())
+    crate = tomllib.loads((REPO / "scaler/Cargo.toml").read_text())["package"]["version"]
+    assert chart["appVersion"] == chart["version"] == crate
+    for objs, tag in [(render(helm), crate), (render(helm, ["image.tag=0.0.0-dev"]), "0.0.0-dev")]:
+        images = {c["image"] for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"].startswith(NS)
+                  for c in o["spec"]["template"]["spec"]["containers"]}
+        assert images == {f"ghcr.io/cozystack/cozy-autoscaling:{tag}"}
+
+
+def test_helm_package_builds_an_archive_that_lints(helm, tmp_path):
+    out = helm.run("package", PACKAGE, "-d", tmp_path)
+    assert out.returncode == 0, out.stderr
+    version = yaml.safe_load((PACKAGE / "Chart.yaml").read_text())["version"]
+    archive = tmp_path / f"cozy-autoscaling-{version}.tgz"
+    assert archive.is_file()
+    lint = helm.run("lint", "--strict", archive)
+    assert lint.returncode == 0, lint.stdout + lint.stderr

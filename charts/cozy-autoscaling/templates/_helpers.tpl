@@ -24,12 +24,13 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 - {{ $svc }}.{{ $ns }}.svc.{{ $domain }}
 {{- end }}
 
+{{/* The image's own numeric USER (Containerfile): a dedicated id, not the shared `nobody`. */}}
 {{- define "cozy-autoscaling.podSecurity" -}}
 securityContext:
   runAsNonRoot: true
-  runAsUser: 65534
-  runAsGroup: 65534
-  fsGroup: 65534
+  runAsUser: 65532
+  runAsGroup: 65532
+  fsGroup: 65532
   seccompProfile:
     type: RuntimeDefault
 {{- end }}
