@@ -9,7 +9,8 @@ from testkit import Proc, free_port, wait_until
 
 
 class VictoriaMetrics:
-    def __init__(self, workdir: str, port: int | None = None):
+    def __init__(self, workdir: str, port: int | None = None, extra_args: tuple[str, ...] = ()):
+        self.extra_args = tuple(extra_args)  # e.g. -promscrape.config for a scraping instance
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
         self.data = os.path.join(workdir, "vmdata")
@@ -30,6 +31,7 @@ class VictoriaMetrics:
                 # Default 30s hides fresh samples from instant queries "now".
                 "-search.latencyOffset=0s",
                 "-loggerLevel=WARN",
+                *self.extra_args,
             ],
             os.path.join(self.workdir, "vm.log"),
         )

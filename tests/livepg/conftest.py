@@ -1,0 +1,47 @@
+"""Fixtures: one live rig for the whole session (a primary pg-1 and streaming replicas pg-2, pg-3,
+scraped by VictoriaMetrics, read by `scaler serve`), and a record of what each scenario observed,
+printed at the end as the table docs/livepg.md keeps."""
+import pathlib
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parents[0] / "scaler")]  # keda.py, vm.py, scaler_proc.py
+
+from rig import Rig  # noqa: E402
+
+OBSERVED: list[tuple[str, str, str]] = []
+
+
+@pytest.fixture(scope="session")
+def rig():
+    r = Rig()
+    try:
+        r.start()
+        primary = r.new_instance(1).init_primary()
+        r.start_exporter(primary)
+        for n in (2, 3):
+            r.start_exporter(r.new_instance(n).clone_from(primary))
+        r.wait_scraped(f'cnpg_pg_replication_in_recovery{{namespace="tenant-live"}}', lambda s: len(s) == 3,
+                       what="three instances scraped")
+        yield r
+    finally:
+        r.stop()
+
+
+@pytest.fixture
+def record():
+    """record(scenario, expected, observed): one row of the closing table."""
+    def add(scenario: str, expected: str, observed: str):
+        OBSERVED.append((scenario, expected, observed))
+    return add
+
+
+def pytest_terminal_summary(terminalreporter):
+    if OBSERVED:
+        terminalreporter.section("live PostgreSQL: scenario -> expected -> observed")
+        terminalreporter.write_line("| scenario | expected | observed |")
+        terminalreporter.write_line("|---|---|---|")
+        for row in OBSERVED:
+            terminalreporter.write_line("| " + " | ".join(row) + " |")

@@ -1,0 +1,163 @@
+"""The live rig: one CNPG-shaped cluster of real PostgreSQL instances, an exporter per instance
+(exporter.py, CNPG's default queries), a VictoriaMetrics that scrapes them with the labels a CNPG
+PodMonitor gives (namespace, pod, job, container, endpoint), `scaler serve` reading that
+VictoriaMetrics, and the independent gRPC client driving it like KEDA."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import requests
+
+from keda import Keda, metadata
+from pg import Instance
+from scaler_proc import Scaler, scaler_binary
+from testkit import Proc, free_port, upstream, wait_until
+from vm import VictoriaMetrics
+
+HERE = Path(__file__).resolve().parent
+NAMESPACE, CLUSTER = "tenant-live", "pg"
+SCRAPE_INTERVAL = "1s"
+# spec.monitoring.metricsQueriesTTL (CNPG default 30s): 0 so every scrape runs the queries, which
+# keeps the suite short; the exporter's own session is then in every backends sample.
+QUERIES_TTL = "0"
+
+
+class Rig:
+    def __init__(self):
+        # Not pytest's tmp dir: the server user must be able to traverse it.
+        self.base = Path(tempfile.mkdtemp(prefix="livepg-"))
+        self.base.chmod(0o755)
+        self.queries = upstream("cnpg") / "default-monitoring.yaml"
+        self.instances: dict[str, Instance] = {}
+        self.exporters: dict[str, tuple[Proc, int]] = {}
+        self.scrape_config = self.base / "scrape.yaml"
+        self.vm = VictoriaMetrics(str(self.base / "vm"), extra_args=(
+            f"-promscrape.config={self.scrape_config}", "-promscrape.configCheckInterval=1s"))
+        self._write_scrape_config()
+        self.scaler: Scaler | None = None
+        self.keda: Keda | None = None
+
+    def start(self) -> "Rig":
+        self.vm.start()
+        self.scaler = Scaler(str(self.base), self.vm.url, refresh="1s", topology="metrics").start()
+        self.keda = Keda(self.scaler.address)
+        return self
+
+    def stop(self) -> None:
+        if self.keda:
+            self.keda.close()
+        if self.scaler:
+            self.scaler.stop()
+        for proc, _ in self.exporters.values():
+            proc.stop()
+        for inst in self.instances.values():
+            inst.stop()
+        self.vm.stop()
+
+    # -- instances ---------------------------------------------------------------------------
+    def new_instance(self, n: int, cluster: str = CLUSTER) -> Instance:
+        inst = Instance(self.base, cluster, n)
+        self.instances[inst.name] = inst
+        return inst
+
+    def start_exporter(self, inst: Instance) -> None:
+        """The pod's metrics endpoint appears: scrape it from now on (the PodMonitor discovers it)."""
+        port = free_port()
+        proc = Proc([sys.executable, HERE / "exporter.py", "--listen", f"127.0.0.1:{port}",
+                     "--socket-dir", inst.sock, "--pg-port", inst.port, "--pgdata", inst.data,
+                     "--cluster", inst.cluster, "--queries", self.queries, "--ttl", QUERIES_TTL],
+                    inst.dir / "exporter.log", name=f"exporter {inst.name}")
+        self.exporters[inst.name] = (proc, port)
+        wait_until(lambda: requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).ok, 15, 0.1,
+                   f"exporter of {inst.name}", proc=proc)
+        self._write_scrape_config()
+
+    def stop_pod(self, inst: Instance) -> None:
+        """The pod goes away: PostgreSQL and its exporter stop, the scrape target disappears."""
+        proc, _ = self.exporters.pop(inst.name)
+        proc.stop()
+        inst.stop()
+        self._write_scrape_config()
+
+    def _write_scrape_config(self) -> None:
+        jobs: dict[str, list] = {}
+        for name, (_, port) in sorted(self.exporters.items()):
+            cluster = self.instances[name].cluster
+            jobs.setdefault(cluster, []).append(
+                {"targets": [f"127.0.0.1:{port}"],
+                 "labels": {"namespace": NAMESPACE, "pod": name, "container": "postgres",
+                            "endpoint": "metrics", "job": f"{NAMESPACE}/{cluster}"}})
+        # One PodMonitor per Cluster, as CNPG's operator creates them.
+        cfg = {"scrape_configs": [{"job_name": f"podMonitor/{NAMESPACE}/{cluster}/0",
+                                   "scrape_interval": SCRAPE_INTERVAL, "static_configs": targets}
+                                  for cluster, targets in jobs.items()]}
+        tmp = self.scrape_config.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cfg, indent=1))  # JSON is YAML
+        os.replace(tmp, self.scrape_config)
+        if self.vm.proc is not None and self.vm.proc.alive():
+            self.vm.proc.signal(signal.SIGHUP)  # reload now rather than at the next check
+
+    # -- reading ---------------------------------------------------------------------------------
+    def series(self, promql: str) -> dict[str, float]:
+        """Instant query -> {pod (or the series' labels): value}."""
+        out = {}
+        for r in self.vm.query(promql):
+            m = r["metric"]
+            key = m.get("pod") or json.dumps(m, sort_keys=True)
+            out[key] = float(r["value"][1])
+        return out
+
+    def raw_series(self, metric: str) -> list[dict]:
+        """Every live series of `metric` in the namespace, with labels and value."""
+        return [{**r["metric"], "__value__": r["value"][1]}
+                for r in self.vm.query(f'{metric}{{namespace="{NAMESPACE}"}}')]
+
+    def ref(self, cluster: str = CLUSTER, **md):
+        return self.keda.ref(NAMESPACE, cluster, metadata(cluster=cluster, **md))
+
+    def desired(self, target: str = "5", **md) -> int:
+        """What the HPA computes from one KEDA poll; `md` is more trigger metadata (and `cluster`)."""
+        return self.keda.desired(self.ref(target=target, **md), float(target))
+
+    def wait_desired(self, want: int, timeout: float = 30, target: str = "5", **md) -> int:
+        last = None
+
+        def probe():
+            nonlocal last
+            last = self.desired(target, **md)
+            return last == want
+
+        try:
+            return wait_until(probe, timeout, 0.5, f"desired == {want}")
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}; last desired {last}") from None
+
+    def explain(self, target: str = "5", max_replicas: str = "10", lag: str = "0", cluster: str = CLUSTER) -> dict:
+        r = subprocess.run([scaler_binary(), "explain", "--prometheus-url", self.vm.url, "--namespace", NAMESPACE,
+                            "--cluster", cluster, "--target", target, "--max-replicas", max_replicas,
+                            "--max-replication-lag-seconds", lag, "--topology", "metrics", "--output", "json"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise RuntimeError(f"scaler explain failed: {r.stderr}")
+        return json.loads(r.stdout)
+
+    def wait_scraped(self, promql: str, expect, timeout: float = 30, what: str | None = None):
+        """Polls an instant query on VictoriaMetrics until `expect(series dict)` holds."""
+        last = {}
+
+        def probe():
+            nonlocal last
+            last = self.series(promql)
+            return expect(last)
+
+        try:
+            wait_until(probe, timeout, 0.5, what or promql)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}; last value: {last}") from None
+        return last

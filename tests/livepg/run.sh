@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Live PostgreSQL evidence: real primaries and streaming replicas (Debian's PostgreSQL), CNPG's default
+# monitoring queries run by tests/livepg/exporter.py, scraped by a real VictoriaMetrics, read by
+# `scaler serve`, driven by the independent gRPC client of tests/scaler. See docs/livepg.md.
+# Extra pytest arguments pass through, e.g. tests/livepg/run.sh -k lag -x
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here/../.."
+. tests/lib/pytest.sh
+cargo build --quiet -p scaler
+run_pytest "$here" --durations=8 -rxX "$@"
