@@ -48,32 +48,61 @@ struct AppArgs {
     #[arg(long)]
     chart: PathBuf,
     /// Change nothing; exit 1 when the chart is not up to date.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "verify")]
     check: bool,
-    /// Replica field of the target manifest.
-    #[arg(long, default_value = "instances")]
-    replica_field: String,
-    /// Values path the replica field renders from.
-    #[arg(long, default_value = "replicas")]
-    values_key: String,
-    /// apiVersion of the scale target.
-    #[arg(long, default_value = "postgresql.cnpg.io/v1")]
-    target_api_version: String,
-    /// Kind of the scale target (must expose the /scale subresource).
-    #[arg(long, default_value = "Cluster")]
-    target_kind: String,
-    /// Go-template expression of the target's name.
-    #[arg(long, default_value = ".Release.Name")]
-    target_name: String,
-    /// Values path of the synchronous-replica count ('' when the chart has none).
-    #[arg(long, default_value = "quorum.maxSyncReplicas")]
-    max_sync_replicas_key: String,
-    /// Default gRPC address of the scaler written into values.yaml.
-    #[arg(
-        long,
-        default_value = "cozy-autoscaling-scaler.cozy-autoscaling.svc:6000"
-    )]
-    scaler_address: String,
+    /// Change nothing; render every autoscaling mode and guard with each --helm and validate the
+    /// objects against the CRDs in --crds (exit 1 on any failure). For a chart repository's CI.
+    #[arg(long)]
+    verify: bool,
+    /// With --verify: a helm binary to render with (repeat for Helm 3 and Helm 4).
+    #[arg(long = "helm", default_value = "helm", requires = "verify")]
+    helms: Vec<PathBuf>,
+    /// With --verify: a CRD file or a directory of CRD files (KEDA's ScaledObject, the target's).
+    #[arg(long = "crds", requires = "verify")]
+    crds: Vec<PathBuf>,
+    /// Replica field of the target manifest [default: instances].
+    #[arg(long)]
+    replica_field: Option<String>,
+    /// Values path the replica field renders from [default: replicas].
+    #[arg(long)]
+    values_key: Option<String>,
+    /// apiVersion of the scale target [default: postgresql.cnpg.io/v1].
+    #[arg(long)]
+    target_api_version: Option<String>,
+    /// Kind of the scale target, which must expose the /scale subresource [default: Cluster].
+    #[arg(long)]
+    target_kind: Option<String>,
+    /// Go-template expression of the target's name [default: read from the target's template].
+    #[arg(long)]
+    target_name: Option<String>,
+    /// Go-template expression of the target's namespace [default: read from the target's
+    /// template, else the release namespace].
+    #[arg(long)]
+    target_namespace: Option<String>,
+    /// Values path of the synchronous quorum; '' when the chart has none [default: read from the
+    /// target's `maxSyncReplicas` / `postgresql.synchronous.number`]. May be absent from values.yaml.
+    #[arg(long)]
+    max_sync_replicas_key: Option<String>,
+    /// Default gRPC address of the scaler written into values.yaml
+    /// [default: cozy-autoscaling-scaler.cozy-autoscaling.svc:6000].
+    #[arg(long)]
+    scaler_address: Option<String>,
+}
+
+impl AppArgs {
+    /// The settings given as flags (the rest comes from the chart's chartgen.yaml or defaults).
+    fn settings(&self) -> app::settings::Settings {
+        app::settings::Settings {
+            replica_field: self.replica_field.clone(),
+            values_key: self.values_key.clone(),
+            target_api_version: self.target_api_version.clone(),
+            target_kind: self.target_kind.clone(),
+            target_name: self.target_name.clone(),
+            target_namespace: self.target_namespace.clone(),
+            max_sync_replicas_key: self.max_sync_replicas_key.clone(),
+            scaler_address: self.scaler_address.clone(),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -153,17 +182,19 @@ impl Cli {
         let Self { templates, command } = self;
         match command {
             Command::App(a) => {
-                let spec = app::AppSpec {
-                    field: a.replica_field,
-                    values_key: a.values_key,
-                    target_api_version: a.target_api_version,
-                    target_kind: a.target_kind,
-                    target_name: a.target_name,
-                    max_sync_key: a.max_sync_replicas_key,
-                    scaler_address: a.scaler_address,
-                };
-                let plan = app::plan(&a.chart, &spec, &Renderer::new(&templates)?)?;
-                finish(&plan, a.check)
+                let out = app::plan(&a.chart, a.settings(), &Renderer::new(&templates)?)?;
+                if a.verify {
+                    return app::verify::run(&a.chart, &out.plan, &out.spec, &a.helms, &a.crds);
+                }
+                let wrote = !a.check && !out.plan.drift()?.is_empty();
+                let code = finish(&out.plan, a.check)?;
+                if wrote {
+                    for note in &out.notes {
+                        eprintln!("chartgen: note: {note}");
+                    }
+                    eprintln!("chartgen: {}", app::next_steps(&a.chart));
+                }
+                Ok(code)
             }
             Command::Package(p) => {
                 let plan = package::plan(&p.out, &p.flux_deployment, &Renderer::new(&templates)?)?;

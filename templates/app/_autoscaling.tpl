@@ -5,7 +5,7 @@ Quorum floor: max(minReplicas, maxSyncReplicas + 1, 2). No `default` here: it wo
 explicit 0. Two instances minimum, because the load query counts standbys and desired = 1 + reads.
 */}}
 {{- define "[[ chart ]].autoscaling.floor" -}}
-{{- max (int .Values.autoscaling.minReplicas) (add1 [[ max_sync ]]) 2 -}}
+{{- max (int .Values.autoscaling.minReplicas) (add1 [[ max_sync or "0" ]]) 2 -}}
 {{- end }}
 
 {{/* "true" while the ScaledObject must not move the count: dry-run and migration phase 1. */}}
@@ -33,7 +33,7 @@ live
 
 {{/* spec.[[ spec.field ]] of the live [[ spec.target_kind ]], or "" when there is none or it is not a number. */}}
 {{- define "[[ chart ]].autoscaling.liveCount" -}}
-{{- $live := lookup "[[ spec.target_api_version ]]" "[[ spec.target_kind ]]" .Release.Namespace ([[ spec.target_name ]]) -}}
+{{- $live := lookup "[[ spec.target_api_version ]]" "[[ spec.target_kind ]]" ([[ spec.target_namespace ]]) ([[ spec.target_name ]]) -}}
 {{- $count := dig "spec" "[[ spec.field ]]" "" $live -}}
 {{- if or (kindIs "int64" $count) (kindIs "float64" $count) (kindIs "int" $count) -}}
 {{- int $count -}}
@@ -55,7 +55,7 @@ cluster (installs, upgrades, Flux); `helm template` renders as before.
 */}}
 {{- define "[[ chart ]].autoscaling.handbackGuard" -}}
 {{- if and (eq (include "[[ chart ]].autoscaling.replicaField" .) "static") (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") -}}
-{{- $so := lookup "keda.sh/v1alpha1" "ScaledObject" .Release.Namespace ([[ spec.target_name ]]) -}}
+{{- $so := lookup "keda.sh/v1alpha1" "ScaledObject" ([[ spec.target_namespace ]]) ([[ spec.target_name ]]) -}}
 {{- $ours := eq (dig "metadata" "labels" "app.kubernetes.io/instance" "" $so) .Release.Name -}}
 {{- $pausedOut := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-out" "" $so)) "true" -}}
 {{- $pausedIn := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-in" "" $so)) "true" -}}

@@ -20,6 +20,8 @@ pub struct Rewrite {
     pub text: String,
     /// Replica lines found (raw or already rewritten).
     pub found: usize,
+    /// 0-based line numbers, in the input text, of the original replica lines.
+    pub lines: Vec<usize>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -84,6 +86,7 @@ impl ReplicaLine<'_> {
         let head = self.head();
         let mut out = String::with_capacity(text.len() + 256);
         let mut found = 0;
+        let mut at = Vec::new();
         let mut i = 0;
         while i < lines.len() {
             let line = lines[i].trim_end_matches(['\n', '\r']);
@@ -104,10 +107,12 @@ impl ReplicaLine<'_> {
                 }
                 out.push_str(&block);
                 found += 1;
+                at.push(i + 1);
                 i += 5;
             } else if self.is_raw(line) {
                 out.push_str(&self.block(line));
                 found += 1;
+                at.push(i);
                 i += 1;
             } else {
                 out.push_str(lines[i]);
@@ -119,7 +124,11 @@ impl ReplicaLine<'_> {
                 out.pop();
             }
         }
-        Ok(Rewrite { text: out, found })
+        Ok(Rewrite {
+            text: out,
+            found,
+            lines: at,
+        })
     }
 }
 
@@ -160,10 +169,15 @@ mod tests {
         let src = "spec:\n  instances: {{ .Values.replicas }}\n  imageName: x";
         let once = RL.rewrite(src).unwrap();
         let twice = RL.rewrite(&once.text).unwrap();
-        assert_eq!(once, twice);
+        assert_eq!((&once.text, once.found), (&twice.text, twice.found));
         assert!(
             !once.text.ends_with('\n'),
             "a missing final newline stays missing"
+        );
+        assert_eq!(
+            (once.lines, twice.lines),
+            (vec![1], vec![2]),
+            "the original line, then inside the block"
         );
     }
 

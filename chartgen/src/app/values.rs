@@ -65,13 +65,6 @@ pub enum ValuesError {
     MissingKey(String),
 }
 
-/// Known keys (author's value, else default) and the author's extra keys, both in order.
-#[derive(Debug, PartialEq)]
-pub struct Merged {
-    pub known: serde_json::Map<String, Value>,
-    pub extra: serde_json::Map<String, Value>,
-}
-
 /// Parses values.yaml after bounding its size and nesting depth, so a hostile file costs
 /// linear time; a syntax error names its line.
 pub fn parse(values_text: &str) -> Result<serde_json::Map<String, Value>, ValuesError> {
@@ -155,24 +148,21 @@ fn too_deep(text: &str, limit: usize) -> Option<usize> {
     None
 }
 
-/// Merges the author's existing `autoscaling` settings over the defaults.
+/// The block's settings in the defaults' order: the author's value where set, else the default.
 pub fn merge(
     root: &serde_json::Map<String, Value>,
     defaults: Vec<(&'static str, Value)>,
-) -> Result<Merged, ValuesError> {
+) -> Result<serde_json::Map<String, Value>, ValuesError> {
     let mut have = match root.get(KEY) {
         None | Some(Value::Null) => serde_json::Map::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(other) => return Err(ValuesError::BlockNotMapping(other.to_string())),
     };
-    for key in RETIRED {
-        have.remove(*key);
-    }
     let mut known = serde_json::Map::new();
     for (k, default) in defaults {
         known.insert(k.to_owned(), have.remove(k).unwrap_or(default));
     }
-    Ok(Merged { known, extra: have })
+    Ok(known)
 }
 
 /// True when the dotted `path` exists in values.yaml.
@@ -184,16 +174,51 @@ pub fn has_path(root: &serde_json::Map<String, Value>, path: &str) -> bool {
     segs.try_fold(first, |v, seg| v.get(seg)).is_some()
 }
 
-/// Replaces the top-level `key:` block (the key line and every indented, list or comment line
-/// up to its last content line) with `block`, or appends `block` when the key is absent.
-pub fn splice(text: &str, key: &str, block: &str) -> String {
-    let lines: Vec<&str> = text.split_inclusive('\n').collect();
-    let is_key_line = |l: &str| {
-        l.strip_prefix(key)
-            .and_then(|r| r.strip_prefix(':'))
-            .is_some_and(|r| r.is_empty() || r.starts_with([' ', '\n', '\r', '\t', '#']))
+/// How the chart documents its values, so the block is written the same way and the chart's
+/// own README/schema generator keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub enum Convention {
+    /// helm-docs `# -- description` (also the default for an undocumented file).
+    #[serde(rename = "helm-docs")]
+    HelmDocs,
+    /// Bitnami readme-generator `## @param key description`.
+    #[serde(rename = "bitnami")]
+    Bitnami,
+    /// cozyvalues-gen `## @param {type} key - description` with `@typedef`/`@field`.
+    #[serde(rename = "cozy")]
+    Cozy,
+}
+
+pub fn convention(text: &str) -> Convention {
+    let params = || {
+        text.lines()
+            .filter_map(|l| l.trim_start().strip_prefix("## @param "))
     };
-    let Some(start) = lines.iter().position(|l| is_key_line(l)) else {
+    if params().any(|r| r.starts_with('{')) {
+        Convention::Cozy
+    } else if params().next().is_some() {
+        Convention::Bitnami
+    } else {
+        Convention::HelmDocs
+    }
+}
+
+/// What `merge_block` did, for the report.
+#[derive(Debug, Default, PartialEq)]
+pub struct BlockChange {
+    /// Keys added to an existing block.
+    pub added: Vec<String>,
+    /// Retired keys removed.
+    pub removed: Vec<String>,
+}
+
+/// Writes `rendered` (the full block, possibly preceded by convention lines) into `text`:
+/// appended when the file has no `key:` block; otherwise the existing block is kept line for line
+/// (comments, order and values included), retired keys are dropped and missing keys are added
+/// from `rendered` at its end.
+pub fn merge_block(text: &str, key: &str, rendered: &str) -> (String, BlockChange) {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let Some((start, end)) = block_span(&lines, key) else {
         let mut out = text.to_owned();
         if !out.is_empty() && !out.ends_with('\n') {
             out.push('\n');
@@ -201,9 +226,63 @@ pub fn splice(text: &str, key: &str, block: &str) -> String {
         if !out.is_empty() && !out.ends_with("\n\n") {
             out.push('\n');
         }
-        out.push_str(block);
-        return out;
+        out.push_str(rendered);
+        return (out, BlockChange::default());
     };
+    let rendered_lines: Vec<&str> = rendered.split_inclusive('\n').collect();
+    let own = block_span(&rendered_lines, key).map_or(0, |(s, _)| s);
+    let fresh = entries(&rendered_lines[own + 1..]);
+    let head = lines[start].trim_end();
+    let flow_or_empty =
+        head.len() > key.len() + 1 && !head[key.len() + 1..].trim_start().starts_with('#');
+    let existing = entries(&lines[start + 1..end]);
+    let mut change = BlockChange::default();
+    let mut body = String::new();
+    if flow_or_empty {
+        // `autoscaling: {}` or a flow mapping: nothing to keep line by line.
+        body.push_str(&rendered_lines[own..].concat());
+    } else {
+        body.push_str(lines[start]);
+        for (k, chunk) in &existing {
+            match k {
+                Some(k) if RETIRED.contains(&k.as_str()) => change.removed.push(k.clone()),
+                _ => body.push_str(chunk),
+            }
+        }
+        if !body.ends_with('\n') {
+            body.push('\n');
+        }
+        let indent = existing
+            .iter()
+            .find_map(|(k, c)| k.as_ref().map(|_| key_indent(c)))
+            .unwrap_or(2);
+        for (k, chunk) in &fresh {
+            let Some(k) = k else { continue };
+            if existing.iter().any(|(e, _)| e.as_ref() == Some(k)) {
+                continue;
+            }
+            change.added.push(k.clone());
+            body.push_str(&reindent(chunk, indent));
+        }
+    }
+    let mut out: String = lines[..start].concat();
+    out.push_str(&body);
+    if end == lines.len() && !text.ends_with('\n') {
+        out.pop();
+    }
+    out.push_str(&lines[end..].concat());
+    (out, change)
+}
+
+/// Lines `[start, end)` of the top-level `key:` block: the key line and every indented, list or
+/// comment line up to its last content line.
+fn block_span(lines: &[&str], key: &str) -> Option<(usize, usize)> {
+    let is_key_line = |l: &str| {
+        l.strip_prefix(key)
+            .and_then(|r| r.strip_prefix(':'))
+            .is_some_and(|r| r.is_empty() || r.starts_with([' ', '\n', '\r', '\t', '#']))
+    };
+    let start = lines.iter().position(|l| is_key_line(l))?;
     let mut end = start + 1;
     for (i, l) in lines.iter().enumerate().skip(start + 1) {
         let content = !l.trim().is_empty() && !l.starts_with('#');
@@ -214,69 +293,136 @@ pub fn splice(text: &str, key: &str, block: &str) -> String {
             end = i + 1;
         }
     }
-    let mut out: String = lines[..start].concat();
-    out.push_str(block);
-    if end == lines.len() && !text.ends_with('\n') {
-        // Keep the file's (missing) final newline as it was.
-        out.pop();
+    Some((start, end))
+}
+
+/// Splits a block body into entries: each is the comment lines above a key, the key line and
+/// everything nested under it. Lines before the first key form an entry without a key.
+fn entries(lines: &[&str]) -> Vec<(Option<String>, String)> {
+    let child = lines
+        .iter()
+        .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .map(|l| l.len() - l.trim_start().len());
+    let mut out: Vec<(Option<String>, String)> = Vec::new();
+    let mut pending = String::new();
+    for line in lines {
+        let body = line.trim_start();
+        let ind = line.len() - body.len();
+        let is_key = Some(ind) == child
+            && !body.starts_with('#')
+            && !body.starts_with('-')
+            && body.contains(':');
+        if is_key {
+            let k = body
+                .split(':')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .trim_matches(['"', '\''])
+                .to_owned();
+            out.push((Some(k), std::mem::take(&mut pending) + line));
+        } else if body.starts_with('#') && Some(ind) <= child {
+            pending.push_str(line);
+        } else if let Some(last) = out.last_mut() {
+            last.1.push_str(&std::mem::take(&mut pending));
+            last.1.push_str(line);
+        } else {
+            pending.push_str(line);
+        }
     }
-    out.push_str(&lines[end..].concat());
+    if !pending.is_empty() {
+        match out.last_mut() {
+            Some(last) => last.1.push_str(&pending),
+            None => out.push((None, pending)),
+        }
+    }
     out
+}
+
+fn key_indent(chunk: &str) -> usize {
+    chunk
+        .lines()
+        .find(|l| !l.trim_start().starts_with('#'))
+        .map_or(2, |l| l.len() - l.trim_start().len())
+}
+
+/// Re-indents a rendered entry (two spaces per level) to `indent` spaces per level.
+fn reindent(chunk: &str, indent: usize) -> String {
+    if indent == 2 {
+        return chunk.to_owned();
+    }
+    chunk
+        .split_inclusive('\n')
+        .map(|l| {
+            let n = l.len() - l.trim_start_matches(' ').len();
+            format!("{}{}", " ".repeat(n / 2 * indent + n % 2), &l[n..])
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const BLOCK: &str = "autoscaling:\n  enabled: false\n";
+    const BLOCK: &str = "## @section Autoscaling\nautoscaling:\n  # -- on\n  enabled: false\n  # -- how far\n  target: 150\n";
 
     #[test]
     fn appends_when_absent_and_keeps_everything_else() {
         let src = "# top\nreplicas: 2  # two\nquorum:\n  maxSyncReplicas: 0\n";
-        let out = splice(src, KEY, BLOCK);
+        let (out, change) = merge_block(src, KEY, BLOCK);
         assert_eq!(out, format!("{src}\n{BLOCK}"));
+        assert_eq!(change, BlockChange::default());
     }
 
     #[test]
-    fn replaces_only_the_block_in_the_middle() {
-        let src =
-            "a: 1\nautoscaling:\n  enabled: true\n  # note\n  target: 9\n\n# about b\nb:\n  - 1\n";
-        let out = splice(src, KEY, BLOCK);
+    fn an_existing_block_keeps_its_lines_and_gains_missing_keys() {
+        let src = "a: 1\nautoscaling:\n    enabled: true   # prod\n    # why 9\n    replicaMode: seed\n    custom:\n      - x\n\n# about b\nb:\n  - 1\n";
+        let (out, change) = merge_block(src, KEY, BLOCK);
         assert_eq!(
             out,
-            "a: 1\nautoscaling:\n  enabled: false\n\n# about b\nb:\n  - 1\n"
+            "a: 1\nautoscaling:\n    enabled: true   # prod\n    custom:\n      - x\n    # -- how far\n    target: 150\n\n# about b\nb:\n  - 1\n"
+        );
+        assert_eq!(change.added, ["target"]);
+        assert_eq!(change.removed, ["replicaMode"]);
+        assert_eq!(merge_block(&out, KEY, BLOCK).0, out, "idempotent");
+    }
+
+    #[test]
+    fn an_empty_block_is_filled_and_similar_keys_are_not_the_block() {
+        let (out, _) = merge_block("autoscaling: {}\nz: 1", KEY, BLOCK);
+        assert_eq!(
+            out,
+            "autoscaling:\n  # -- on\n  enabled: false\n  # -- how far\n  target: 150\nz: 1"
+        );
+        let src = "autoscalingX: 1\n";
+        assert!(
+            merge_block(src, KEY, BLOCK)
+                .0
+                .starts_with("autoscalingX: 1\n\n## @section")
         );
     }
 
     #[test]
-    fn splice_is_idempotent() {
-        let once = splice("replicas: 2\n", KEY, BLOCK);
-        assert_eq!(splice(&once, KEY, BLOCK), once);
+    fn conventions_are_detected() {
+        assert_eq!(
+            convention("## @param {int} replicas - n\n"),
+            Convention::Cozy
+        );
+        assert_eq!(convention("## @param replicas n\n"), Convention::Bitnami);
+        assert_eq!(convention("# -- n\nreplicas: 1\n"), Convention::HelmDocs);
     }
 
     #[test]
-    fn similar_keys_are_not_the_block() {
-        let src = "autoscalingX: 1\n";
-        assert!(splice(src, KEY, BLOCK).starts_with("autoscalingX: 1\n\nautoscaling:"));
-    }
-
-    #[test]
-    fn merge_keeps_author_values_and_extras() {
+    fn merge_keeps_author_values() {
         let root = parse("replicas: 3\nautoscaling:\n  enabled: true\n  target: 40\n  custom: x\n")
             .unwrap();
         let m = merge(&root, defaults("s:1")).unwrap();
-        assert_eq!(m.known["enabled"], json!(true));
-        assert_eq!(m.known["target"], json!(40));
-        assert_eq!(m.known["maxReplicas"], json!(6));
-        assert_eq!(m.known["scalerAddress"], json!("s:1"));
-        assert_eq!(m.extra["custom"], json!("x"));
-        let retired = merge(
-            &parse("autoscaling:\n  replicaMode: omit\n").unwrap(),
-            defaults("s"),
-        )
-        .unwrap();
-        assert!(!retired.extra.contains_key("replicaMode"));
-        let keys: Vec<&String> = m.known.keys().collect();
+        assert_eq!(m["enabled"], json!(true));
+        assert_eq!(m["target"], json!(40));
+        assert_eq!(m["maxReplicas"], json!(6));
+        assert_eq!(m["scalerAddress"], json!("s:1"));
+        assert!(!m.contains_key("custom"), "kept in the text, not rendered");
+        let keys: Vec<&String> = m.keys().collect();
         assert_eq!(keys[0], "enabled");
         assert_eq!(keys[10], "behavior");
     }

@@ -5,7 +5,7 @@ Quorum floor: max(minReplicas, maxSyncReplicas + 1, 2). No `default` here: it wo
 explicit 0. Two instances minimum, because the load query counts standbys and desired = 1 + reads.
 */}}
 {{- define "example-postgres.autoscaling.floor" -}}
-{{- max (int .Values.autoscaling.minReplicas) (add1 (int $.Values.quorum.maxSyncReplicas)) 2 -}}
+{{- max (int .Values.autoscaling.minReplicas) (add1 (int ((.Values.quorum | default dict).maxSyncReplicas))) 2 -}}
 {{- end }}
 
 {{/* "true" while the ScaledObject must not move the count: dry-run and migration phase 1. */}}
@@ -33,7 +33,7 @@ live
 
 {{/* spec.instances of the live Cluster, or "" when there is none or it is not a number. */}}
 {{- define "example-postgres.autoscaling.liveCount" -}}
-{{- $live := lookup "postgresql.cnpg.io/v1" "Cluster" .Release.Namespace (.Release.Name) -}}
+{{- $live := lookup "postgresql.cnpg.io/v1" "Cluster" (.Release.Namespace) (.Release.Name) -}}
 {{- $count := dig "spec" "instances" "" $live -}}
 {{- if or (kindIs "int64" $count) (kindIs "float64" $count) (kindIs "int" $count) -}}
 {{- int $count -}}
@@ -55,7 +55,7 @@ cluster (installs, upgrades, Flux); `helm template` renders as before.
 */}}
 {{- define "example-postgres.autoscaling.handbackGuard" -}}
 {{- if and (eq (include "example-postgres.autoscaling.replicaField" .) "static") (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") -}}
-{{- $so := lookup "keda.sh/v1alpha1" "ScaledObject" .Release.Namespace (.Release.Name) -}}
+{{- $so := lookup "keda.sh/v1alpha1" "ScaledObject" (.Release.Namespace) (.Release.Name) -}}
 {{- $ours := eq (dig "metadata" "labels" "app.kubernetes.io/instance" "" $so) .Release.Name -}}
 {{- $pausedOut := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-out" "" $so)) "true" -}}
 {{- $pausedIn := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-in" "" $so)) "true" -}}

@@ -1,0 +1,473 @@
+//! Reads the scale target's template: the Go-template expressions of its `metadata.name` and
+//! `metadata.namespace`, and where it takes its synchronous quorum from. Pure text analysis of
+//! one manifest document; an expression chartgen cannot carry over is reported, never guessed.
+
+/// How a field of the target renders, as a Go-template expression usable at the top level of a
+/// chart template (where `.` and `$` are the root context).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// An expression that renders the same value as the template's own field.
+    Known(String),
+    /// The field exists but chartgen cannot carry it over; the string says why.
+    Unknown(String),
+}
+
+/// One manifest document of a template file: its lines and the number of the first.
+#[derive(Debug, Clone, Copy)]
+pub struct Doc<'a> {
+    /// The whole file (assignments and enclosing blocks are looked up in it).
+    pub file: &'a str,
+    pub lines: &'a [&'a str],
+    /// 0-based index in the file of `lines[0]`.
+    pub first: usize,
+}
+
+/// The document of `file` that holds 0-based line `at` (documents split on `---` lines).
+pub fn doc_at<'a>(file: &'a str, lines: &'a [&'a str], at: usize) -> Doc<'a> {
+    let is_sep = |l: &str| l.trim_end() == "---" || l.starts_with("--- ");
+    let start = (0..at)
+        .rev()
+        .find(|&i| is_sep(lines[i]))
+        .map_or(0, |i| i + 1);
+    let end = (at..lines.len())
+        .find(|&i| is_sep(lines[i]))
+        .unwrap_or(lines.len());
+    Doc {
+        file,
+        lines: &lines[start..end],
+        first: start,
+    }
+}
+
+impl Doc<'_> {
+    /// The value text of the top-level `key:` line (`kind`, `apiVersion`).
+    pub fn top(&self, key: &str) -> Option<&str> {
+        self.lines
+            .iter()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':').map(str::trim))
+    }
+
+    /// `metadata.<field>` as an expression; None when the field is absent.
+    pub fn metadata(&self, field: &str) -> Option<(usize, Expr)> {
+        let (line, value) = self.child_of(&["metadata"], field)?;
+        Some((line, self.expr_at(line, value)))
+    }
+
+    /// Expressions of every synchronous-quorum setting of a CNPG Cluster: legacy
+    /// `spec.maxSyncReplicas` and `spec.postgresql.synchronous.number`.
+    pub fn quorum(&self) -> Vec<(usize, Expr)> {
+        let mut out = Vec::new();
+        if let Some((line, value)) = self.child_of(&["spec"], "maxSyncReplicas") {
+            out.push((line, self.expr_at(line, value)));
+        }
+        match self.child_of(&["spec", "postgresql", "synchronous"], "number") {
+            Some((line, value)) => out.push((line, self.expr_at(line, value))),
+            None => {
+                if let Some((line, _)) = self.child_of(&["spec", "postgresql"], "synchronous") {
+                    out.push((
+                        line,
+                        Expr::Unknown("`synchronous` is not written out field by field".into()),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Finds `field:` directly under the mapping at `path` (top-level keys first); returns its
+    /// 0-based file line and its value text. Lines that are only template actions are skipped.
+    fn child_of(&self, path: &[&str], field: &str) -> Option<(usize, &str)> {
+        let mut from = 0;
+        let mut indent = 0;
+        for (depth, key) in path.iter().enumerate() {
+            let (at, ind) = self.find_key(from, depth == 0, indent, key)?;
+            from = at + 1;
+            indent = ind;
+        }
+        let (at, _) = self.find_key(from, false, indent, field)?;
+        let line = self.lines[at];
+        let value = line.trim_start()[field.len() + 1..].trim();
+        Some((self.first + at, value))
+    }
+
+    /// The line of `key:` at the first child indentation after `from` (or at column 0 when
+    /// `top`), stopping where the parent mapping ends.
+    fn find_key(&self, from: usize, top: bool, parent: usize, key: &str) -> Option<(usize, usize)> {
+        let mut child: Option<usize> = if top { Some(0) } else { None };
+        for (i, line) in self.lines.iter().enumerate().skip(from) {
+            let body = line.trim_start();
+            if body.is_empty() || body.starts_with('#') || is_action_line(body) {
+                continue;
+            }
+            let ind = line.len() - body.len();
+            if !top && ind <= parent {
+                return None;
+            }
+            let want = *child.get_or_insert(ind);
+            if ind == want
+                && body.strip_prefix(key).is_some_and(|r| {
+                    r.starts_with(':') && r[1..].chars().next().is_none_or(char::is_whitespace)
+                })
+            {
+                return Some((i, ind));
+            }
+        }
+        None
+    }
+
+    fn expr_at(&self, line: usize, value: &str) -> Expr {
+        let blocks = enclosing_blocks(self.file, line);
+        match value_expr(value) {
+            Expr::Known(e) => {
+                let e = match inline_variables(self.file, line, &e) {
+                    Ok(e) => e,
+                    Err(why) => return Expr::Unknown(why),
+                };
+                if uses_dot(&e) && blocks.iter().any(|b| b == "with" || b == "range") {
+                    return Expr::Unknown(
+                        "it reads `.` inside a `with` or `range` block, where `.` is not the chart's root".into(),
+                    );
+                }
+                Expr::Known(e)
+            }
+            unknown => unknown,
+        }
+    }
+}
+
+/// A line that holds only template actions (`{{- if ... }}`, `{{ include ... | nindent 4 }}`).
+fn is_action_line(body: &str) -> bool {
+    body.starts_with("{{") && body.trim_end().ends_with("}}")
+}
+
+/// The Go-template expression of a YAML scalar that may hold template actions:
+/// `{{ .Release.Name }}`, `"{{ include "x" . }}-db"`, `my-db`, `"my-db"`, `3`.
+pub fn value_expr(value: &str) -> Expr {
+    let value = strip_comment(value).trim();
+    if value.is_empty()
+        || value.starts_with(['|', '>', '&', '*', '!', '[', '{']) && !value.starts_with("{{")
+    {
+        return Expr::Unknown(format!("`{value}` is not a plain value"));
+    }
+    let unquoted = match value.chars().next() {
+        Some(q @ ('"' | '\'')) if value.len() >= 2 && value.ends_with(q) => {
+            &value[1..value.len() - 1]
+        }
+        _ => value,
+    };
+    let mut parts: Vec<(bool, String)> = Vec::new();
+    let mut rest = unquoted;
+    while let Some(open) = rest.find("{{") {
+        if open > 0 {
+            parts.push((false, rest[..open].to_owned()));
+        }
+        let Some(close) = rest[open..].find("}}") else {
+            return Expr::Unknown(format!("`{value}` has an unclosed action"));
+        };
+        let inner = rest[open + 2..open + close]
+            .trim_start_matches('-')
+            .trim_end_matches('-')
+            .trim();
+        let word = inner.split_whitespace().next().unwrap_or("");
+        let control = [
+            "if", "else", "end", "range", "with", "define", "template", "block", "break",
+            "continue",
+        ];
+        if inner.is_empty()
+            || inner.starts_with("/*")
+            || control.contains(&word)
+            || inner.contains(":=")
+            || inner.contains(" = ")
+        {
+            return Expr::Unknown(format!("`{value}` is not a single expression"));
+        }
+        parts.push((true, inner.to_owned()));
+        rest = &rest[open + close + 2..];
+    }
+    if !rest.is_empty() {
+        parts.push((false, rest.to_owned()));
+    }
+    match parts.as_slice() {
+        [] => Expr::Unknown("the value is empty".into()),
+        [(true, e)] => Expr::Known(e.clone()),
+        [(false, lit)] => Expr::Known(go_string(lit)),
+        _ => {
+            let mut format = String::new();
+            let mut args = Vec::new();
+            for (is_expr, text) in &parts {
+                if *is_expr {
+                    format.push_str("%v");
+                    args.push(format!("({text})"));
+                } else {
+                    format.push_str(&text.replace('%', "%%"));
+                }
+            }
+            Expr::Known(format!("printf {} {}", go_string(&format), args.join(" ")))
+        }
+    }
+}
+
+/// A Go string literal (JSON's escaping is a subset Go accepts).
+fn go_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// Drops a trailing `# comment` outside quotes and actions.
+fn strip_comment(value: &str) -> &str {
+    let mut quote = None;
+    let mut depth = 0;
+    let bytes = value.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match (quote, b) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, b'"' | b'\'') if depth == 0 && (i == 0) => quote = Some(b),
+            (None, b'{') if bytes.get(i + 1) == Some(&b'{') => depth += 1,
+            (None, b'}') if bytes.get(i + 1) == Some(&b'}') && depth > 0 => depth -= 1,
+            (None, b'#') if depth == 0 && i > 0 && bytes[i - 1] == b' ' => return &value[..i],
+            _ => {}
+        }
+    }
+    value
+}
+
+/// True when `expr` reads the current context `.` (not `$.`): `.Release.Name`, `include "x" .`.
+fn uses_dot(expr: &str) -> bool {
+    let b = expr.as_bytes();
+    let mut quote = false;
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'"' && (i == 0 || b[i - 1] != b'\\') {
+            quote = !quote;
+        }
+        if quote || c != b'.' {
+            continue;
+        }
+        let prev = if i == 0 { b' ' } else { b[i - 1] };
+        if !(prev.is_ascii_alphanumeric() || prev == b'_' || prev == b'$' || prev == b')') {
+            return true;
+        }
+    }
+    false
+}
+
+/// Replaces each `$var` (not `$` or `$.`) with the expression of its single top-level
+/// `{{ $var := ... }}` before `line`; an unassigned or reassigned variable is unknown.
+fn inline_variables(file: &str, line: usize, expr: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let name: String = rest[at + 1..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[at + 1 + name.len()..];
+        if name.is_empty() {
+            out.push('$');
+            continue;
+        }
+        let mut defs = file.lines().take(line).filter_map(|l| assignment(l, &name));
+        let (Some(def), None) = (defs.next(), defs.next()) else {
+            return Err(format!(
+                "it uses `${name}`, which is not assigned exactly once before it"
+            ));
+        };
+        if let Expr::Known(e) = value_expr(&format!("{{{{ {def} }}}}")) {
+            out.push_str(&format!("({e})"));
+        } else {
+            return Err(format!("`${name}` is not a plain expression"));
+        }
+    }
+    out.push_str(rest);
+    if out.contains('$') && out != expr && out.matches('$').count() > expr.matches('$').count() {
+        return Err("its variables refer to other variables".into());
+    }
+    Ok(out)
+}
+
+/// The expression of `{{- $name := EXPR }}` or `{{ $name = EXPR }}` on `line`.
+fn assignment<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let body = line
+        .trim()
+        .strip_prefix("{{")?
+        .trim_start_matches('-')
+        .trim();
+    let rest = body.strip_prefix('$')?.strip_prefix(name)?.trim_start();
+    let rest = rest.strip_prefix(":=").or_else(|| rest.strip_prefix('='))?;
+    let rest = rest.trim().strip_suffix("}}")?.trim_end_matches('-').trim();
+    Some(rest)
+}
+
+/// Kinds of the template blocks (`if`, `with`, `range`, `define`) open at 0-based `line`.
+fn enclosing_blocks(file: &str, line: usize) -> Vec<String> {
+    let mut stack: Vec<String> = Vec::new();
+    for l in file.lines().take(line) {
+        let mut rest = l;
+        while let Some(open) = rest.find("{{") {
+            let after = &rest[open + 2..];
+            let close = after.find("}}").unwrap_or(after.len());
+            let inner = after[..close].trim_start_matches('-').trim();
+            let word = inner.split_whitespace().next().unwrap_or("");
+            match word {
+                "if" | "with" | "range" | "define" | "block" => stack.push(word.to_owned()),
+                "end" => {
+                    stack.pop();
+                }
+                _ => {}
+            }
+            rest = &after[close.min(after.len())..];
+        }
+    }
+    stack
+}
+
+/// Every `.Values.a.b.c` in `expr` rewritten as a nil-safe chain, so a key absent from
+/// values.yaml (or a missing parent) reads as empty instead of failing the render.
+pub fn nil_safe(expr: &str) -> String {
+    let mut out = String::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find(".Values.") {
+        let (before, after) = rest.split_at(at);
+        let prev = before.chars().last();
+        out.push_str(before);
+        let path: String = after[".Values.".len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+            .collect();
+        let path = path.trim_end_matches('.');
+        rest = &after[".Values.".len() + path.len()..];
+        if prev.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ')')
+            || path.is_empty()
+        {
+            out.push_str(".Values.");
+            out.push_str(path);
+            continue;
+        }
+        let root = if prev == Some('$') {
+            out.pop();
+            "$"
+        } else {
+            ""
+        };
+        out.push_str(&chain(root, path));
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `a.b.c` → `(((.Values.a | default dict).b | default dict).c)` (`root` is "" or "$").
+pub fn chain(root: &str, path: &str) -> String {
+    let segs: Vec<&str> = path.split('.').collect();
+    let mut e = format!("{root}.Values.{}", segs[0]);
+    for seg in &segs[1..] {
+        e = format!("({e} | default dict).{seg}");
+    }
+    format!("({e})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(text: &str) -> (Vec<&str>, usize) {
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines.iter().position(|l| l.contains("instances:")).unwrap();
+        (lines, at)
+    }
+
+    fn name_of(text: &str) -> Option<Expr> {
+        let (lines, at) = doc(text);
+        doc_at(text, &lines, at).metadata("name").map(|(_, e)| e)
+    }
+
+    #[test]
+    fn names_come_from_the_template_expression() {
+        let cases = [
+            ("  name: {{ .Release.Name }}", ".Release.Name"),
+            (
+                "  name: {{ include \"pg.fullname\" . }}",
+                "include \"pg.fullname\" .",
+            ),
+            (
+                "  name: {{ printf \"%s-db\" .Release.Name | trunc 63 }}",
+                "printf \"%s-db\" .Release.Name | trunc 63",
+            ),
+            ("  name: \"fixed-db\"  # the one", "\"fixed-db\""),
+            ("  name: fixed", "\"fixed\""),
+            (
+                "  name: {{ .Release.Name }}-db",
+                "printf \"%v-db\" (.Release.Name)",
+            ),
+            (
+                "  name: \"{{ $.Release.Name }}-50%\"",
+                "printf \"%v-50%%\" ($.Release.Name)",
+            ),
+        ];
+        for (line, want) in cases {
+            let text = format!(
+                "---\napiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata:\n  labels:\n    name: x\n{line}\nspec:\n  instances: {{{{ .Values.replicas }}}}\n"
+            );
+            assert_eq!(name_of(&text), Some(Expr::Known(want.into())), "{line}");
+        }
+    }
+
+    #[test]
+    fn variables_are_inlined_and_blocks_make_dot_unknown() {
+        let text = "{{- $fullname := include \"pg.fullname\" . }}\nkind: Cluster\nmetadata:\n  name: {{ $fullname }}\n  namespace: {{ .Values.namespaceOverride | default .Release.Namespace }}\nspec:\n  instances: {{ .Values.replicas }}\n";
+        assert_eq!(
+            name_of(text),
+            Some(Expr::Known("(include \"pg.fullname\" .)".into()))
+        );
+        let (lines, at) = doc(text);
+        assert_eq!(
+            doc_at(text, &lines, at)
+                .metadata("namespace")
+                .map(|(_, e)| e),
+            Some(Expr::Known(
+                ".Values.namespaceOverride | default .Release.Namespace".into()
+            ))
+        );
+        let within = "{{- with .Values.db }}\nkind: Cluster\nmetadata:\n  name: {{ .name }}\nspec:\n  instances: {{ $.Values.replicas }}\n{{- end }}\n";
+        assert!(matches!(name_of(within), Some(Expr::Unknown(_))));
+        let dollar = "{{- with .Values.db }}\nkind: Cluster\nmetadata:\n  name: {{ $.Release.Name }}\nspec:\n  instances: {{ $.Values.replicas }}\n{{- end }}\n";
+        assert_eq!(name_of(dollar), Some(Expr::Known("$.Release.Name".into())));
+        let unassigned = "kind: Cluster\nmetadata:\n  name: {{ $name }}\nspec:\n  instances: 1\n";
+        assert!(matches!(name_of(unassigned), Some(Expr::Unknown(_))));
+        let helper = "kind: Cluster\nmetadata:\n{{- include \"lib.metadata\" . | nindent 2 }}\nspec:\n  instances: 1\n";
+        assert_eq!(name_of(helper), None);
+    }
+
+    #[test]
+    fn quorum_settings_are_found_wherever_the_cluster_sets_them() {
+        let text = "kind: Cluster\nmetadata:\n  name: x\nspec:\n  instances: {{ .Values.replicas }}\n  maxSyncReplicas: {{ .Values.legacy.max }}\n  postgresql:\n    parameters:\n      number: 9\n    synchronous:\n      method: any\n      number: {{ .Values.cluster.postgresql.synchronous.number }}\n";
+        let (lines, at) = doc(text);
+        let q: Vec<Expr> = doc_at(text, &lines, at)
+            .quorum()
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
+        assert_eq!(
+            q,
+            [
+                Expr::Known(".Values.legacy.max".into()),
+                Expr::Known(".Values.cluster.postgresql.synchronous.number".into())
+            ]
+        );
+        let yamlized = "kind: Cluster\nspec:\n  instances: 1\n  postgresql:\n    synchronous:\n      {{- toYaml .Values.sync | nindent 6 }}\n";
+        let (lines, at) = doc(yamlized);
+        assert!(matches!(
+            doc_at(yamlized, &lines, at).quorum().as_slice(),
+            [(_, Expr::Unknown(_))]
+        ));
+    }
+
+    #[test]
+    fn value_paths_become_nil_safe_chains() {
+        assert_eq!(
+            nil_safe(".Values.a.b.c | int"),
+            "(((.Values.a | default dict).b | default dict).c) | int"
+        );
+        assert_eq!(nil_safe("$.Values.x.y"), "(($.Values.x | default dict).y)");
+        assert_eq!(nil_safe("int .Values.n"), "int (.Values.n)");
+    }
+}

@@ -1,0 +1,445 @@
+//! `chartgen app --verify`: renders the autoscaling mode matrix with real helm binaries and
+//! validates every object against the CRDs given, after API-server-style defaulting. What `helm
+//! lint` cannot do: it passes no `--api-versions`, so the enabled path never renders there.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use super::AppSpec;
+use crate::output::{Plan, read};
+
+/// One `helm template` run and what it must produce.
+struct Case {
+    name: &'static str,
+    sets: Vec<String>,
+    keda: bool,
+    expect: Expect,
+}
+
+enum Expect {
+    /// Renders; objects valid; a ScaledObject iff `scaled`, paused iff `paused`.
+    Renders { scaled: bool, paused: bool },
+    /// The render fails with this text in the message.
+    Fails(&'static str),
+}
+
+fn cases(spec: &AppSpec) -> Vec<Case> {
+    let on = |more: &[&str]| {
+        std::iter::once("autoscaling.enabled=true".to_owned())
+            .chain(more.iter().map(|s| (*s).to_owned()))
+            .collect::<Vec<_>>()
+    };
+    let renders = |scaled, paused| Expect::Renders { scaled, paused };
+    let key = &spec.values_key;
+    vec![
+        Case {
+            name: "off",
+            sets: vec![],
+            keda: false,
+            expect: renders(false, false),
+        },
+        Case {
+            name: "on",
+            sets: on(&[]),
+            keda: true,
+            expect: renders(true, false),
+        },
+        Case {
+            name: "transition",
+            sets: on(&["autoscaling.transition=true"]),
+            keda: true,
+            expect: renders(true, true),
+        },
+        Case {
+            name: "dryRun",
+            sets: on(&["autoscaling.dryRun=true"]),
+            keda: true,
+            expect: renders(true, true),
+        },
+        Case {
+            name: "guard: no KEDA API",
+            sets: on(&[]),
+            keda: false,
+            expect: Expect::Fails("needs KEDA"),
+        },
+        Case {
+            name: "guard: target < 1",
+            sets: on(&["autoscaling.target=0"]),
+            keda: true,
+            expect: Expect::Fails("autoscaling.target must be at least 1"),
+        },
+        Case {
+            name: "guard: floor > maxReplicas",
+            sets: on(&["autoscaling.minReplicas=5", "autoscaling.maxReplicas=4"]),
+            keda: true,
+            expect: Expect::Fails("below the quorum floor"),
+        },
+        Case {
+            name: "guard: count > maxReplicas",
+            sets: vec![
+                "autoscaling.enabled=true".into(),
+                format!("{key}=9"),
+                "autoscaling.maxReplicas=8".into(),
+            ],
+            keda: true,
+            expect: Expect::Fails("is above autoscaling.maxReplicas"),
+        },
+        Case {
+            name: "guard: maxReplicas > 100",
+            sets: on(&["autoscaling.maxReplicas=101"]),
+            keda: true,
+            expect: Expect::Fails("above the hard ceiling of 100"),
+        },
+        Case {
+            name: "guard: empty scalerAddress",
+            sets: on(&["autoscaling.scalerAddress="]),
+            keda: true,
+            expect: Expect::Fails("scalerAddress is empty"),
+        },
+    ]
+}
+
+/// Runs the matrix; prints one line per case and helm; exit 1 when any fails.
+pub fn run(
+    chart: &Path,
+    plan: &Plan,
+    spec: &AppSpec,
+    helms: &[PathBuf],
+    crds: &[PathBuf],
+) -> anyhow::Result<ExitCode> {
+    if !plan.drift()?.is_empty() {
+        bail!(
+            "'{}' is not up to date: run chartgen app on it first (or --check to see what differs)",
+            chart.display()
+        );
+    }
+    let schemas = Schemas::load(crds)?;
+    for (api, kind) in [
+        ("keda.sh/v1alpha1", "ScaledObject"),
+        (spec.target_api_version.as_str(), spec.target_kind.as_str()),
+    ] {
+        if !schemas.has(api, kind) {
+            bail!("no CRD for {api} {kind} in --crds: pass the file or directory holding it");
+        }
+    }
+    let mut failures = 0;
+    for helm in helms {
+        for case in cases(spec) {
+            let result = check(helm, chart, spec, &schemas, &case);
+            match &result {
+                Ok(()) => println!("ok   {} {}", helm.display(), case.name),
+                Err(e) => {
+                    failures += 1;
+                    println!("FAIL {} {}: {e:#}", helm.display(), case.name);
+                }
+            }
+        }
+    }
+    println!(
+        "{} passed, {failures} failed",
+        helms.len() * cases(spec).len() - failures
+    );
+    Ok(if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn check(
+    helm: &Path,
+    chart: &Path,
+    spec: &AppSpec,
+    schemas: &Schemas,
+    case: &Case,
+) -> anyhow::Result<()> {
+    let mut cmd = Command::new(helm);
+    cmd.args(["template", "verify"])
+        .arg(chart)
+        .args(["--namespace", "verify"]);
+    if case.keda {
+        cmd.args(["--api-versions", "keda.sh/v1alpha1"]);
+    }
+    for s in &case.sets {
+        cmd.arg("--set").arg(s);
+    }
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run '{}'", helm.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match case.expect {
+        Expect::Fails(text) => {
+            if out.status.success() {
+                bail!("rendered, but the guard should have refused it");
+            }
+            if !stderr.contains(text) {
+                bail!("failed without `{text}` in the message: {}", stderr.trim());
+            }
+            Ok(())
+        }
+        Expect::Renders { scaled, paused } => {
+            if !out.status.success() {
+                bail!("helm template failed: {}", stderr.trim());
+            }
+            let objects = documents(&String::from_utf8_lossy(&out.stdout))?;
+            for o in &objects {
+                schemas.validate(o)?;
+            }
+            check_target(&objects, spec, scaled, paused)
+        }
+    }
+}
+
+/// The ScaledObject (if any) must sit next to a rendered target of the right kind and name, with
+/// a floor that covers the target's own synchronous quorum.
+fn check_target(
+    objects: &[Value],
+    spec: &AppSpec,
+    scaled: bool,
+    paused: bool,
+) -> anyhow::Result<()> {
+    let ns = |o: &Value| {
+        o.pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("verify")
+            .to_owned()
+    };
+    let targets: Vec<&Value> = objects
+        .iter()
+        .filter(|o| {
+            o["kind"] == spec.target_kind.as_str()
+                && o["apiVersion"] == spec.target_api_version.as_str()
+        })
+        .collect();
+    let scaled_objects: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ScaledObject")
+        .collect();
+    if targets.is_empty() {
+        bail!(
+            "no {} {} rendered",
+            spec.target_api_version,
+            spec.target_kind
+        );
+    }
+    match (scaled, scaled_objects.as_slice()) {
+        (false, []) => Ok(()),
+        (false, _) => bail!("a ScaledObject rendered with autoscaling off"),
+        (true, [so]) => {
+            let name = so
+                .pointer("/spec/scaleTargetRef/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let Some(target) = targets
+                .iter()
+                .find(|t| t.pointer("/metadata/name").and_then(Value::as_str) == Some(name))
+            else {
+                bail!(
+                    "the ScaledObject targets {} `{name}`, which the chart does not render",
+                    spec.target_kind
+                );
+            };
+            if ns(target) != ns(so) {
+                bail!(
+                    "the ScaledObject is in namespace `{}` but its target in `{}`: KEDA needs them together",
+                    ns(so),
+                    ns(target)
+                );
+            }
+            let quorum = [
+                "/spec/maxSyncReplicas",
+                "/spec/postgresql/synchronous/number",
+            ]
+            .iter()
+            .filter_map(|p| target.pointer(p).and_then(Value::as_i64))
+            .max()
+            .unwrap_or(0);
+            let floor = so
+                .pointer("/spec/minReplicaCount")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if floor < quorum + 1 {
+                bail!(
+                    "minReplicaCount {floor} is below the target's synchronous quorum {quorum} + 1"
+                );
+            }
+            let annotations = so
+                .pointer("/metadata/annotations")
+                .cloned()
+                .unwrap_or(json!({}));
+            let is_paused = annotations
+                .get("autoscaling.keda.sh/paused-scale-in")
+                .is_some()
+                && annotations
+                    .get("autoscaling.keda.sh/paused-scale-out")
+                    .is_some();
+            if is_paused != paused {
+                bail!(
+                    "the ScaledObject is {}paused",
+                    if is_paused { "" } else { "not " }
+                );
+            }
+            if target.pointer(&format!("/spec/{}", spec.field)).is_none() {
+                bail!("the target renders no `{}`", spec.field);
+            }
+            Ok(())
+        }
+        (true, many) => bail!("expected one ScaledObject, got {}", many.len()),
+    }
+}
+
+fn documents(text: &str) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(text) {
+        let v: Value =
+            serde::Deserialize::deserialize(doc).context("helm rendered invalid YAML")?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// CRD schemas by (apiVersion, kind), made strict: unknown fields fail, as the API server prunes
+/// or rejects them.
+struct Schemas {
+    by_kind: Vec<(String, String, Value, jsonschema::Validator)>,
+}
+
+impl Schemas {
+    fn load(paths: &[PathBuf]) -> anyhow::Result<Self> {
+        let mut files = Vec::new();
+        for p in paths {
+            if p.is_dir() {
+                let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+                    .with_context(|| format!("cannot list '{}'", p.display()))?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|f| f.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+                    .collect();
+                entries.sort();
+                files.extend(entries);
+            } else {
+                files.push(p.clone());
+            }
+        }
+        let mut by_kind = Vec::new();
+        for f in files {
+            for crd in documents(&read(&f)?).with_context(|| format!("in '{}'", f.display()))? {
+                if crd["kind"] != "CustomResourceDefinition" {
+                    continue;
+                }
+                let group = crd["spec"]["group"].as_str().unwrap_or_default();
+                let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or_default();
+                for v in crd["spec"]["versions"].as_array().into_iter().flatten() {
+                    let schema = strict(v["schema"]["openAPIV3Schema"].clone());
+                    let validator = jsonschema::draft7::new(&schema)
+                        .map_err(|e| anyhow::anyhow!("'{}': {kind} schema: {e}", f.display()))?;
+                    let api = format!("{group}/{}", v["name"].as_str().unwrap_or_default());
+                    by_kind.push((api, kind.to_owned(), schema, validator));
+                }
+            }
+        }
+        Ok(Self { by_kind })
+    }
+
+    fn has(&self, api: &str, kind: &str) -> bool {
+        self.by_kind
+            .iter()
+            .any(|(a, k, _, _)| a == api && k == kind)
+    }
+
+    /// Validates a custom resource after defaulting; other kinds pass (helm already parsed them).
+    fn validate(&self, obj: &Value) -> anyhow::Result<()> {
+        let (api, kind) = (
+            obj["apiVersion"].as_str().unwrap_or(""),
+            obj["kind"].as_str().unwrap_or(""),
+        );
+        let Some((_, _, schema, validator)) = self
+            .by_kind
+            .iter()
+            .find(|(a, k, _, _)| a == api && k == kind)
+        else {
+            return Ok(());
+        };
+        let mut obj = obj.clone();
+        apply_defaults(schema, &mut obj);
+        if let Some(e) = validator.iter_errors(&obj).next() {
+            bail!(
+                "{kind}/{}: {}: {e}",
+                obj.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?"),
+                e.instance_path()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Every object schema that lists properties rejects others, unless it preserves unknown fields.
+fn strict(mut schema: Value) -> Value {
+    fn walk(s: &mut Value) {
+        match s {
+            Value::Object(m) => {
+                if m.contains_key("properties")
+                    && !m.contains_key("additionalProperties")
+                    && m.get("x-kubernetes-preserve-unknown-fields") != Some(&Value::Bool(true))
+                {
+                    m.insert("additionalProperties".into(), Value::Bool(false));
+                }
+                m.values_mut().for_each(walk);
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut schema);
+    schema
+}
+
+/// Fills absent fields that have a schema default, as the API server does before validation.
+fn apply_defaults(schema: &Value, obj: &mut Value) {
+    match obj {
+        Value::Object(m) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (key, sub) in props {
+                    if !m.contains_key(key)
+                        && let Some(d) = sub.get("default")
+                    {
+                        m.insert(key.clone(), d.clone());
+                    }
+                    if let Some(child) = m.get_mut(key) {
+                        apply_defaults(sub, child);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(sub) = schema.get("items") {
+                items.iter_mut().for_each(|i| apply_defaults(sub, i));
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_fill_and_strictness_rejects_unknown_fields() {
+        let schema = strict(
+            json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {"instances": {"type": "integer", "default": 1}}}}}),
+        );
+        let mut obj = json!({"spec": {}});
+        apply_defaults(&schema, &mut obj);
+        assert_eq!(obj, json!({"spec": {"instances": 1}}));
+        let v = jsonschema::draft7::new(&schema).unwrap();
+        assert!(v.is_valid(&obj));
+        assert!(!v.is_valid(&json!({"spec": {"instances": 1, "bogus": true}})));
+    }
+}
