@@ -16,6 +16,10 @@ enum Command {
     Explain(scaler::explain::Args),
     /// Serve the Flux shard-placement admission webhook.
     Webhook(webhook::Args),
+    /// Run the shard placement controller: rescue stranded tenants, rebalance, paced.
+    ShardController(crate::shardctl::Args),
+    /// Inspect shard placement (read-only).
+    Shards(crate::shardctl::report::Args),
 }
 
 impl Cli {
@@ -24,6 +28,8 @@ impl Cli {
             Command::Serve(args) => args.run().await,
             Command::Explain(args) => args.run().await,
             Command::Webhook(args) => args.run().await,
+            Command::ShardController(args) => args.run().await,
+            Command::Shards(args) => args.run().await,
         }
     }
 }

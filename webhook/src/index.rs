@@ -160,6 +160,31 @@ impl Index {
             .filter(|&s| s < k)
     }
 
+    /// Shard index → ready, of every `helm-controller-shard<i>` Deployment seen.
+    pub fn shard_deployments(&self) -> &BTreeMap<ShardIndex, bool> {
+        &self.deployments
+    }
+
+    /// The tenant Namespace, if it exists.
+    pub fn tenant_namespace(&self, tenant: &str) -> Option<&TenantNamespace> {
+        self.namespaces.get(tenant)
+    }
+
+    /// Every tenant's HelmReleases as `(namespace, name, shard key)`, in one pass.
+    pub fn releases_by_tenant(&self) -> BTreeMap<String, Vec<(String, String, Option<String>)>> {
+        let mut by_tenant: BTreeMap<String, Vec<_>> = BTreeMap::new();
+        for ((ns, name), release) in &self.releases {
+            if let Some(tenant) = &release.tenant {
+                by_tenant.entry(tenant.clone()).or_default().push((
+                    ns.clone(),
+                    name.clone(),
+                    release.key.clone(),
+                ));
+            }
+        }
+        by_tenant
+    }
+
     /// Shards below `k` without a ready Deployment.
     pub fn unready_shards(&self, k: u32) -> BTreeSet<ShardIndex> {
         (0..k)

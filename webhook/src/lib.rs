@@ -84,7 +84,7 @@ struct Settings {
 
 /// `TENANT=shard<i>`.
 #[derive(Debug, Clone)]
-struct Pin(String, ShardIndex);
+pub struct Pin(pub String, pub ShardIndex);
 
 impl FromStr for Pin {
     type Err = String;

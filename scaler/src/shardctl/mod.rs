@@ -1,0 +1,294 @@
+//! `scaler shard-controller` and `scaler shards plan`: the shard placement controller
+//! (cozystack-designs.md §2.5). It keeps the webhook's watch index (HelmRelease and Namespace
+//! metadata, shard Deployments), plans with `placement::plan`, and, as the holder of a Lease,
+//! moves tenants off removed or failed shards and evens out load, paced.
+//!
+//! `sync` runs one pass, `relabel` makes a move's conditional writes, `lease` elects the leader,
+//! `report` prints a plan for operators, `metrics` the gauges.
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::events::{Recorder, Reporter};
+use placement::plan::Policy;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch as channel;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span};
+
+use runtime::{admin, logging::LogArgs, shutdown as signals};
+use webhook::{Pin, index, watch};
+
+pub mod lease;
+pub mod metrics;
+pub mod relabel;
+pub mod report;
+pub mod sync;
+
+#[cfg(test)]
+mod mock;
+
+/// Name of the reporting controller on Events.
+const CONTROLLER_NAME: &str = "cozy-flux-shard-controller";
+
+/// What the controller and `shards plan` both need to plan.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlacementArgs {
+    /// Number of helm-controller shards K; tenants on shards ≥ K are moved to shard0..shard<K-1>.
+    #[arg(long, env = "SHARD_CONTROLLER_SHARDS", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    shards: u32,
+    /// Namespace of the helm-controller-shard<i> Deployments.
+    #[arg(long, default_value = "cozy-fluxcd")]
+    flux_namespace: String,
+    /// How long a shard below K may be unready or missing before its tenants are moved off it.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    grace: Duration,
+    /// Rebalance while (max − min) / average shard load exceeds this; 0 disables rebalancing.
+    #[arg(long, default_value = "0.25", value_parser = parse_threshold)]
+    rebalance_threshold: f64,
+    /// Pin a tenant to a shard, e.g. `--pin tenant-big=shard0` (repeatable; ignored if ≥ K).
+    #[arg(long = "pin", value_name = "TENANT=SHARD")]
+    pins: Vec<Pin>,
+}
+
+impl PlacementArgs {
+    fn policy(&self) -> Policy {
+        Policy {
+            shard_count: self.shards,
+            pinned: self
+                .pins
+                .iter()
+                .map(|Pin(t, s)| (t.clone(), *s))
+                .collect::<BTreeMap<_, _>>(),
+            rebalance_threshold: self.rebalance_threshold,
+            grace: self.grace,
+        }
+    }
+}
+
+fn parse_threshold(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a ratio ≥ 0 (e.g. 0.25; 0 disables rebalancing)"
+        )),
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    // Boxed: the flags are many, and the CLI enum should stay small (clippy large_enum_variant).
+    #[command(flatten)]
+    settings: Box<Settings>,
+}
+
+#[derive(Debug, clap::Args)]
+struct Settings {
+    #[command(flatten)]
+    placement: PlacementArgs,
+    /// Tenant moves per sync (pacing); rescues of stranded tenants come first.
+    #[arg(long, default_value = "5", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    moves_per_sync: u32,
+    /// A moved tenant is not moved again for rebalancing within this time.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    cooldown: Duration,
+    /// Time between syncs (also the delay before a watch change is acted on).
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    sync_interval: Duration,
+    /// Report each sync's moves in the log and write nothing (no Lease, labels or Events).
+    #[arg(long)]
+    dry_run: bool,
+    /// Address of the plain-HTTP admin server: /healthz, /readyz, /metrics.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    admin_listen: SocketAddr,
+    /// Namespace of the leader-election Lease (the pod's own namespace in the chart).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "cozy-fluxcd")]
+    lease_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "cozy-flux-shard-controller")]
+    lease_name: String,
+    /// This replica's identity in the Lease and on Events (the pod name in the chart).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// How long a lease stays valid after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    lease_duration: Duration,
+    /// The leader steps down when it could not renew for this long (< --lease-duration).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    renew_deadline: Duration,
+    /// Pause between lease attempts.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    retry_period: Duration,
+    /// Timeout of each Kubernetes API call of a move.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    api_timeout: Duration,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+impl Args {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let Settings {
+            placement,
+            moves_per_sync,
+            cooldown,
+            sync_interval,
+            dry_run,
+            admin_listen,
+            lease_namespace,
+            lease_name,
+            identity,
+            lease_duration,
+            renew_deadline,
+            retry_period,
+            api_timeout,
+            log,
+        } = *self.settings;
+        log.init()?;
+        anyhow::ensure!(
+            renew_deadline < lease_duration && retry_period < renew_deadline,
+            "need --retry-period < --renew-deadline < --lease-duration (got {retry_period:?}, {renew_deadline:?}, {lease_duration:?})"
+        );
+        let identity = identity.unwrap_or_else(default_identity);
+        let shutdown = CancellationToken::new();
+        let client = kube::Client::try_default()
+            .await
+            .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
+
+        let mut registry = Registry::default();
+        let metrics = metrics::Metrics::register(&mut registry);
+        let readiness = admin::Readiness::default();
+        let admin_socket = TcpListener::bind(admin_listen)
+            .await
+            .with_context(|| format!("binding --admin-listen {admin_listen}"))?;
+        tokio::spawn(admin::serve(
+            admin_socket,
+            Arc::new(registry),
+            readiness.clone(),
+            shutdown.clone(),
+        ));
+
+        let index = index::Index::shared();
+        watch::spawn(
+            client.clone(),
+            index.clone(),
+            Some(placement.flux_namespace.as_str()),
+        );
+        let (leader_tx, leader) = channel::channel(false);
+        let election = (!dry_run).then(|| {
+            let elector = lease::Elector::new(
+                kube::Api::<Lease>::namespaced(client.clone(), &lease_namespace),
+                lease_name,
+                identity.clone(),
+                lease::Timing {
+                    lease_duration,
+                    renew_deadline,
+                    retry_period,
+                },
+            );
+            tokio::spawn(
+                lease::run(elector, leader_tx, shutdown.clone())
+                    .instrument(info_span!("lease", %identity)),
+            )
+        });
+        let reporter = Reporter {
+            controller: CONTROLLER_NAME.into(),
+            instance: Some(identity.clone()),
+        };
+        let mut controller = sync::Controller::new(
+            index.clone(),
+            relabel::Relabeler::new(client.clone(), watch::helmrelease_resource(), api_timeout),
+            Recorder::new(client, reporter),
+            sync::Settings {
+                policy: placement.policy(),
+                moves_per_sync: moves_per_sync as usize,
+                cooldown,
+                dry_run,
+            },
+            metrics.clone(),
+        );
+        tokio::spawn(signals::cancel_on_signal(shutdown.clone()));
+        info!(%identity, shards = placement.shards, dry_run, "running the shard controller");
+
+        let mut tick = tokio::time::interval(sync_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let leading = *leader.borrow();
+            metrics.leader.set(i64::from(leading));
+            if !index::read(&index).synced.ready(true) {
+                continue;
+            }
+            readiness.set(true);
+            let now = tokio::time::Instant::now();
+            if dry_run || leading {
+                controller
+                    .sync(now, &leader)
+                    .instrument(info_span!("sync"))
+                    .await;
+            } else {
+                controller.observe(now);
+            }
+        }
+        readiness.set(false);
+        if let Some(election) = election {
+            // Lets the lease task release the lease before the process exits.
+            let _ = election.await;
+        }
+        Ok(())
+    }
+}
+
+/// `HOSTNAME` (the pod name in a pod) plus the process id, unique per replica.
+fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "shard-controller".into());
+    format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let cli = Cli::try_parse_from(["shard-controller", "--shards", "3"]).unwrap();
+        let s = &cli.args.settings;
+        assert_eq!(s.moves_per_sync, 5);
+        assert_eq!(s.cooldown, Duration::from_secs(600));
+        assert_eq!(s.placement.rebalance_threshold, 0.25);
+        assert_eq!(s.placement.flux_namespace, "cozy-fluxcd");
+        assert!(!s.dry_run);
+    }
+
+    #[test]
+    fn bad_flags_name_the_fix() {
+        for (flag, value) in [
+            ("--rebalance-threshold", "-1"),
+            ("--rebalance-threshold", "NaN"),
+            ("--moves-per-sync", "0"),
+            ("--pin", "tenant-a=shard01"),
+            ("--grace", "soon"),
+        ] {
+            let arg = format!("{flag}={value}");
+            let error = Cli::try_parse_from(["shard-controller", "--shards", "3", &arg])
+                .err()
+                .unwrap_or_else(|| panic!("{flag} {value} accepted"))
+                .to_string();
+            assert!(error.contains(flag), "{error}");
+        }
+    }
+}
