@@ -70,9 +70,10 @@ impl ReplicaLine<'_> {
         else {
             return false;
         };
+        let expr = expr.trim();
         let Some(after) = expr
-            .trim()
             .strip_prefix(".Values.")
+            .or_else(|| expr.strip_prefix("$.Values."))
             .and_then(|r| r.strip_prefix(self.key))
         else {
             return false;
@@ -192,6 +193,10 @@ mod tests {
             assert!(!RL.is_raw(line), "{line}");
         }
         assert!(RL.is_raw("    instances: {{ .Values.replicas | int }}"));
+        assert!(
+            RL.is_raw("  instances: {{ $.Values.replicas }}"),
+            "inside with/range"
+        );
         assert_eq!(RL.rewrite("a: 1\n").unwrap().found, 0);
     }
 
