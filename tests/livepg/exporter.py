@@ -246,7 +246,11 @@ class Exporter:
                 continue
             targets = spec.get("target_databases") or [self.args.app_db]
             if any(re.search(r"[][*?]", t) for t in targets) and databases is None:
-                databases = self.accessible_databases()
+                try:
+                    databases = self.accessible_databases()
+                except psycopg.Error as e:  # CNPG reports it and expands the pattern to nothing
+                    log.warning("query %s: listing databases: %s", name, e)
+                    databases = []
             expanded = []
             for t in targets:
                 if re.search(r"[][*?]", t):

@@ -136,7 +136,7 @@ class Instance:
         return self
 
     def _accepting(self) -> bool:
-        r = subprocess.run([str(bindir() / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
+        r = subprocess.run([str(bindir() / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER],
                            capture_output=True)
         return r.returncode == 0
 

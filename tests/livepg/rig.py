@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +31,8 @@ QUERIES_TTL = "0"
 
 class Rig:
     def __init__(self):
-        # Not pytest's tmp dir: the server user must be able to traverse it.
+        # Not pytest's tmp dir: the server user must be able to traverse it. LIVEPG_KEEP=1 keeps it
+        # (data directories, postgres.log and exporter.log per instance) for a post-mortem.
         self.base = Path(tempfile.mkdtemp(prefix="livepg-"))
         self.base.chmod(0o755)
         self.queries = upstream("cnpg") / "default-monitoring.yaml"
@@ -59,6 +61,8 @@ class Rig:
         for inst in self.instances.values():
             inst.stop()
         self.vm.stop()
+        if not os.environ.get("LIVEPG_KEEP"):
+            shutil.rmtree(self.base, ignore_errors=True)
 
     # -- instances ---------------------------------------------------------------------------
     def new_instance(self, n: int, cluster: str = CLUSTER) -> Instance:

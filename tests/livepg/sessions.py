@@ -60,3 +60,25 @@ class Sessions:
     def __exit__(self, *exc):
         self.close()
 
+
+class Writer:
+    """The primary writes: one small committed INSERT every 50 ms."""
+
+    def __init__(self, primary):
+        self.conn = primary.connect()
+        self.conn.execute("CREATE TABLE IF NOT EXISTS writes (id bigserial PRIMARY KEY, at timestamptz DEFAULT now())")
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stop_event.wait(0.05):
+            try:
+                self.conn.execute("INSERT INTO writes DEFAULT VALUES")
+            except psycopg.Error:
+                return
+
+    def stop(self):
+        self.stop_event.set()
+        self.thread.join(5)
+        self.conn.close()

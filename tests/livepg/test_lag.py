@@ -1,14 +1,12 @@
 """The lag brake on real replication: replay paused while the primary is idle (cluster `quiet`) and
 while it writes (cluster `pg`). Two clusters because the brake looks back 5 minutes (max_over_time
 of the lag, rate of the WAL counter): one case's lag must not decide the other's brake."""
-import threading
 import time
 
-import psycopg
 import pytest
 
 from rig import NAMESPACE
-from sessions import Sessions
+from sessions import Sessions, Writer
 from testkit import wait_until
 
 THRESHOLD = "10"  # maxReplicationLagSeconds
@@ -17,29 +15,6 @@ LAG = f'cnpg_pg_replication_lag{{namespace="{NAMESPACE}"}}'
 
 def brake_md():
     return {"maxReplicationLagSeconds": THRESHOLD}
-
-
-class Writer:
-    """The primary writes: one small committed INSERT every 50 ms."""
-
-    def __init__(self, primary):
-        self.conn = primary.connect()
-        self.conn.execute("CREATE TABLE IF NOT EXISTS writes (id bigserial PRIMARY KEY, at timestamptz DEFAULT now())")
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        while not self.stop_event.wait(0.05):
-            try:
-                self.conn.execute("INSERT INTO writes DEFAULT VALUES")
-            except psycopg.Error:
-                return
-
-    def stop(self):
-        self.stop_event.set()
-        self.thread.join(5)
-        self.conn.close()
 
 
 class Paused:
