@@ -3,7 +3,9 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod conn;
 pub mod logging;
+pub mod names;
 pub mod shutdown;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -1,4 +1,11 @@
 //! Logging flags and initialisation shared by every subcommand (`#[command(flatten)] LogArgs`).
+//!
+//! Log lines carry names and messages that came from clients and backends. JSON lines escape
+//! them by construction; plain lines go through [`Escaping`], so a `\n`, `\r` or NUL inside a
+//! value can never start a forged line. Plain lines carry no ANSI colours for the same reason
+//! (an escape sequence from a client would otherwise reach the terminal).
+use std::io::{self, Write};
+
 use anyhow::Context as _;
 use tracing_subscriber::EnvFilter;
 
@@ -27,11 +34,74 @@ impl LogArgs {
             .with_context(|| format!("invalid --log-level {:?}", self.log_level))?;
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
-            .with_writer(std::io::stderr);
+            .with_ansi(false);
         let result = match self.log_format {
-            LogFormat::Plain => builder.try_init(),
-            LogFormat::Json => builder.json().flatten_event(true).try_init(),
+            LogFormat::Plain => builder.with_writer(|| Escaping(io::stderr())).try_init(),
+            LogFormat::Json => builder
+                .with_writer(io::stderr)
+                .json()
+                .flatten_event(true)
+                .try_init(),
         };
         result.map_err(|error| anyhow::anyhow!("cannot install the logger: {error}"))
+    }
+}
+
+/// Writes each formatted event with every control character but its final newline escaped
+/// (`\n` → `\\n`, NUL → `\\u{0}`; tabs stay). The formatter hands over one whole event per write.
+pub struct Escaping<W>(pub W);
+
+impl<W: Write> Write for Escaping<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let (body, newline) = match buf.strip_suffix(b"\n") {
+            Some(body) => (body, true),
+            None => (buf, false),
+        };
+        if !body.iter().any(|b| b.is_ascii_control() && *b != b'\t') {
+            self.0.write_all(buf)?;
+            return Ok(buf.len());
+        }
+        let mut out = Vec::with_capacity(buf.len() + 16);
+        for &b in body {
+            match b {
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b'\t' => out.push(b),
+                b if b.is_ascii_control() => {
+                    out.extend_from_slice(format!("\\u{{{b:x}}}").as_bytes())
+                }
+                b => out.push(b),
+            }
+        }
+        if newline {
+            out.push(b'\n');
+        }
+        self.0.write_all(&out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn escaped(line: &[u8]) -> String {
+        let mut out = Escaping(Vec::new());
+        out.write_all(line).unwrap();
+        String::from_utf8(out.0).unwrap()
+    }
+
+    #[test]
+    fn control_characters_cannot_forge_lines() {
+        assert_eq!(escaped(b"plain\tline\n"), "plain\tline\n");
+        assert_eq!(
+            escaped(b"ns=a\nERROR forged\r\0\x1b[31m\n"),
+            "ns=a\\nERROR forged\\r\\u{0}\\u{1b}[31m\n"
+        );
+        assert_eq!(escaped("é\u{7f}".as_bytes()), "é\\u{7f}");
     }
 }

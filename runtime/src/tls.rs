@@ -6,7 +6,7 @@
 //! let tls = tls::Reloading::spawn(files, tls::ALPN_GRPC, shutdown.clone())?;
 //! let listener = tokio::net::TcpListener::bind(addr).await?;
 //! // tonic: the stream yields `TlsConn`, which implements `tonic::transport::server::Connected`.
-//! server.serve_with_incoming_shutdown(tls.incoming(listener, shutdown.clone()), shutdown.cancelled()).await?;
+//! server.serve_with_incoming_shutdown(tls.incoming(listener, limits, shutdown.clone()), shutdown.cancelled()).await?;
 //! // hyper-util (webhook): wrap each `TlsConn` in `hyper_util::rt::TokioIo`.
 //! ```
 //!
@@ -32,13 +32,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+
+use crate::conn::{self, Guarded};
 
 /// ALPN for the gRPC server: HTTP/2 only.
 pub const ALPN_GRPC: &[&[u8]] = &[b"h2"];
@@ -49,9 +50,6 @@ pub const ALPN_HTTPS: &[&[u8]] = &[b"h2", b"http/1.1"];
 pub const RELOAD_POLL: Duration = Duration::from_secs(5);
 /// Longest time a client may take to finish the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Accepted connections waiting to be picked up by the server; a small buffer is enough
-/// because the server drains it as fast as it spawns connection tasks.
-const ACCEPT_BACKLOG: usize = 64;
 
 /// PEM files making up the server identity.
 #[derive(Debug, Clone)]
@@ -126,43 +124,31 @@ impl Reloading {
         }
     }
 
-    /// Accepts TCP connections from `listener` and yields those that completed a TLS handshake.
-    /// The stream ends when `shutdown` is cancelled.
+    /// Accepts TCP connections from `listener` under `limits` (see [`conn`]) and yields those
+    /// that completed a TLS handshake. The stream ends when `shutdown` is cancelled.
     pub fn incoming(
         &self,
         listener: TcpListener,
+        limits: conn::Limits,
         shutdown: CancellationToken,
     ) -> ReceiverStream<io::Result<TlsConn>> {
-        let (tx, rx) = mpsc::channel(ACCEPT_BACKLOG);
         let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let (tcp, remote) = tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    accepted = listener.accept() => match accepted {
-                        Ok(accepted) => accepted,
-                        Err(error) => {
-                            // EMFILE and friends: back off briefly instead of spinning.
-                            warn!(%error, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    },
-                };
-                let acceptor = TlsAcceptor::from(this.config());
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => {
-                            let _ = tx.send(Ok(TlsConn { stream, remote })).await;
-                        }
-                        Ok(Err(error)) => debug!(%error, %remote, "TLS handshake failed"),
-                        Err(_) => debug!(%remote, "TLS handshake timed out"),
+        conn::incoming(listener, limits, shutdown, move |tcp, remote| {
+            let acceptor = TlsAcceptor::from(this.config());
+            async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => Some(TlsConn { stream, remote }),
+                    Ok(Err(error)) => {
+                        debug!(%error, %remote, "TLS handshake failed");
+                        None
                     }
-                });
+                    Err(_) => {
+                        debug!(%remote, "TLS handshake timed out");
+                        None
+                    }
+                }
             }
-        });
-        ReceiverStream::new(rx)
+        })
     }
 
     async fn watch(
@@ -291,7 +277,7 @@ fn parse_certs(
 
 /// An accepted TLS connection; usable with tonic (`Connected`) and hyper-util (`TokioIo`).
 pub struct TlsConn {
-    stream: TlsStream<TcpStream>,
+    stream: TlsStream<Guarded>,
     remote: SocketAddr,
 }
 
@@ -311,7 +297,7 @@ impl tonic::transport::server::Connected for TlsConn {
 
     fn connect_info(&self) -> Self::ConnectInfo {
         tonic::transport::server::TcpConnectInfo {
-            local_addr: self.stream.get_ref().0.local_addr().ok(),
+            local_addr: self.stream.get_ref().0.get_ref().local_addr().ok(),
             remote_addr: Some(self.remote),
         }
     }

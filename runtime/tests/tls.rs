@@ -13,7 +13,11 @@ use tokio_util::sync::CancellationToken;
 async fn serve(tls: &Reloading, shutdown: CancellationToken) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let mut incoming = tls.incoming(listener, shutdown);
+    let limits = runtime::conn::Limits {
+        max_connections: 64,
+        idle_timeout: Duration::from_secs(60),
+    };
+    let mut incoming = tls.incoming(listener, limits, shutdown);
     tokio::spawn(async move {
         while let Some(Ok(mut conn)) = incoming.next().await {
             tokio::spawn(async move {

@@ -104,6 +104,7 @@ impl Args {
                 &self.prometheus_url,
                 self.query_timeout,
                 1,
+                promql::DEFAULT_MAX_RESPONSE_BYTES,
                 metrics.clone(),
             )?,
             topology,

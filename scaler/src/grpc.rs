@@ -19,15 +19,24 @@ use crate::proto::{
     MetricValue, ScaledObjectRef,
 };
 use crate::topology::TopologyError;
+use runtime::names;
 
 /// Everything an rpc can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
     #[error("scaledObjectRef is missing or has no name/namespace")]
     MissingRef,
+    /// `value` is a bounded [`names::echo`].
+    #[error("scaledObjectRef.{field} {value} is not {rule}")]
+    InvalidName {
+        field: &'static str,
+        value: String,
+        rule: &'static str,
+    },
     #[error(transparent)]
     Metadata(#[from] MetadataError),
-    #[error("unknown metric name {requested:?}; this trigger serves {served:?}")]
+    /// `requested` is a bounded [`names::echo`].
+    #[error("unknown metric name {requested}; this trigger serves {served:?}")]
     UnknownMetricName { requested: String, served: String },
     #[error(transparent)]
     Observe(#[from] ObserveError),
@@ -37,9 +46,10 @@ pub enum RpcError {
 pub fn status(error: &RpcError) -> Status {
     let message = error.to_string();
     match error {
-        RpcError::MissingRef | RpcError::Metadata(_) | RpcError::UnknownMetricName { .. } => {
-            Status::invalid_argument(message)
-        }
+        RpcError::MissingRef
+        | RpcError::InvalidName { .. }
+        | RpcError::Metadata(_)
+        | RpcError::UnknownMetricName { .. } => Status::invalid_argument(message),
         RpcError::Observe(ObserveError::Query(QueryError::Timeout(_)))
         | RpcError::Observe(ObserveError::Topology(TopologyError::Timeout(_))) => {
             Status::deadline_exceeded(message)
@@ -70,12 +80,31 @@ fn key(scaled_object: Option<ScaledObjectRef>) -> Result<Key, RpcError> {
     if r.name.is_empty() || r.namespace.is_empty() {
         return Err(RpcError::MissingRef);
     }
+    // Names reach PromQL, the cache, metric labels and logs: only what Kubernetes accepts.
+    if !names::is_dns_label(&r.namespace) {
+        return Err(invalid_name(
+            "namespace",
+            &r.namespace,
+            names::NAMESPACE_RULE,
+        ));
+    }
+    if !names::is_dns_subdomain(&r.name) {
+        return Err(invalid_name("name", &r.name, names::OBJECT_RULE));
+    }
     let config = metadata::parse(&r.name, &r.scaler_metadata)?;
     Ok(Key {
         namespace: r.namespace,
         name: r.name,
         config,
     })
+}
+
+fn invalid_name(field: &'static str, value: &str, rule: &'static str) -> RpcError {
+    RpcError::InvalidName {
+        field,
+        value: names::echo(value),
+        rule,
+    }
 }
 
 impl<E: Evaluate> Scaler<E> {
@@ -105,7 +134,7 @@ impl<E: Evaluate> Scaler<E> {
         let served = key.config.metric_name();
         if !request.metric_name.eq_ignore_ascii_case(&served) {
             return Err(RpcError::UnknownMetricName {
-                requested: request.metric_name,
+                requested: names::echo(&request.metric_name),
                 served,
             });
         }
@@ -243,6 +272,10 @@ mod tests {
         let cases: Vec<(RpcError, Code)> = vec![
             (RpcError::MissingRef, Code::InvalidArgument),
             (
+                invalid_name("namespace", "x/..", names::NAMESPACE_RULE),
+                Code::InvalidArgument,
+            ),
+            (
                 MetadataError::Missing {
                     key: "target",
                     allowed: "x",
@@ -292,6 +325,43 @@ mod tests {
         ];
         for (error, code) in cases {
             assert_eq!(status(&error).code(), code, "{error}");
+        }
+    }
+
+    fn reference(namespace: &str, name: &str) -> ScaledObjectRef {
+        ScaledObjectRef {
+            name: name.into(),
+            namespace: namespace.into(),
+            scaler_metadata: [("target", "5"), ("maxReplicas", "4"), ("cluster", "pg")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn names_must_be_kubernetes_names_and_are_echoed_bounded() {
+        assert!(key(Some(reference("tenant-a", "pg.scaler"))).is_ok());
+        let huge = "a".repeat(3 << 20);
+        for (namespace, name, field) in [
+            ("tenant-x/../../../api/v1/secrets", "pg", "namespace"),
+            ("tenant-x?labelSelector=a&watch=true", "pg", "namespace"),
+            ("Tenant", "pg", "namespace"),
+            (huge.as_str(), "pg", "namespace"),
+            ("tenant-a", "pg\n level=ERROR forged", "name"),
+            ("tenant-a", "a/b", "name"),
+            ("tenant-a", huge.as_str(), "name"),
+        ] {
+            let error = key(Some(reference(namespace, name))).unwrap_err();
+            let status = status(&error);
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{error}");
+            let message = status.message();
+            assert!(
+                message.contains(&format!("scaledObjectRef.{field}")),
+                "{message}"
+            );
+            assert!(message.len() < 400, "{} bytes", message.len());
+            assert!(!message.contains('\n'), "{message}");
         }
     }
 }

@@ -2,6 +2,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use runtime::names::{echo, is_dns_label};
+
 /// Largest `maxReplicas` accepted; far above any sane cluster, low enough that
 /// `desired × target` stays exact in an `f64` and an `i64`.
 pub const MAX_REPLICAS_LIMIT: u32 = 1000;
@@ -110,7 +112,8 @@ pub enum MetadataError {
         key: &'static str,
         allowed: &'static str,
     },
-    #[error("metadata key {key:?} has invalid value {value:?}: {allowed}")]
+    /// `value` is a bounded [`echo`] of what was sent.
+    #[error("metadata key {key:?} has invalid value {value}: {allowed}")]
     Invalid {
         key: &'static str,
         value: String,
@@ -120,10 +123,12 @@ pub enum MetadataError {
         "metadata key \"minReplicas\" ({min}) is above \"maxReplicas\" ({max}): lower minReplicas or raise maxReplicas"
     )]
     MinAboveMax { min: u32, max: u32 },
-    #[error("unknown metadata key {key:?}; known keys: {}, and KEDA's {}", OUR_KEYS.join(", "), KEDA_KEYS.join(", "))]
+    /// `key` is a bounded [`echo`].
+    #[error("unknown metadata key {key}; known keys: {}, and KEDA's {}", OUR_KEYS.join(", "), KEDA_KEYS.join(", "))]
     Unknown { key: String },
+    /// `name` is a bounded [`echo`].
     #[error(
-        "metadata key \"cluster\" is not set and the ScaledObject name {name:?} is not a valid CNPG cluster name: set \"cluster\" to a lowercase DNS label"
+        "metadata key \"cluster\" is not set and the ScaledObject name {name} is not a valid CNPG cluster name: set \"cluster\" to a lowercase DNS label"
     )]
     DefaultCluster { name: String },
 }
@@ -147,7 +152,7 @@ pub fn parse(
         .keys()
         .find(|k| !OUR_KEYS.contains(&k.as_str()) && !KEDA_KEYS.contains(&k.as_str()))
     {
-        return Err(MetadataError::Unknown { key: key.clone() });
+        return Err(MetadataError::Unknown { key: echo(key) });
     }
     let get = |key: &str| metadata.get(key).map(|v| v.trim());
 
@@ -157,7 +162,7 @@ pub fn parse(
         None if is_dns_label(so_name) => so_name.to_owned(),
         None => {
             return Err(MetadataError::DefaultCluster {
-                name: so_name.to_owned(),
+                name: echo(so_name),
             });
         }
     };
@@ -233,7 +238,7 @@ pub fn parse(
 fn invalid(key: &'static str, value: &str, allowed: &'static str) -> MetadataError {
     MetadataError::Invalid {
         key,
-        value: value.to_owned(),
+        value: echo(value),
         allowed,
     }
 }
@@ -252,18 +257,6 @@ fn parse_count(value: &str, min: u32) -> Option<u32> {
         .parse::<u32>()
         .ok()
         .filter(|n| (min..=MAX_REPLICAS_LIMIT).contains(n))
-}
-
-/// RFC 1123 label: what CNPG accepts as a Cluster name, and path-safe in a metric name.
-pub fn is_dns_label(value: &str) -> bool {
-    let bytes = value.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes[0] != b'-'
-        && bytes[bytes.len() - 1] != b'-'
 }
 
 #[cfg(test)]
@@ -377,15 +370,5 @@ mod tests {
         let mut pairs = base();
         pairs.push(("cluster", "pg"));
         assert_eq!(parse("My.SO", &md(&pairs)).unwrap().cluster, "pg");
-    }
-
-    #[test]
-    fn dns_labels() {
-        for ok in ["pg", "a", "pg-archive", "0db"] {
-            assert!(is_dns_label(ok), "{ok}");
-        }
-        for bad in ["", "-pg", "pg-", "PG", "p.g", "p_g", &"a".repeat(64)] {
-            assert!(!is_dns_label(bad), "{bad}");
-        }
     }
 }

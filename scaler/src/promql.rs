@@ -15,6 +15,7 @@ use tokio::sync::Semaphore;
 
 use crate::metadata::Metric;
 use crate::metrics::Metrics;
+use runtime::names::echo;
 
 /// Users whose sessions are the platform's own, not client load.
 pub const INTERNAL_USERS: &str = "cnpg_metrics_exporter|postgres|streaming_replica";
@@ -125,10 +126,25 @@ pub fn string_escape(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// Default `--max-response-bytes`: a decision's answer is a few hundred bytes.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 << 20;
+/// How much of an error answer's body goes into the error message.
+const ERROR_BODY_PREFIX: usize = 300;
+/// Largest value any part may carry: far above any real count, rate, load or lag.
+pub const MAX_VALUE: f64 = 1e15;
+/// Largest pod count a counting part may carry.
+pub const MAX_COUNT: f64 = 100_000.0;
+/// The parts that count pods: whole numbers from 0 to [`MAX_COUNT`].
+const COUNT_PARTS: [&str; 3] = [part::INSTANCES, part::REPLICAS, part::LOAD_PODS];
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum QueryError {
-    #[error("Prometheus query timed out after {0:?}")]
+    #[error("Prometheus query timed out after {0:?} (body and parse included)")]
     Timeout(Duration),
+    #[error(
+        "Prometheus answer is larger than --max-response-bytes ({limit} bytes); a decision's answer is a few hundred bytes: check that --prometheus-url is a Prometheus query API"
+    )]
+    TooLarge { limit: usize },
     #[error("Prometheus is unreachable: {0}")]
     Unreachable(String),
     #[error("Prometheus answered HTTP {status}: {body}")]
@@ -145,6 +161,8 @@ pub struct Client {
     timeout: Duration,
     /// Bounds concurrent queries so a slow backend is not buried under retries.
     in_flight: Arc<Semaphore>,
+    /// Answers are read while streaming and abandoned past this size.
+    max_response_bytes: usize,
     metrics: Metrics,
 }
 
@@ -173,15 +191,21 @@ struct VectorSample {
 impl Client {
     /// `base` is the Prometheus API root: `http://vm:8428` or `http://vmselect:8481/select/0/prometheus`.
     /// At most `max_in_flight` queries run at once; waiting for a slot counts toward `timeout`.
+    /// An answer larger than `max_response_bytes` is an error.
     pub fn new(
         base: &str,
         timeout: Duration,
         max_in_flight: usize,
+        max_response_bytes: usize,
         metrics: Metrics,
     ) -> anyhow::Result<Self> {
         anyhow::ensure!(
             max_in_flight > 0,
             "--max-concurrent-queries must be above 0"
+        );
+        anyhow::ensure!(
+            max_response_bytes > 0,
+            "--max-response-bytes must be above 0"
         );
         let parsed = reqwest::Url::parse(base)
             .map_err(|e| anyhow::anyhow!("invalid --prometheus-url {base:?}: {e}"))?;
@@ -203,6 +227,7 @@ impl Client {
             query_url: format!("{}/api/v1/query", base.trim_end_matches('/')),
             timeout,
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            max_response_bytes,
             metrics,
         })
     }
@@ -231,47 +256,82 @@ impl Client {
         result
     }
 
+    /// Sends the query, reads the answer while streaming (never past the cap) and parses it on
+    /// the blocking pool, so a big answer never holds up an async worker and other rpcs.
     async fn fetch(&self, query: &str) -> Result<HashMap<String, f64>, QueryError> {
-        let response = self
+        let unreachable = |e: reqwest::Error| QueryError::Unreachable(error_chain(&e));
+        let mut response = self
             .http
             .get(&self.query_url)
             .query(&[("query", query)])
             .send()
             .await
-            .map_err(|e| QueryError::Unreachable(error_chain(&e)))?;
+            .map_err(unreachable)?;
         let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| QueryError::Unreachable(error_chain(&e)))?;
         if !status.is_success() {
-            let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+            let (head, _) = read_at_most(&mut response, ERROR_BODY_PREFIX)
+                .await
+                .unwrap_or_default();
             return Err(QueryError::Status {
                 status: status.as_u16(),
-                body: text,
+                body: String::from_utf8_lossy(&head).escape_debug().to_string(),
             });
         }
-        parse_parts(&body)
+        let limit = self.max_response_bytes;
+        if response.content_length().is_some_and(|n| n > limit as u64) {
+            return Err(QueryError::TooLarge { limit });
+        }
+        let (body, complete) = read_at_most(&mut response, limit)
+            .await
+            .map_err(unreachable)?;
+        if !complete {
+            return Err(QueryError::TooLarge { limit });
+        }
+        tokio::task::spawn_blocking(move || parse_parts(&body))
+            .await
+            .unwrap_or_else(|e| Err(QueryError::Garbage(format!("parser failed: {e}"))))
     }
 }
 
+/// Reads at most `limit` bytes of the body; `false` when more were coming (the rest is dropped
+/// with the connection).
+async fn read_at_most(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            body.extend_from_slice(&chunk[..limit - body.len()]);
+            return Ok((body, false));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, true))
+}
+
 /// Parses a `/api/v1/query` answer into `part` → value; anything unexpected is an error.
+/// Every piece of the answer quoted in an error is a bounded, escaped [`echo`].
 pub fn parse_parts(body: &[u8]) -> Result<HashMap<String, f64>, QueryError> {
     let garbage = |m: String| QueryError::Garbage(m);
-    let response: Response = serde_json::from_slice(body)
-        .map_err(|e| garbage(format!("not a Prometheus API answer: {e}")))?;
+    let response: Response = serde_json::from_slice(body).map_err(|e| {
+        garbage(format!(
+            "not a Prometheus API answer: {}",
+            echo(&e.to_string())
+        ))
+    })?;
     if response.status != "success" {
         return Err(garbage(format!(
-            "status {:?}: {}",
-            response.status,
-            response.error.unwrap_or_default()
+            "status {}: {}",
+            echo(&response.status),
+            echo(&response.error.unwrap_or_default())
         )));
     }
     let data = response.data.ok_or_else(|| garbage("no data".into()))?;
     if data.result_type != "vector" {
         return Err(garbage(format!(
-            "result type {:?}, want vector",
-            data.result_type
+            "result type {}, want vector",
+            echo(&data.result_type)
         )));
     }
     let mut parts = HashMap::with_capacity(data.result.len());
@@ -282,17 +342,25 @@ pub fn parse_parts(body: &[u8]) -> Result<HashMap<String, f64>, QueryError> {
             .ok_or_else(|| garbage("a sample without a part label".into()))?;
         let value: f64 = sample.value.1.parse().map_err(|_| {
             garbage(format!(
-                "{name}: value {:?} is not a number",
-                sample.value.1
+                "{}: value {} is not a number",
+                echo(name),
+                echo(&sample.value.1)
             ))
         })?;
-        if !value.is_finite() || value < 0.0 {
+        if !value.is_finite() || !(0.0..=MAX_VALUE).contains(&value) {
             return Err(garbage(format!(
-                "{name}: value {value} is not a finite number >= 0"
+                "{}: value {value} is out of range (a number from 0 to {MAX_VALUE:e})",
+                echo(name)
+            )));
+        }
+        if COUNT_PARTS.contains(&name.as_str()) && (value.fract() != 0.0 || value > MAX_COUNT) {
+            return Err(garbage(format!(
+                "{}: value {value} is not a pod count (a whole number from 0 to {MAX_COUNT})",
+                echo(name)
             )));
         }
         if parts.insert(name.clone(), value).is_some() {
-            return Err(garbage(format!("{name}: more than one sample")));
+            return Err(garbage(format!("{}: more than one sample", echo(name))));
         }
     }
     Ok(parts)
@@ -397,6 +465,7 @@ mod tests {
             url,
             Duration::from_millis(timeout_ms),
             max_in_flight,
+            DEFAULT_MAX_RESPONSE_BYTES,
             metrics,
         )
         .unwrap()
@@ -422,6 +491,87 @@ mod tests {
                 .iter()
                 .any(|a| matches!(a, Err(QueryError::Timeout(_))))
         );
+    }
+
+    /// A local HTTP server answering every query with `body`, chunked (no Content-Length).
+    async fn streaming_backend(body: Vec<u8>) -> String {
+        let body = axum::body::Bytes::from(body);
+        let app = axum::Router::new().route(
+            "/api/v1/query",
+            axum::routing::get(move || {
+                let body = body.clone();
+                async move {
+                    let chunks = body
+                        .chunks(64 * 1024)
+                        .map(|c| Ok::<_, std::io::Error>(axum::body::Bytes::copy_from_slice(c)))
+                        .collect::<Vec<_>>();
+                    axum::body::Body::from_stream(futures::stream::iter(chunks))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    #[tokio::test]
+    async fn answers_past_the_size_cap_are_abandoned_while_streaming() {
+        let mut body = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"instances","pad":""#.to_vec();
+        body.extend(std::iter::repeat_n(b'x', 3 << 20));
+        body.extend(br#""},"value":[1,"2"]}]}}"#);
+        let url = streaming_backend(body.clone()).await;
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let small = Client::new(&url, Duration::from_secs(2), 1, 1 << 20, metrics.clone()).unwrap();
+        let error = small.parts("q").await.unwrap_err();
+        assert_eq!(error, QueryError::TooLarge { limit: 1 << 20 });
+        assert!(
+            error
+                .to_string()
+                .contains("--max-response-bytes (1048576 bytes)"),
+            "{error}"
+        );
+        let big = Client::new(&url, Duration::from_secs(2), 1, 4 << 20, metrics).unwrap();
+        assert_eq!(big.parts("q").await.unwrap()["instances"], 2.0);
+    }
+
+    #[test]
+    fn out_of_range_values_are_garbage() {
+        let answer = |part: &str, value: &str| {
+            format!(
+                r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{"part":"{part}"}},"value":[1,"{value}"]}}]}}}}"#
+            )
+        };
+        for (part, value) in [
+            ("load", "1e308"),
+            ("lag", "1e16"),
+            ("instances", "4294967296"),
+            ("instances", "2.5"),
+            ("replicas", "1e6"),
+            ("load_pods", "-0.5"),
+        ] {
+            let result = parse_parts(answer(part, value).as_bytes());
+            assert!(
+                matches!(result, Err(QueryError::Garbage(_))),
+                "{part}={value}: {result:?}"
+            );
+        }
+        assert_eq!(
+            parse_parts(answer("load", "1e12").as_bytes()).unwrap()["load"],
+            1e12
+        );
+        assert_eq!(
+            parse_parts(answer("instances", "1000").as_bytes()).unwrap()["instances"],
+            1000.0
+        );
+    }
+
+    #[test]
+    fn errors_quote_the_answer_bounded_and_escaped() {
+        let huge = "\n".repeat(1 << 20);
+        let body = format!(r#"{{"status":"error","error":"{huge}"}}"#);
+        let message = parse_parts(body.as_bytes()).unwrap_err().to_string();
+        assert!(message.len() < 400 && !message.contains('\n'), "{message}");
     }
 
     #[test]

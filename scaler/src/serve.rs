@@ -9,7 +9,6 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tracing::info;
 
@@ -21,10 +20,18 @@ use crate::promql;
 use crate::proto::external_scaler_server::ExternalScalerServer;
 use crate::topology::{self, ClusterIndex, Topology};
 use runtime::logging::LogArgs;
-use runtime::{admin, shutdown, tls};
+use runtime::{admin, conn, shutdown, tls};
 
 /// How long in-flight rpcs may take to finish after SIGTERM before the server stops anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/2 PING interval on quiet connections: live clients answer (so they are never idle for
+/// `--idle-timeout`), dead peers are dropped after [`KEEPALIVE_TIMEOUT`].
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on one rpc until its response starts (a body sent slowly included); streams then run on.
+const RPC_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest request header block: gRPC requests carry a few hundred bytes of headers.
+const MAX_HEADER_LIST_SIZE: u32 = 64 * 1024;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -53,6 +60,10 @@ pub struct Args {
     /// --query-timeout).
     #[arg(long, default_value = "64")]
     pub max_concurrent_queries: usize,
+    /// Largest Prometheus answer read, in bytes; a larger one is an error (UNAVAILABLE) and is
+    /// abandoned while streaming. A decision's answer is a few hundred bytes.
+    #[arg(long, default_value_t = promql::DEFAULT_MAX_RESPONSE_BYTES)]
+    pub max_response_bytes: usize,
     /// Forget ScaledObjects nobody asked about for this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub cache_ttl: Duration,
@@ -62,6 +73,16 @@ pub struct Args {
     /// Close client connections after this age so new scaler pods get traffic (headless Service).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub max_connection_age: Option<Duration>,
+    /// Most open client connections; past it new ones wait in the listen backlog.
+    #[arg(long, default_value = "1024")]
+    pub max_connections: usize,
+    /// Close a connection that sends nothing for this long (a socket that never speaks HTTP/2,
+    /// a dead peer). Live clients answer the server's keepalive PING every 30 s; must be above 40s.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
+    /// Most concurrent HTTP/2 streams (rpcs, StreamIsActive streams) on one connection.
+    #[arg(long, default_value = "128")]
+    pub max_streams_per_connection: u32,
     /// PEM certificate chain: serve gRPC over TLS (ALPN h2). Reloaded when the file changes.
     #[arg(long, requires = "tls_key", env = "SCALER_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -101,6 +122,16 @@ impl Args {
             "--refresh-interval and --query-timeout must be above 0"
         );
         anyhow::ensure!(
+            self.idle_timeout > KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT,
+            "--idle-timeout ({}) must be above {} (keepalive PING interval + timeout), or live idle clients are cut",
+            humantime::format_duration(self.idle_timeout),
+            humantime::format_duration(KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT)
+        );
+        anyhow::ensure!(
+            self.max_connections > 0 && self.max_streams_per_connection > 0,
+            "--max-connections and --max-streams-per-connection must be above 0"
+        );
+        anyhow::ensure!(
             self.staleness >= self.refresh_interval,
             "--staleness ({}) must be at least --refresh-interval ({})",
             humantime::format_duration(self.staleness),
@@ -134,6 +165,7 @@ impl Args {
             &self.prometheus_url,
             self.query_timeout,
             self.max_concurrent_queries,
+            self.max_response_bytes,
             metrics.clone(),
         )?;
         let observer = Observer {
@@ -192,7 +224,13 @@ impl Args {
             shutdown: shutdown.clone(),
             heartbeat: self.stream_heartbeat,
         };
-        let mut builder = Server::builder();
+        let mut builder = Server::builder()
+            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            .max_concurrent_streams(self.max_streams_per_connection)
+            .concurrency_limit_per_connection(self.max_streams_per_connection as usize)
+            .http2_max_header_list_size(MAX_HEADER_LIST_SIZE)
+            .timeout(RPC_TIMEOUT);
         if let Some(age) = self.max_connection_age {
             builder = builder.max_connection_age(age);
         }
@@ -200,7 +238,11 @@ impl Args {
             .add_service(health_service)
             .add_service(ExternalScalerServer::new(scaler));
         let local = grpc.local_addr()?;
-        info!(listen = %local, tls = tls.is_some(), "serving gRPC");
+        let limits = conn::Limits {
+            max_connections: self.max_connections,
+            idle_timeout: self.idle_timeout,
+        };
+        info!(listen = %local, tls = tls.is_some(), max_connections = limits.max_connections, "serving gRPC");
         let signal = {
             let shutdown = shutdown.clone();
             async move { shutdown.cancelled().await }
@@ -208,12 +250,13 @@ impl Args {
         let server = async {
             match &tls {
                 Some(tls) => {
-                    router
-                        .serve_with_incoming_shutdown(tls.incoming(grpc, shutdown.clone()), signal)
-                        .await
+                    let incoming = tls.incoming(grpc, limits, shutdown.clone());
+                    router.serve_with_incoming_shutdown(incoming, signal).await
                 }
                 None => {
-                    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+                    let incoming = conn::incoming(grpc, limits, shutdown.clone(), |tcp, _| async {
+                        Some(tcp)
+                    });
                     router.serve_with_incoming_shutdown(incoming, signal).await
                 }
             }

@@ -1,8 +1,8 @@
 //! Resolving a tenant's shard at admission time: the namespace label when recorded,
 //! otherwise a fresh placement recorded on the namespace with an optimistic-concurrency
 //! patch, so concurrent creates for one tenant (in this replica or another) agree.
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeMap;
+use std::hash::{Hash as _, Hasher as _};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -17,6 +17,10 @@ use tracing::{debug, info, warn};
 use crate::index::{self, Index, SharedIndex, TenantNamespace};
 use crate::metrics::Metrics;
 use crate::mutate::{Pending, Reason};
+
+/// Placement locks: a tenant hashes to one of these, so concurrent creates for one tenant in this
+/// replica place it once, with memory fixed however many tenant names reviews carry.
+const LOCK_STRIPES: usize = 64;
 
 /// Label writes per admission: a conflict means another writer just labelled the namespace,
 /// and the re-read adopts its choice, so a second conflict in a row is already unusual.
@@ -61,9 +65,8 @@ pub struct Resolver {
     policy: Policy,
     api_timeout: Duration,
     metrics: Metrics,
-    /// One lock per tenant: concurrent creates for one tenant in this replica place it once.
-    /// One small entry per tenant ever seen; tenants number in the thousands at most.
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// [`LOCK_STRIPES`] locks, a tenant's chosen by hash of its name.
+    locks: Vec<tokio::sync::Mutex<()>>,
 }
 
 // === impl Resolver ===
@@ -82,7 +85,7 @@ impl Resolver {
             policy,
             api_timeout,
             metrics,
-            locks: Mutex::default(),
+            locks: (0..LOCK_STRIPES).map(|_| Default::default()).collect(),
         }
     }
 
@@ -98,8 +101,7 @@ impl Resolver {
         if let Some(shard) = self.recorded(tenant) {
             return Ok(shard);
         }
-        let lock = self.tenant_lock(tenant);
-        let _placing = lock.lock().await;
+        let _placing = self.tenant_lock(tenant).lock().await;
         // Another request may have placed the tenant while this one waited.
         if let Some(shard) = self.recorded(tenant) {
             return Ok(shard);
@@ -108,11 +110,10 @@ impl Resolver {
             let Some(ns) = self.get_namespace(tenant).await? else {
                 // A parent Tenant release arrives before its namespace exists. Place it anyway:
                 // the stamped release label carries the choice, and the namespace adopts it
-                // (majority of its releases) on the next create.
+                // (majority of its releases) on the next create. Nothing is recorded in the
+                // index: shard load comes only from watched state, never from a review (a
+                // forged review for a namespace that does not exist must not weigh anywhere).
                 let shard = self.choose(tenant)?;
-                if !pending.dry_run {
-                    index::write(&self.index).record_label(tenant, shard);
-                }
                 debug!(%tenant, shard = %shard_name(shard), "placed tenant without namespace");
                 return Ok(shard);
             };
@@ -150,9 +151,10 @@ impl Resolver {
             .ok_or(Reason::NoReadyShard)
     }
 
-    fn tenant_lock(&self, tenant: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-        locks.entry(tenant.to_owned()).or_default().clone()
+    fn tenant_lock(&self, tenant: &str) -> &tokio::sync::Mutex<()> {
+        let mut hasher = std::hash::DefaultHasher::new();
+        tenant.hash(&mut hasher);
+        &self.locks[hasher.finish() as usize % self.locks.len()]
     }
 
     async fn get_namespace(&self, name: &str) -> Result<Option<Namespace>, Reason> {

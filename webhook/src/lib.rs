@@ -3,7 +3,6 @@
 //! `mutate` decides (pure), `assign` resolves a tenant's shard (index + namespace label),
 //! `watch` keeps the `index` current, `server` is the HTTPS shell, `metrics` the gauges.
 use std::collections::BTreeMap;
-use std::future::IntoFuture as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -17,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
 
 use placement::shard::{ShardIndex, parse_shard_index};
-use runtime::{admin, logging::LogArgs, shutdown, tls};
+use runtime::{admin, conn, logging::LogArgs, shutdown, tls};
 
 pub mod assign;
 pub mod index;
@@ -54,6 +53,22 @@ struct Settings {
     /// Serving private key (PEM); re-read when the file changes.
     #[arg(long, env = "WEBHOOK_TLS_KEY")]
     tls_key: PathBuf,
+    /// PEM CA bundle: require a client certificate signed by it, i.e. accept reviews only from
+    /// an API server configured to present one (see docs/webhook.md). Re-read when it changes.
+    #[arg(long, env = "WEBHOOK_CLIENT_CA")]
+    client_ca: Option<PathBuf>,
+    /// Most open connections; past it new ones wait in the listen backlog.
+    #[arg(long, default_value = "256")]
+    max_connections: usize,
+    /// Request headers must arrive within this; also closes keep-alive connections idle this long.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    header_read_timeout: Duration,
+    /// The request body must arrive within this (408 otherwise).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    body_read_timeout: Duration,
+    /// Close a connection that sends nothing for this long, whatever state it is in.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
     /// Number of helm-controller shards K; tenants are placed on shard0..shard<K-1>.
     #[arg(long, env = "WEBHOOK_SHARDS", value_parser = clap::value_parser!(u32).range(1..=4096))]
     shards: u32,
@@ -104,6 +119,11 @@ impl Args {
             listen,
             tls_cert,
             tls_key,
+            client_ca,
+            max_connections,
+            header_read_timeout,
+            body_read_timeout,
+            idle_timeout,
             shards,
             admin_listen,
             flux_namespace,
@@ -114,11 +134,18 @@ impl Args {
             log,
         } = *self.settings;
         log.init()?;
+        anyhow::ensure!(
+            max_connections > 0
+                && !header_read_timeout.is_zero()
+                && !body_read_timeout.is_zero()
+                && !idle_timeout.is_zero(),
+            "--max-connections, --header-read-timeout, --body-read-timeout and --idle-timeout must be above 0"
+        );
         let shutdown = CancellationToken::new();
         let files = tls::TlsFiles {
             cert: tls_cert,
             key: tls_key,
-            client_ca: None,
+            client_ca,
         };
         let tls = tls::Reloading::spawn(files, ALPN_HTTP1, shutdown.clone())
             .context("loading the webhook certificate")?;
@@ -172,27 +199,30 @@ impl Args {
             resolver,
             metrics,
             deadline: admission_deadline,
+            body_timeout: body_read_timeout,
         };
 
         let socket = TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding --listen {listen}"))?;
         let local = socket.local_addr()?;
-        let listener = server::TlsListener {
-            incoming: tls.incoming(socket, shutdown.clone()),
-            local,
+        let limits = conn::Limits {
+            max_connections,
+            idle_timeout,
         };
-        info!(%local, shards, "serving the shard-placement webhook");
+        let incoming = tls.incoming(socket, limits, shutdown.clone());
+        info!(%local, shards, max_connections, "serving the shard-placement webhook");
         tokio::spawn(shutdown::cancel_on_signal(shutdown.clone()));
         // Readiness goes down as the token is cancelled (`refresh`); in-flight reviews then get
         // their admission deadline, plus a second to write the answer.
-        let server = axum::serve(listener, server::router(webhook))
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-            .into_future();
-        match shutdown::drain(server, &shutdown, admission_deadline + DRAIN_SLACK).await {
-            Some(result) => result.context("webhook server"),
-            None => Ok(()),
-        }
+        let server = server::serve(
+            incoming,
+            server::router(webhook),
+            header_read_timeout,
+            shutdown.clone(),
+        );
+        shutdown::drain(server, &shutdown, admission_deadline + DRAIN_SLACK).await;
+        Ok(())
     }
 }
 

@@ -7,9 +7,12 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::ByteString;
 use placement::shard::{SHARD_KEY_LABEL, ShardIndex, shard_name};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::review::{AdmissionRequest, AdmissionResponse};
+use runtime::names;
 
 pub const HELMRELEASE_GROUP: &str = "helm.toolkit.fluxcd.io";
 pub const HELMRELEASE_VERSION: &str = "v2";
@@ -30,6 +33,8 @@ pub enum Reason {
     MalformedObject,
     /// Namespace not `tenant-*`.
     NotTenant,
+    /// A namespace, name or derived tenant that is not a valid Kubernetes name.
+    InvalidName,
     /// The watch caches have not synced yet.
     NotSynced,
     /// No shard `< K` is ready to take a new tenant.
@@ -41,13 +46,14 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Reason::Stamped,
         Reason::AlreadyStamped,
         Reason::NotCreate,
         Reason::NotHelmRelease,
         Reason::MalformedObject,
         Reason::NotTenant,
+        Reason::InvalidName,
         Reason::NotSynced,
         Reason::NoReadyShard,
         Reason::ApiError,
@@ -62,6 +68,7 @@ impl Reason {
             Reason::NotHelmRelease => "not_helmrelease",
             Reason::MalformedObject => "malformed_object",
             Reason::NotTenant => "not_tenant",
+            Reason::InvalidName => "invalid_name",
             Reason::NotSynced => "not_synced",
             Reason::NoReadyShard => "no_ready_shard",
             Reason::ApiError => "api_error",
@@ -121,7 +128,7 @@ pub fn admit(req: &AdmissionRequest) -> Admit {
     {
         return done(Reason::NotHelmRelease);
     }
-    let Some(meta) = req.object.as_ref().and_then(ObjectMeta::read) else {
+    let Some(meta) = req.object.as_deref().and_then(ObjectMeta::read) else {
         return done(Reason::MalformedObject);
     };
     // On CREATE the object may omit its namespace; the request always carries it.
@@ -129,11 +136,18 @@ pub fn admit(req: &AdmissionRequest) -> Admit {
         .namespace
         .or_else(|| req.namespace.clone())
         .unwrap_or_default();
+    // Empty while the API server has yet to resolve a generateName.
     let name = meta.name.or_else(|| req.name.clone()).unwrap_or_default();
+    // Names go into API paths, the index and logs: only names the API server itself accepts.
+    if !names::is_dns_label(&namespace) || !(name.is_empty() || names::is_dns_subdomain(&name)) {
+        return done(Reason::InvalidName);
+    }
     let empty = BTreeMap::new();
     let labels = meta.labels.as_ref().unwrap_or(&empty);
     match placement::tenant_namespace_for_hr(&namespace, &name, labels) {
         None => done(Reason::NotTenant),
+        // A child tenant's namespace is composed; it may be too long to exist.
+        Some(tenant) if !names::is_dns_label(&tenant) => done(Reason::InvalidName),
         Some(tenant) => Admit::NeedsShard(Pending {
             uid: req.uid.clone(),
             tenant,
@@ -206,23 +220,30 @@ struct ObjectMeta {
     labels: Option<BTreeMap<String, String>>,
 }
 
+/// The object, of which only `metadata` is parsed; every other field is skipped unparsed.
+#[derive(Deserialize)]
+struct ObjectHead {
+    metadata: RawMeta,
+}
+
+#[derive(Deserialize)]
+struct RawMeta {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+}
+
 impl ObjectMeta {
-    fn read(object: &Value) -> Option<Self> {
-        let meta = object.get("metadata")?.as_object()?;
-        let text = |key: &str| match meta.get(key) {
-            None | Some(Value::Null) => Some(None),
-            Some(Value::String(s)) if s.is_empty() => Some(None),
-            Some(Value::String(s)) => Some(Some(s.clone())),
-            Some(_) => None,
-        };
-        let labels = match meta.get("labels") {
-            None | Some(Value::Null) => None,
-            Some(labels) => Some(serde_json::from_value(labels.clone()).ok()?),
-        };
+    fn read(object: &RawValue) -> Option<Self> {
+        let head: ObjectHead = serde_json::from_str(object.get()).ok()?;
+        let text = |s: Option<String>| s.filter(|s| !s.is_empty());
         Some(Self {
-            namespace: text("namespace")?,
-            name: text("name")?,
-            labels,
+            namespace: text(head.metadata.namespace),
+            name: text(head.metadata.name),
+            labels: head.metadata.labels,
         })
     }
 }

@@ -274,3 +274,40 @@ fn response_serialises_as_admission_review_v1() {
             .starts_with("W3sib3Ai")
     );
 }
+
+#[test]
+fn names_that_are_not_kubernetes_names_are_allowed_unchanged() {
+    for (namespace, name) in [
+        ("tenant-x/../../../api/v1/secrets", "pg"),
+        ("tenant-x?labelSelector=a&watch=true", "pg"),
+        ("tenant-X", "pg"),
+        ("tenant-foo", "pg/../../x"),
+        ("tenant-foo", "pg\nforged"),
+    ] {
+        let req = mk_review("CREATE", namespace, mk_hr(namespace, name, None));
+        assert_eq!(reason(&req), Reason::InvalidName, "{namespace}/{name}");
+    }
+    // A child tenant whose composed namespace would be longer than a namespace can be.
+    let long = format!("tenant-{}", "a".repeat(50));
+    let labels = json!({"apps.cozystack.io/application.kind": "Tenant"});
+    let req = mk_review(
+        "CREATE",
+        &long,
+        mk_hr(&long, "tenant-bbbbbbbbbb", Some(labels)),
+    );
+    assert_eq!(reason(&req), Reason::InvalidName);
+    // generateName: the name is still empty at mutating admission.
+    let req = mk_review("CREATE", "tenant-foo", mk_hr("tenant-foo", "", None));
+    assert_eq!(pending(&req).tenant, "tenant-foo");
+}
+
+#[test]
+fn objects_nested_deeper_than_a_json_tree_parser_allows_are_admitted() {
+    let depth = 10_000;
+    let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+    let body = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","kind":{{"group":"helm.toolkit.fluxcd.io","version":"v2","kind":"HelmRelease"}},"operation":"CREATE","namespace":"tenant-foo","object":{{"metadata":{{"name":"deep","namespace":"tenant-foo"}},"spec":{{"values":{{"x":{deep}}}}}}},"oldObject":{{"a":{deep}}}}}}}"#
+    );
+    let review = AdmissionReview::from_slice(body.as_bytes()).unwrap();
+    assert_eq!(pending(&review.request).tenant, "tenant-foo");
+}

@@ -5,7 +5,7 @@
 //! (HTTP 400) apart from "a review whose object is malformed" (allowed unchanged).
 use k8s_openapi::ByteString;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
@@ -29,9 +29,11 @@ pub struct AdmissionRequest {
     pub namespace: Option<String>,
     #[serde(default)]
     pub name: Option<String>,
-    /// Kept raw: a malformed object must not make the whole review unreadable.
+    /// Kept raw and unparsed: a malformed object must not make the whole review unreadable, and
+    /// a legal object nested deeper than a JSON tree parser allows must still be admitted (only
+    /// its metadata is read; serde_json skips the rest without recursing).
     #[serde(default)]
-    pub object: Option<Value>,
+    pub object: Option<Box<RawValue>>,
     #[serde(default)]
     pub dry_run: Option<bool>,
 }

@@ -1,25 +1,30 @@
 //! The HTTPS shell: POST `/mutate-helmrelease-shard` → [`admit`] → resolve → [`Pending::finish`].
-//! A body that is not an AdmissionReview gets 400; any other path or method gets 404.
+//! A body that is not an AdmissionReview gets 400, one too large 413, one sent too slowly 408;
+//! any other path or method gets 404.
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::Body;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::StreamExt;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::time::timeout;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::assign::Resolver;
 use crate::metrics::Metrics;
 use crate::mutate::{Admit, Outcome, Reason, admit};
 use crate::review::AdmissionReview;
+use runtime::names;
 use runtime::tls::TlsConn;
 
 /// The webhook path (cozystack-designs.md §2.2).
@@ -34,14 +39,52 @@ pub struct Webhook {
     /// Upper bound on resolving one tenant's shard; must stay well below the API server's
     /// webhook timeout (5 s) so a slow API answers "unchanged" rather than timing out.
     pub deadline: Duration,
+    /// Longest time the request body may take to arrive.
+    pub body_timeout: Duration,
 }
 
 pub fn router(webhook: Webhook) -> Router {
     Router::new()
         .route(PATH, post(review).fallback(not_found))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(webhook)
+}
+
+/// Serves `router` over HTTP/1.1 on the accepted TLS connections until `shutdown`, then waits
+/// for open requests to finish (the caller bounds that wait). Headers must arrive within
+/// `header_read_timeout`, which also closes keep-alive connections idle that long.
+pub async fn serve(
+    mut incoming: ReceiverStream<io::Result<TlsConn>>,
+    router: Router,
+    header_read_timeout: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let conn = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            conn = incoming.next() => match conn {
+                Some(Ok(conn)) => conn,
+                Some(Err(error)) => {
+                    warn!(%error, "accept failed");
+                    continue;
+                }
+                None => break,
+            },
+        };
+        let remote = conn.remote_addr();
+        let service = TowerToHyperService::new(router.clone());
+        let served = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
+        tokio::spawn(async move {
+            if let Err(error) = served.await {
+                debug!(%error, %remote, "connection closed");
+            }
+        });
+    }
+    graceful.shutdown().await;
 }
 
 async fn not_found() -> impl IntoResponse {
@@ -51,11 +94,31 @@ async fn not_found() -> impl IntoResponse {
     )
 }
 
-async fn review(State(webhook): State<Webhook>, body: Bytes) -> Response {
+async fn review(State(webhook): State<Webhook>, body: Body) -> Response {
     let started = Instant::now();
+    let body = match timeout(webhook.body_timeout, axum::body::to_bytes(body, BODY_LIMIT)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(error)) => {
+            info!(%error, "rejected an unreadable or oversized body");
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body unreadable or larger than {BODY_LIMIT} bytes\n"),
+            )
+                .into_response();
+        }
+        Err(_) => {
+            info!(timeout = ?webhook.body_timeout, "request body arrived too slowly");
+            return (
+                StatusCode::REQUEST_TIMEOUT,
+                "request body arrived too slowly\n",
+            )
+                .into_response();
+        }
+    };
     let review = match AdmissionReview::from_slice(&body) {
         Ok(review) => review,
         Err(error) => {
+            let error = names::echo(&error.to_string());
             info!(%error, "rejected a body that is not an AdmissionReview");
             return (StatusCode::BAD_REQUEST, format!("{error}\n")).into_response();
         }
@@ -63,11 +126,11 @@ async fn review(State(webhook): State<Webhook>, body: Bytes) -> Response {
     let req = &review.request;
     let span = info_span!(
         "admission",
-        uid = %req.uid,
-        op = %req.operation,
-        kind = %req.kind.kind,
-        ns = req.namespace.as_deref().unwrap_or(""),
-        name = req.name.as_deref().unwrap_or(""),
+        uid = %names::echo(&req.uid),
+        op = %names::echo(&req.operation),
+        kind = %names::echo(&req.kind.kind),
+        ns = %names::echo(req.namespace.as_deref().unwrap_or("")),
+        name = %names::echo(req.name.as_deref().unwrap_or("")),
     );
     let outcome = webhook.decide(&review).instrument(span.clone()).await;
     webhook
@@ -92,34 +155,5 @@ impl Webhook {
                 pending.finish(shard)
             }
         }
-    }
-}
-
-/// Adapts the TLS accept stream to `axum::serve`.
-pub struct TlsListener {
-    pub incoming: ReceiverStream<io::Result<TlsConn>>,
-    pub local: SocketAddr,
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsConn;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (TlsConn, SocketAddr) {
-        loop {
-            match self.incoming.next().await {
-                Some(Ok(conn)) => {
-                    let remote = conn.remote_addr();
-                    return (conn, remote);
-                }
-                Some(Err(error)) => warn!(%error, "accept failed"),
-                // The accept loop ended at shutdown; axum stops via its graceful-shutdown signal.
-                None => std::future::pending::<()>().await,
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.local)
     }
 }

@@ -1,0 +1,97 @@
+//! Kubernetes object names as the API server validates them, and a bounded, escaped echo of
+//! untrusted text for error messages.
+//!
+//! Names arrive from gRPC requests and admission reviews; anything that is not a name the API
+//! server would accept is refused before it reaches a query, a URL, a log line or a metric label.
+use std::fmt::Write as _;
+
+/// Longest DNS-1123 label (namespaces, CNPG Cluster names).
+pub const LABEL_MAX: usize = 63;
+/// Longest DNS-1123 subdomain (most object names, ScaledObjects and HelmReleases included).
+pub const SUBDOMAIN_MAX: usize = 253;
+/// How many characters of an untrusted value an error message repeats.
+pub const ECHO_MAX: usize = 64;
+
+/// What a namespace must look like, for error messages.
+pub const NAMESPACE_RULE: &str = "a Kubernetes namespace name: a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)";
+/// What an object name must look like, for error messages.
+pub const OBJECT_RULE: &str = "a Kubernetes object name: a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)";
+
+/// RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn is_dns_label(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= LABEL_MAX
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+/// RFC 1123 subdomain: dot-separated labels, at most 253 characters.
+pub fn is_dns_subdomain(value: &str) -> bool {
+    value.len() <= SUBDOMAIN_MAX && value.split('.').all(is_dns_label)
+}
+
+/// A quoted, escaped prefix of `value` (at most [`ECHO_MAX`] characters) that also says how
+/// long the whole value was when it was cut: safe to put into a message, a log line or a reply.
+pub fn echo(value: &str) -> String {
+    let mut out = String::from("\"");
+    let mut chars = value.chars();
+    for c in chars.by_ref().take(ECHO_MAX) {
+        out.extend(c.escape_debug());
+    }
+    out.push('"');
+    if chars.next().is_some() {
+        let _ = write!(out, "… ({} bytes)", value.len());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_labels() {
+        for ok in ["pg", "a", "pg-archive", "0db", &"a".repeat(63)] {
+            assert!(is_dns_label(ok), "{ok}");
+        }
+        for bad in ["", "-pg", "pg-", "PG", "p.g", "p_g", "é", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dns_subdomains() {
+        let long = vec!["a".repeat(63); 4].join(".");
+        assert_eq!(long.len(), 255);
+        for ok in ["pg", "my.scaled-object", "a.b.c", &long[..253]] {
+            assert!(is_dns_subdomain(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ".a",
+            "a.",
+            "a..b",
+            "A",
+            "a/b",
+            "a?watch=true",
+            "tenant-x/../../api",
+            &long,
+        ] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn echo_is_bounded_and_escaped() {
+        assert_eq!(echo("pg"), "\"pg\"");
+        assert_eq!(echo("a\nb\r\0"), r#""a\nb\r\0""#);
+        let huge = "x".repeat(3 << 20);
+        let e = echo(&huge);
+        assert!(e.len() < 100, "{e}");
+        assert!(e.ends_with("… (3145728 bytes)"), "{e}");
+    }
+}
