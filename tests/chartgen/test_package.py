@@ -102,11 +102,11 @@ def test_scrape_kind_is_selectable(helm, scrape, kind):
     assert not ({"ServiceMonitor", "VMServiceScrape"} - {kind}) & kinds
     if kind:
         names = sorted(o["metadata"]["name"] for o in objs if o["kind"] == kind)
-        assert names == ["cozy-autoscaling-scaler", "cozy-autoscaling-webhook"]
+        assert names == ["cozy-autoscaling-scaler", "cozy-autoscaling-shard-controller", "cozy-autoscaling-webhook"]
 
 
 def test_alerts_use_the_scaler_and_hpa_metrics(helm):
-    rule = one(render(helm), "PrometheusRule")
+    rule = one(render(helm), "PrometheusRule", "cozy-autoscaling")
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert set(rules) == {"CozyAutoscalerScalerErrors", "CozyAutoscalerScaleUpStuck", "CozyAutoscalerPinnedAtMax"}
     assert "scaler_backend_queries_total" in rules["CozyAutoscalerScalerErrors"]["expr"]
@@ -151,7 +151,8 @@ def arg_port(container, flag):
     return int(value.rsplit(":", 1)[1])
 
 
-@pytest.mark.parametrize("component,serving_port", [("scaler", "grpc"), ("webhook", "https")])
+@pytest.mark.parametrize("component,serving_port", [("scaler", "grpc"), ("webhook", "https"),
+                                                    ("shard-controller", None)])
 def test_pods_are_hardened_and_probe_what_the_binary_serves(helm, component, serving_port):
     objs = render(helm)
     name = f"cozy-autoscaling-{component}"
@@ -167,7 +168,8 @@ def test_pods_are_hardened_and_probe_what_the_binary_serves(helm, component, ser
     assert set(c["resources"]["limits"]) == {"memory"}
     # Probes hit the admin server, on the port the binary is told to listen on.
     assert arg_port(c, "--admin-listen") == container_port(c, "admin")
-    assert arg_port(c, "--listen") == container_port(c, serving_port)
+    if serving_port:
+        assert arg_port(c, "--listen") == container_port(c, serving_port)
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
     declared = {p["name"] for p in c["ports"]}
