@@ -15,18 +15,30 @@ class Backend:
     value: float
     usename: str = "app"
     state: str = "active"
-    datname: str = "app"
+    datname: str = "app"  # "" = NULL (walsenders): CNPG's label is empty, so the series has none
     application_name: str = "web"
 
 
-def internal_sessions(pod: str) -> list[Backend]:
-    """Sessions CNPG itself opens on every instance: none of them is client load."""
+def internal_sessions(pod: str, standbys: list[str]) -> list[Backend]:
+    """Sessions CNPG itself opens on an instance, as tests/livepg observes them on real PostgreSQL:
+    the metrics exporter is active in the application database (it is running the backends query
+    that produces this very sample) and idle in `postgres` (pg_stat_wal); a primary has one
+    walsender per streaming standby (user streaming_replica, application_name = the standby's pod,
+    no database); replicas have none. The instance manager's pool (user postgres, application_name
+    cnpg-instance-manager, from CNPG's source) is not reproduced live: there is no instance manager."""
     return [
-        Backend(1, "cnpg_metrics_exporter", "active", "postgres", "cnpg_metrics_exporter"),
+        Backend(1, "cnpg_metrics_exporter", "active", "app", "cnpg_metrics_exporter"),
+        Backend(1, "cnpg_metrics_exporter", "idle", "postgres", "cnpg_metrics_exporter"),
         Backend(2, "postgres", "active", "postgres", "cnpg-instance-manager"),
         Backend(1, "postgres", "idle", "postgres", "cnpg-instance-manager"),
-        Backend(1, "streaming_replica", "active", "", pod),
+        *(Backend(1, "streaming_replica", "active", "", standby) for standby in standbys),
     ]
+
+
+def stalled_since(seconds_ago: float) -> Callable[[float], float]:
+    """CNPG's lag for a replica whose replay stopped `seconds_ago` (the last replayed commit):
+    0 before, then now() - that commit, growing 1 s/s (tests/livepg, finding L1)."""
+    return lambda age: max(0.0, seconds_ago - age)
 
 
 @dataclass
@@ -38,6 +50,8 @@ class Pod:
     lag: Callable[[float], float] = lambda age: 0.0
     cpu_millicores: float = 50.0
     wal_bytes_per_s: float = 0.0  # 0 = idle primary (flat counter)
+    # The primary stopped writing this many seconds ago (None: writes until the end of the samples).
+    writes_stopped_ago: float | None = None
     internal: bool = True  # add CNPG's own sessions
 
 
@@ -52,38 +66,49 @@ class Cluster:
 
 
 def _labels(**kv) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in kv.items()) + "}"
+    # An empty value is no label at all (Prometheus semantics), as CNPG's NULL labels end up.
+    return "{" + ",".join(f'{k}="{v}"' for k, v in kv.items() if v != "") + "}"
 
 
 def render(clusters: list[Cluster], now: float, back: float = 600, ahead: float = 1200,
            step: float = 15) -> str:
-    """Prometheus text for `clusters`, samples from now-back to now+ahead every `step` s."""
+    """Prometheus text for `clusters`, samples from now-back to now+ahead every `step` s.
+
+    CNPG series carry the labels of a CNPG PodMonitor scrape (job `<namespace>/<cluster>`,
+    instance `<pod IP>:9187`, container, endpoint; tests/livepg scrapes them so); the cAdvisor CPU
+    series those of the kubelet's. Each instance has its own pg_stat_wal `stats_reset`."""
     lines = []
     t0 = now - back
     times = [t0 + i * step for i in range(int((back + ahead) / step) + 1)]
-    for c in clusters:
+    for ci, c in enumerate(clusters):
+        standbys = [c.pod_name(q) for q in c.pods if not q.primary]
         for p in c.pods:
             pod = c.pod_name(p)
-            base = {"namespace": c.namespace, "pod": pod, "job": "cnpg"}
-            backends = list(p.backends) + (internal_sessions(pod) if p.internal else [])
+            scrape = {"namespace": c.namespace, "pod": pod, "job": f"{c.namespace}/{c.name}",
+                      "instance": f"10.{ci // 250}.{ci % 250}.{p.n}:9187", "container": "postgres",
+                      "endpoint": "metrics"}
+            kubelet = {"namespace": c.namespace, "pod": pod, "job": "kubelet", "instance": "node-1"}
+            backends = list(p.backends) + (internal_sessions(pod, standbys if p.primary else []) if p.internal else [])
+            stats_reset = f"2026-11-{p.n:02d}T08:00:00.{ci:06d}Z"
+            writes_end = now - p.writes_stopped_ago if p.writes_stopped_ago is not None else float("inf")
             for t in times:
                 ms = int(t * 1000)
                 age = now - t
-                lines.append(f"cnpg_pg_replication_in_recovery{_labels(**base)} {0 if p.primary else 1} {ms}")
-                lines.append(f"cnpg_pg_replication_lag{_labels(**base)} {0 if p.primary else p.lag(age)} {ms}")
-                wal = 1_000_000 + p.wal_bytes_per_s * (t - t0)
-                lines.append(
-                    f"cnpg_collector_wal_bytes{_labels(**base, stats_reset='2026-01-01T00:00:00Z')} {wal} {ms}"
-                )
+                lines.append(f"cnpg_pg_replication_in_recovery{_labels(**scrape)} {0 if p.primary else 1} {ms}")
+                lines.append(f"cnpg_pg_replication_lag{_labels(**scrape)} {0 if p.primary else p.lag(age)} {ms}")
+                wal = 1_000_000 + p.wal_bytes_per_s * (min(t, writes_end) - t0)
+                lines.append(f"cnpg_collector_wal_bytes{_labels(**scrape, stats_reset=stats_reset)} {wal} {ms}")
                 for b in backends:
-                    lbl = _labels(**base, datname=b.datname, usename=b.usename,
+                    lbl = _labels(**scrape, datname=b.datname, usename=b.usename,
                                   application_name=b.application_name, state=b.state)
                     lines.append(f"cnpg_backends_total{lbl} {b.value} {ms}")
                 cpu = p.cpu_millicores / 1000 * (t - t0)
-                lines.append(f"container_cpu_usage_seconds_total{_labels(**base, container='postgres')} {cpu} {ms}")
-                # cAdvisor's pod-level cgroup (container="") and a sidecar: never the postgres load.
-                lines.append(f"container_cpu_usage_seconds_total{_labels(**base, container='')} {cpu * 4 + 5 * (t - t0)} {ms}")
-                lines.append(f"container_cpu_usage_seconds_total{_labels(**base, container='istio-proxy')} {3 * (t - t0)} {ms}")
+                lines.append(f"container_cpu_usage_seconds_total{_labels(**kubelet, container='postgres')} {cpu} {ms}")
+                # cAdvisor's pod-level cgroup (container="", so no label) and a sidecar: never postgres load.
+                lines.append(f"container_cpu_usage_seconds_total{_labels(**kubelet, id='/kubepods/' + pod)} "
+                             f"{cpu * 4 + 5 * (t - t0)} {ms}")
+                lines.append(f"container_cpu_usage_seconds_total{_labels(**kubelet, container='istio-proxy')} "
+                             f"{3 * (t - t0)} {ms}")
     return "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,7 @@
 Expected values are written out by hand next to the series that produce them, so a test failure
 points at one guardrail. Ratios are chosen away from integers so float rounding cannot flip a ceil.
 """
-from cnpg_series import Backend, Cluster, Pod, replicas
+from cnpg_series import Backend, Cluster, Pod, replicas, stalled_since
 
 LAG_HIGH = 600.0  # seconds, far above the thresholds the tests use
 
@@ -42,15 +42,21 @@ TENANT_B_QUIET = Cluster("tenant-b", "quiet", [
     Pod(2, backends=[Backend(6, state="idle")]),
     Pod(3, backends=[Backend(4, state="idle")]),
 ])
-# Instances exist but CNPG emits no backend rows at all (zero rows are omitted): load 0.
+# Instances exist but no backend rows at all: load 0. Not a live state while the default queries
+# run (the exporter's own session is always a row); it is what `disableDefaultQueries` or a failing
+# backends query looks like.
 TENANT_B_EMPTY = Cluster("tenant-b", "empty", [
     Pod(1, primary=True, internal=False), Pod(2, internal=False),
 ])
 
-# Replicas lag far behind; the primary is idle (flat WAL counter): the known false alarm.
-TENANT_C_IDLE_LAG = replicas("tenant-c", "idle-lag", 6, lag=lambda age: LAG_HIGH)
-# Same lag, but the primary writes WAL: a real lag, the brake must hold.
-TENANT_C_BUSY_LAG = replicas("tenant-c", "busy-lag", 6, lag=lambda age: LAG_HIGH)
+# Replicas' replay stalled LAG_HIGH s ago, after the primary's last commit; the primary has written
+# nothing since (its WAL counter is flat for the whole brake window): the known false alarm. On real
+# PostgreSQL this state exists only > 5 minutes after the last write (tests/livepg, finding L1).
+TENANT_C_IDLE_LAG = replicas("tenant-c", "idle-lag", 6, lag=stalled_since(LAG_HIGH))
+TENANT_C_IDLE_LAG.pods[0].wal_bytes_per_s = 50_000
+TENANT_C_IDLE_LAG.pods[0].writes_stopped_ago = LAG_HIGH + 15
+# Same stall, but the primary keeps writing WAL: a real lag, the brake must hold.
+TENANT_C_BUSY_LAG = replicas("tenant-c", "busy-lag", 6, lag=stalled_since(LAG_HIGH))
 TENANT_C_BUSY_LAG.pods[0].wal_bytes_per_s = 50_000
 LAG_CLUSTER_LOAD = 12
 LAG_CLUSTER_INSTANCES = 3

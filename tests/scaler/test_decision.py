@@ -3,6 +3,7 @@
 value = desired_total × target; desired = clamp(1 + ceil(read load / target), floor, max(max, floor))
 with floor = max(minReplicas, maxSyncReplicas + 1, 2)."""
 import math
+import re
 
 import grpc
 import pytest
@@ -202,7 +203,8 @@ def odd_clusters(vm):
     dup = render([replicas("tenant-x", "dup", 4, cpu_millicores=300)], now)
     nocpu = [line for line in render([replicas("tenant-x", "nocpu", 4)], now).splitlines()
              if not line.startswith("container_cpu_usage_seconds_total")]
-    vm.import_and_wait(dup + dup.replace('job="cnpg"', 'job="cnpg-manual"') + "\n".join(nocpu) + "\n",
+    manual = re.sub(r'job="([^"]*)"', r'job="\1-manual"', dup)  # every series, CNPG's and cAdvisor's
+    vm.import_and_wait(dup + manual + "\n".join(nocpu) + "\n",
                        'count(cnpg_pg_replication_in_recovery{namespace="tenant-x"})', lambda n: n == 9)
 
 
