@@ -60,6 +60,12 @@ struct AppArgs {
     /// With --verify: a CRD file or a directory of CRD files (KEDA's ScaledObject, the target's).
     #[arg(long = "crds", requires = "verify")]
     crds: Vec<PathBuf>,
+    /// With --verify: a values file every render gets (`helm -f`), e.g. values a platform injects.
+    #[arg(long = "values", requires = "verify")]
+    values: Vec<PathBuf>,
+    /// With --verify: the release name and namespace to render as.
+    #[arg(long, num_args = 2, value_names = ["RELEASE", "NAMESPACE"], default_values = ["verify", "verify"], requires = "verify")]
+    release: Vec<String>,
     /// Replica field of the target manifest [default: instances].
     #[arg(long)]
     replica_field: Option<String>,
@@ -184,7 +190,13 @@ impl Cli {
             Command::App(a) => {
                 let out = app::plan(&a.chart, a.settings(), &Renderer::new(&templates)?)?;
                 if a.verify {
-                    return app::verify::run(&a.chart, &out.plan, &out.spec, &a.helms, &a.crds);
+                    let target = app::verify::Target {
+                        chart: &a.chart,
+                        values: &a.values,
+                        release: &a.release[0],
+                        namespace: &a.release[1],
+                    };
+                    return app::verify::run(&target, &out, &a.helms, &a.crds);
                 }
                 let wrote = !a.check && !out.plan.drift()?.is_empty();
                 let code = finish(&out.plan, a.check)?;

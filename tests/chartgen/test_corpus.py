@@ -1,7 +1,8 @@
 """`chartgen app` on a corpus of chart shapes written by others (issue 8), under fixtures/: nested
 count keys, names and namespaces from helpers and library charts, namespaceOverride, a quorum
-absent from values.yaml, the legacy maxSyncReplicas, no schema, Bitnami and cozyvalues-gen
-annotations, a Go-escaped schema, an autoscaling block with the author's comments.
+absent from values.yaml (field by field, or a whole `synchronous: {}` rendered with toYaml), the
+legacy maxSyncReplicas, no schema, Bitnami and cozyvalues-gen annotations, a Go-escaped schema,
+an autoscaling block with the author's comments.
 
 For every chart, with Helm 3 and Helm 4: the disabled render is byte-identical to the chart before
 chartgen; the enabled, transition and dryRun objects are valid against the CRDs and the
@@ -33,6 +34,8 @@ CORPUS = {
     "legacy-max-sync": Shape(name="orders-db", quorum="maxSyncReplicas"),
     "cozy-params": Shape(quorum="quorum.maxSyncReplicas"),
     "block-comments": Shape(),
+    "synchronous-yaml": Shape(name="pg-cluster", quorum="cluster.postgresql.synchronous.number",
+                              count="cluster.instances"),
 }
 
 
@@ -86,7 +89,7 @@ def test_enabled_modes_are_valid_and_target_the_rendered_cluster(helm, generated
     assert bool(so["metadata"].get("annotations")) == paused
 
 
-@pytest.mark.parametrize("chart", ["namespace-override", "library-helpers"])
+@pytest.mark.parametrize("chart", ["namespace-override", "library-helpers", "synchronous-yaml"])
 def test_a_namespace_override_moves_the_scaledobject_with_the_cluster(helm, generated, chart):
     objs = helm.render(generated[chart][0], ON + ["namespaceOverride=db-prod"])
     assert namespace_of(one(objs, "Cluster")) == "db-prod"
@@ -97,7 +100,7 @@ def test_a_namespace_override_moves_the_scaledobject_with_the_cluster(helm, gene
 def test_the_floor_includes_the_quorum_wherever_the_chart_sets_it(helm, generated, chart):
     shape = CORPUS[chart]
     sets = ON + [f"{shape.quorum}=3", f"{shape.count}=4"]
-    if chart == "namespace-override":
+    if "synchronous" in shape.quorum:
         sets.append("cluster.postgresql.synchronous.method=any")
     objs = helm.render(generated[chart][0], sets)
     so = one(objs, "ScaledObject")
@@ -144,7 +147,17 @@ def test_verify_renders_the_mode_matrix_with_both_helms(generated, chart):
     assert "20 passed, 0 failed" in out.stdout, out.stdout
 
 
-def test_verify_catches_a_scaledobject_that_targets_a_missing_cluster(copy_of):
+@pytest.mark.parametrize("chart", ["nested-count", "library-helpers"])
+def test_the_count_key_is_read_from_the_target_template(copy_of, helm, chart):
+    path = copy_of(chart)
+    out = chartgen("app", "--chart", path)
+    assert out.returncode == 0, out.stderr
+    assert "valuesKey" not in (path / "chartgen.yaml").read_text(), "derived, not stored"
+    objs = helm.render(path, ON)
+    assert one(objs, "ScaledObject")["spec"]["scaleTargetRef"]["name"] == CORPUS[chart].name
+
+
+def test_verify_refuses_a_chart_that_is_not_up_to_date(copy_of):
     chart = copy_of("nested-count")
     assert chartgen("app", "--chart", chart, "--values-key", "cluster.instances").returncode == 0
     so = chart / "templates/scaledobject.yaml"

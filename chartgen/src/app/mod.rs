@@ -82,19 +82,19 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
         .replica_field
         .clone()
         .unwrap_or_else(|| "instances".into());
-    let values_key = settings
-        .values_key
-        .clone()
-        .unwrap_or_else(|| "replicas".into());
     let kind = settings
         .target_kind
         .clone()
         .unwrap_or_else(|| "Cluster".into());
+    let templates = chart.join("templates");
+    let values_key = match settings.values_key.clone() {
+        Some(key) => key,
+        None => count_key(chart, &templates, &field, &kind)?,
+    };
     if !values::has_path(&values_root, &values_key) {
         return Err(values::ValuesError::MissingKey(values_key).into());
     }
 
-    let templates = chart.join("templates");
     let mut plan = Plan::confined(chart);
     let rl = ReplicaLine {
         field: &field,
@@ -333,6 +333,33 @@ fn quorum(
                 .map(|e| format!("(int {e})"))
                 .collect::<Vec<_>>()
                 .join(" ")
+        ),
+    }
+}
+
+/// The values path the target's replica field renders from, read from its template: the one
+/// `<field>: {{ .Values.<path> }}` line in a `kind` manifest ("replicas" when there is none, so
+/// the error names the default).
+fn count_key(chart: &Path, templates: &Path, field: &str, kind: &str) -> anyhow::Result<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for path in template_files(chart, templates)? {
+        let text = read(&path)?;
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if let Some(key) = replica::values_path(field, line)
+                && target::doc_at(&text, &lines, i).top("kind") == Some(kind)
+                && !keys.iter().any(|k| k == key)
+            {
+                keys.push(key.to_owned());
+            }
+        }
+    }
+    match keys.as_slice() {
+        [] => Ok("replicas".into()),
+        [one] => Ok(one.clone()),
+        many => bail!(
+            "the {kind} templates render `{field}` from several values ({}); pass --values-key with the one to scale",
+            many.join(", ")
         ),
     }
 }

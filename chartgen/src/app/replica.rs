@@ -15,6 +15,20 @@ pub struct ReplicaLine<'a> {
     pub chart: &'a str,
 }
 
+/// The values path of `<indent><field>: {{ .Values.<path> ... }}` (or `$.Values.`).
+pub fn values_path<'a>(field: &str, line: &'a str) -> Option<&'a str> {
+    let rest = line.trim_start().strip_prefix(field)?.strip_prefix(':')?;
+    let expr = rest.trim().strip_prefix("{{ ")?.strip_suffix(" }}")?.trim();
+    let path = expr
+        .strip_prefix(".Values.")
+        .or_else(|| expr.strip_prefix("$.Values."))?;
+    let end = path
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+        .unwrap_or(path.len());
+    let path = &path[..end];
+    (!path.is_empty() && !path.ends_with('.')).then_some(path)
+}
+
 #[derive(Debug, PartialEq)]
 pub struct Rewrite {
     pub text: String,
@@ -56,30 +70,7 @@ impl ReplicaLine<'_> {
 
     /// True for `<indent><field>: {{ .Values.<key> ... }}`.
     pub fn is_raw(&self, line: &str) -> bool {
-        let Some(rest) = line
-            .trim_start()
-            .strip_prefix(self.field)
-            .and_then(|r| r.strip_prefix(':'))
-        else {
-            return false;
-        };
-        let Some(expr) = rest
-            .trim()
-            .strip_prefix("{{ ")
-            .and_then(|r| r.strip_suffix(" }}"))
-        else {
-            return false;
-        };
-        let expr = expr.trim();
-        let Some(after) = expr
-            .strip_prefix(".Values.")
-            .or_else(|| expr.strip_prefix("$.Values."))
-            .and_then(|r| r.strip_prefix(self.key))
-        else {
-            return false;
-        };
-        // `.Values.replicasMax` is another key.
-        !after.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.')
+        values_path(self.field, line) == Some(self.key)
     }
 
     pub fn rewrite(&self, text: &str) -> Result<Rewrite, Damaged> {

@@ -64,14 +64,33 @@ impl Doc<'_> {
             Some((line, value)) => out.push((line, self.expr_at(line, value))),
             None => {
                 if let Some((line, _)) = self.child_of(&["spec", "postgresql"], "synchronous") {
-                    out.push((
-                        line,
-                        Expr::Unknown("`synchronous` is not written out field by field".into()),
-                    ));
+                    out.push((line, self.synchronous_as_yaml(line)));
                 }
             }
         }
         out
+    }
+
+    /// `synchronous:` rendered whole from values, the common chart idiom:
+    /// `{{- with .Values.X }}` / `synchronous:` / `{{- toYaml . | nindent N }}`: the quorum is
+    /// `.Values.X.number`.
+    fn synchronous_as_yaml(&self, line: usize) -> Expr {
+        let blocks = enclosing_blocks(self.file, line);
+        let with_values = blocks.last().and_then(|(kind, expr)| {
+            let path = expr
+                .strip_prefix("$")
+                .unwrap_or(expr)
+                .strip_prefix(".Values.")?;
+            let plain = path
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+            (kind == "with" && plain).then(|| format!(".Values.{path}.number"))
+        });
+        let next = self.file.lines().nth(line + 1).unwrap_or("").trim();
+        match with_values {
+            Some(e) if next.starts_with("{{") && next.contains("toYaml .") => Expr::Known(e),
+            _ => Expr::Unknown("`synchronous` is not written out field by field".into()),
+        }
     }
 
     /// Finds `field:` directly under the mapping at `path` (top-level keys first); returns its
@@ -123,7 +142,7 @@ impl Doc<'_> {
                     Ok(e) => e,
                     Err(why) => return Expr::Unknown(why),
                 };
-                if uses_dot(&e) && blocks.iter().any(|b| b == "with" || b == "range") {
+                if uses_dot(&e) && blocks.iter().any(|(b, _)| b == "with" || b == "range") {
                     return Expr::Unknown(
                         "it reads `.` inside a `with` or `range` block, where `.` is not the chart's root".into(),
                     );
@@ -298,9 +317,10 @@ fn assignment<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     Some(rest)
 }
 
-/// Kinds of the template blocks (`if`, `with`, `range`, `define`) open at 0-based `line`.
-fn enclosing_blocks(file: &str, line: usize) -> Vec<String> {
-    let mut stack: Vec<String> = Vec::new();
+/// The template blocks (`if`, `with`, `range`, `define`) open at 0-based `line`, innermost last,
+/// as (keyword, the rest of the action).
+fn enclosing_blocks(file: &str, line: usize) -> Vec<(String, String)> {
+    let mut stack: Vec<(String, String)> = Vec::new();
     for l in file.lines().take(line) {
         let mut rest = l;
         while let Some(open) = rest.find("{{") {
@@ -309,7 +329,10 @@ fn enclosing_blocks(file: &str, line: usize) -> Vec<String> {
             let inner = after[..close].trim_start_matches('-').trim();
             let word = inner.split_whitespace().next().unwrap_or("");
             match word {
-                "if" | "with" | "range" | "define" | "block" => stack.push(word.to_owned()),
+                "if" | "with" | "range" | "define" | "block" => stack.push((
+                    word.to_owned(),
+                    inner[word.len()..].trim_end_matches('-').trim().to_owned(),
+                )),
                 "end" => {
                     stack.pop();
                 }
@@ -452,6 +475,15 @@ mod tests {
                 Expr::Known(".Values.legacy.max".into()),
                 Expr::Known(".Values.cluster.postgresql.synchronous.number".into())
             ]
+        );
+        let whole = "kind: Cluster\nspec:\n  instances: 1\n  postgresql:\n    {{- with .Values.cluster.postgresql.synchronous }}\n    synchronous:\n      {{- toYaml . | nindent 6 }}\n    {{- end }}\n";
+        let (lines, at) = doc(whole);
+        assert_eq!(
+            doc_at(whole, &lines, at).quorum(),
+            [(
+                5,
+                Expr::Known(".Values.cluster.postgresql.synchronous.number".into())
+            )]
         );
         let yamlized = "kind: Cluster\nspec:\n  instances: 1\n  postgresql:\n    synchronous:\n      {{- toYaml .Values.sync | nindent 6 }}\n";
         let (lines, at) = doc(yamlized);

@@ -8,8 +8,8 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use super::AppSpec;
-use crate::output::{Plan, read};
+use super::{AppSpec, Outcome};
+use crate::output::read;
 
 /// One `helm template` run and what it must produce.
 struct Case {
@@ -103,13 +103,22 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
 }
 
 /// Runs the matrix; prints one line per case and helm; exit 1 when any fails.
+/// What to render: the chart, extra values files, and the release name and namespace.
+pub struct Target<'a> {
+    pub chart: &'a Path,
+    pub values: &'a [PathBuf],
+    pub release: &'a str,
+    pub namespace: &'a str,
+}
+
 pub fn run(
-    chart: &Path,
-    plan: &Plan,
-    spec: &AppSpec,
+    target: &Target,
+    outcome: &Outcome,
     helms: &[PathBuf],
     crds: &[PathBuf],
 ) -> anyhow::Result<ExitCode> {
+    let chart = target.chart;
+    let (plan, spec) = (&outcome.plan, &outcome.spec);
     if !plan.drift()?.is_empty() {
         bail!(
             "'{}' is not up to date: run chartgen app on it first (or --check to see what differs)",
@@ -128,7 +137,7 @@ pub fn run(
     let mut failures = 0;
     for helm in helms {
         for case in cases(spec) {
-            let result = check(helm, chart, spec, &schemas, &case);
+            let result = check(helm, target, spec, &schemas, &case);
             match &result {
                 Ok(()) => println!("ok   {} {}", helm.display(), case.name),
                 Err(e) => {
@@ -151,15 +160,18 @@ pub fn run(
 
 fn check(
     helm: &Path,
-    chart: &Path,
+    target: &Target,
     spec: &AppSpec,
     schemas: &Schemas,
     case: &Case,
 ) -> anyhow::Result<()> {
     let mut cmd = Command::new(helm);
-    cmd.args(["template", "verify"])
-        .arg(chart)
-        .args(["--namespace", "verify"]);
+    cmd.args(["template", target.release])
+        .arg(target.chart)
+        .args(["--namespace", target.namespace]);
+    for file in target.values {
+        cmd.arg("-f").arg(file);
+    }
     if case.keda {
         cmd.args(["--api-versions", "keda.sh/v1alpha1"]);
     }
@@ -188,7 +200,7 @@ fn check(
             for o in &objects {
                 schemas.validate(o)?;
             }
-            check_target(&objects, spec, scaled, paused)
+            check_target(&objects, spec, target.namespace, scaled, paused)
         }
     }
 }
@@ -198,13 +210,14 @@ fn check(
 fn check_target(
     objects: &[Value],
     spec: &AppSpec,
+    release_namespace: &str,
     scaled: bool,
     paused: bool,
 ) -> anyhow::Result<()> {
     let ns = |o: &Value| {
         o.pointer("/metadata/namespace")
             .and_then(Value::as_str)
-            .unwrap_or("verify")
+            .unwrap_or(release_namespace)
             .to_owned()
     };
     let targets: Vec<&Value> = objects
@@ -400,11 +413,17 @@ fn strict(mut schema: Value) -> Value {
     schema
 }
 
-/// Fills absent fields that have a schema default, as the API server does before validation.
+/// What the API server does before validating a custom resource: drops null fields whose schema
+/// is not `nullable`, then fills absent fields that have a schema default.
 fn apply_defaults(schema: &Value, obj: &mut Value) {
     match obj {
         Value::Object(m) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                m.retain(|key, v| {
+                    !v.is_null()
+                        || props.get(key).and_then(|p| p.get("nullable"))
+                            == Some(&Value::Bool(true))
+                });
                 for (key, sub) in props {
                     if !m.contains_key(key)
                         && let Some(d) = sub.get("default")
@@ -435,7 +454,7 @@ mod tests {
         let schema = strict(
             json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {"instances": {"type": "integer", "default": 1}}}}}),
         );
-        let mut obj = json!({"spec": {}});
+        let mut obj = json!({"spec": {}, "status": null});
         apply_defaults(&schema, &mut obj);
         assert_eq!(obj, json!({"spec": {"instances": 1}}));
         let v = jsonschema::draft7::new(&schema).unwrap();
