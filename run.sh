@@ -2,6 +2,8 @@
 # Entry point for newcomers and CI:
 #   ./run.sh demo   install what is needed, start a VictoriaMetrics with sample CNPG series, print a decision
 #   ./run.sh test   run every check and test suite (what CI runs)
+#   ./run.sh image  build the release image into target/image/*.oci.tar with buildah, no registry
+#                   (--inputs-only: stop after staging the static binary; docs/image.md)
 set -euo pipefail
 cd "$(dirname "$0")"
 export COZY_TOOLS="${COZY_TOOLS:-$HOME/.cache/cozy-autoscaling}"
@@ -16,11 +18,57 @@ setup() {
   done
 }
 
+# The static release binary and CA bundle under target/image/, then (unless --inputs-only) the
+# Containerfile built by buildah into an OCI archive. Version and repository come from the chart
+# chartgen generated, so the archive is the image the chart of this commit names.
+image() {
+  [[ -z ${1:-} || $1 == --inputs-only ]] || { echo "usage: ./run.sh image [--inputs-only]" >&2; exit 2; }
+  tests/image/setup.sh
+  local host out=target/image chart=charts/cozy-autoscaling
+  host=$(rustc -vV | sed -n 's/^host: //p')
+  # crt-static links glibc in (every dependency is Rust or ring's C); --target keeps these flags
+  # off build scripts and proc macros, and the output in its own cached target/<host>/release.
+  echo "== release build (static, $host)"
+  RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --quiet --target "$host" -p scaler
+  rm -rf "$out" && mkdir -p "$out"
+  install -m 0555 "${CARGO_TARGET_DIR:-target}/$host/release/scaler" "$out/scaler"
+  install -m 0444 /etc/ssl/certs/ca-certificates.crt "$out/ca-certificates.crt"
+
+  local version repository revision epoch
+  version=$("$out/scaler" --version | awk '{print $2}')
+  repository=$(sed -n 's/^  repository: //p' "$chart/values.yaml")
+  if ! grep -qx "appVersion: \"$version\"" "$chart/Chart.yaml"; then
+    echo "scaler $version is not $chart's appVersion: run 'cargo run -q -p chartgen -- package'" >&2
+    exit 1
+  fi
+  revision=$(git rev-parse HEAD)
+  git diff --quiet HEAD || revision="$revision-dirty"
+  epoch=$(git log -1 --format=%ct)
+  local args=(--build-arg "VERSION=$version" --build-arg "REVISION=$revision")
+  if [[ ${1:-} == --inputs-only ]]; then
+    echo "staged $out/; build with: -f Containerfile ${args[*]} --timestamp $epoch -t $repository:$version ."
+    return
+  fi
+
+  echo "== buildah build $repository:$version"
+  local archive="$out/cozy-autoscaling-$version.oci.tar" storage
+  storage=$(mktemp -d "$PWD/$out/storage.XXXXXX")
+  # Private vfs storage (no overlay, no daemon) and chroot isolation: works as root anywhere.
+  buildah --storage-driver vfs --root "$storage/root" --runroot "$storage/run" build --quiet \
+    --isolation chroot --timestamp "$epoch" --identity-label=false --disable-compression=false \
+    "${args[@]}" -f Containerfile -t "oci-archive:$archive:$version" . >/dev/null
+  rm -rf "$storage"
+  echo "$archive ($(du -k "$archive" | cut -f1) KiB) = $repository:$version, revision $revision"
+}
+
 case "${1:-}" in
   demo)
     tests/lib/setup.sh
     cargo build --quiet -p scaler
     exec tests/lib/demo.sh
+    ;;
+  image)
+    image "${2:-}"
     ;;
   test)
     setup
@@ -35,7 +83,7 @@ case "${1:-}" in
     echo "== all tests passed"
     ;;
   *)
-    sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

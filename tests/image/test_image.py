@@ -1,0 +1,268 @@
+"""The release image, checked from its OCI archive: what the config runs and as whom, its labels,
+exactly which files its layers hold, its size, and the binary out of it running with nothing else
+(chroot into the unpacked layers, as the image's uid, empty environment)."""
+import gzip
+import hashlib
+import http.server
+import json
+import os
+import platform
+import re
+import shutil
+import ssl
+import stat
+import struct
+import subprocess
+import tarfile
+import threading
+import tomllib
+import urllib.request
+
+import pytest
+import yaml
+
+from conftest import CHART, layer_members
+from testkit import CA, REPO, TOOLS, Proc, free_port, wait_until
+
+UID = 65532
+BINARY = "usr/local/bin/scaler"
+BUNDLE = "etc/ssl/certs/ca-certificates.crt"
+# The budget docs/image.md states: compressed config + layers, what a registry stores and a node pulls.
+SIZE_BUDGET_MIB = 16
+EXPECTED_FILES = {"etc", "etc/ssl", "etc/ssl/certs", BUNDLE, "usr", "usr/local", "usr/local/bin", BINARY}
+CHROOT = shutil.which("chroot") or "chroot"
+OCI_LABELS = {"org.opencontainers.image." + k for k in
+              ("title", "description", "source", "version", "revision", "licenses")}
+
+
+def image_command(rootfs, *args):
+    """The image's binary inside its own unpacked filesystem, as the image's user, with an empty
+    environment: nothing of the host (libraries, certificates, variables) is reachable."""
+    return ["env", "-i", CHROOT, f"--userspec={UID}:{UID}", str(rootfs), f"/{BINARY}", *map(str, args)]
+
+
+def in_image(rootfs, *args, check=True):
+    out = subprocess.run(image_command(rootfs, *args), capture_output=True, text=True, timeout=60)
+    if check:
+        assert out.returncode == 0, f"scaler {' '.join(args)} failed ({out.returncode}): {out.stderr}"
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def needs_root():
+    if CHROOT == "chroot" or os.geteuid() != 0:
+        pytest.fail("the image suite runs the binary in a chroot of the image: run it as root (buildah needs root too)")
+
+
+def test_archive_is_one_manifest_tagged_with_the_chart_version(image, chart):
+    [desc] = image.index["manifests"]
+    assert desc["annotations"]["org.opencontainers.image.ref.name"] == chart["chart"]["appVersion"]
+    assert image.manifest["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    assert image.manifest["config"]["mediaType"] == "application/vnd.oci.image.config.v1+json"
+    assert {l["mediaType"] for l in image.manifest["layers"]} == {"application/vnd.oci.image.layer.v1.tar+gzip"}
+    # diff_ids are the digests of the uncompressed layers: a registry or runtime verifies them.
+    assert image.config["rootfs"]["diff_ids"] == [
+        "sha256:" + hashlib.sha256(gzip.decompress(l)).hexdigest() for l in image.layers]
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
+    assert (image.config["os"], image.config["architecture"]) == ("linux", arch)
+
+
+def test_config_runs_the_binary_as_a_numeric_non_root_user(image):
+    cfg = image.config["config"]
+    assert cfg["User"] == f"{UID}:{UID}"
+    assert cfg["Entrypoint"] == [f"/{BINARY}"]
+    assert cfg["Cmd"] == ["--help"]
+    assert "Shell" not in cfg and "Volumes" not in cfg and "Healthcheck" not in cfg
+    assert [e.split("=", 1)[0] for e in cfg.get("Env", [])] in ([], ["PATH"])
+
+
+def test_labels_name_source_version_revision_and_license(image, chart):
+    labels = image.config["config"]["Labels"]
+    assert set(labels) == OCI_LABELS
+    prefix = "org.opencontainers.image."
+    assert labels[prefix + "version"] == chart["chart"]["appVersion"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=REPO).returncode != 0
+    assert labels[prefix + "revision"] == head.stdout.strip() + ("-dirty" if dirty else "")
+    workspace = tomllib.loads((REPO / "Cargo.toml").read_text())["workspace"]["package"]
+    assert labels[prefix + "licenses"] == workspace["license"]
+    assert re.fullmatch(r"https://\S+", labels[prefix + "source"])
+
+
+def test_layers_hold_exactly_the_binary_and_the_ca_bundle(image):
+    members = [m for data in image.layers for m in layer_members(data)]
+    names = [m.name.removeprefix("./").rstrip("/") for m in members]
+    assert not [n for n in names if "/.wh." in "/" + n], "whiteouts: a layer deletes something"
+    assert set(names) == EXPECTED_FILES and len(names) == len(set(names))
+    for m, name in zip(members, names):
+        assert (m.uid, m.gid) == (0, 0), f"{name} is not owned by root"
+        assert not m.mode & (stat.S_ISUID | stat.S_ISGID | 0o022), f"{name} mode {m.mode:o}"
+        if name == BINARY:
+            assert m.isfile() and m.mode & 0o777 == 0o555
+        elif name == BUNDLE:
+            assert m.isfile() and m.mode & 0o777 == 0o444
+        else:
+            assert m.isdir()
+    assert not {"bin/sh", "bin/bash", "bin/busybox"} & set(names)
+
+
+def test_size_within_the_documented_budget(image):
+    mib = image.blob_sizes / 2**20
+    print(f"image: {mib:.1f} MiB compressed, {len(image.layers)} layer(s)")
+    assert mib <= SIZE_BUDGET_MIB
+    assert f"{SIZE_BUDGET_MIB} MiB" in (REPO / "docs/image.md").read_text()
+
+
+def test_ca_bundle_is_a_pem_bundle(rootfs):
+    text = (rootfs / BUNDLE).read_text()
+    assert text.count("-----BEGIN CERTIFICATE-----") >= 100
+
+
+def test_binary_is_statically_linked(rootfs):
+    data = (rootfs / BINARY).read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2  # ELF64
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    types = [struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)]
+    assert 3 not in types, "PT_INTERP: the binary needs a dynamic loader the image does not have"
+
+
+def test_binary_runs_alone_in_the_image(rootfs, chart):
+    assert in_image(rootfs, "--version").stdout == f"scaler {chart['chart']['appVersion']}\n"
+    serve = in_image(rootfs, "serve", "--help").stdout
+    assert "--listen" in serve and "--admin-listen" in serve and "--prometheus-url" in serve
+    assert "--tls-cert" in in_image(rootfs, "webhook", "--help").stdout
+    assert in_image(rootfs, "no-such-command", check=False).returncode == 2
+
+
+@pytest.fixture(scope="session")
+def deployments(tmp_path_factory):
+    """The package chart's own Deployments, rendered by helm with its default values."""
+    helm = TOOLS / "helm4/helm"
+    if not helm.exists():
+        pytest.fail(f"{helm} missing: run tests/chartgen/setup.sh")
+    home = tmp_path_factory.mktemp("helm-home")
+    out = subprocess.run([helm, "template", "cozy-autoscaling", CHART, "-n", "cozy-autoscaling"],
+                         capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)})
+    objs = [o for o in yaml.safe_load_all(out.stdout) if o]
+    return {o["metadata"]["name"].removeprefix("cozy-autoscaling-"): o for o in objs
+            if o["kind"] == "Deployment" and o["metadata"]["name"].startswith("cozy-autoscaling-")}
+
+
+def test_chart_pods_run_the_image_of_this_commit(deployments, image, chart):
+    repository = chart["values"]["image"]["repository"]
+    version = image.config["config"]["Labels"]["org.opencontainers.image.version"]
+    assert set(deployments) == {"scaler", "webhook"}
+    for d in deployments.values():
+        pod = d["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsUser"] == UID
+        assert [c["image"] for c in pod["containers"]] == [f"{repository}:{version}"]
+
+
+@pytest.mark.parametrize("component", ["scaler", "webhook"])
+def test_every_flag_the_chart_passes_is_one_the_binary_knows(rootfs, deployments, component):
+    [c] = deployments[component]["spec"]["template"]["spec"]["containers"]
+    subcommand, *args = c["args"]
+    usage = in_image(rootfs, subcommand, "--help").stdout
+    for flag in {a.split("=", 1)[0] for a in args}:
+        assert re.search(rf"(^|\s){re.escape(flag)}[\s=<]", usage), f"{subcommand} has no {flag}"
+
+
+def test_scaler_from_the_image_serves_the_chart_probes(rootfs, deployments, tmp_path):
+    """The chart's scaler arguments, listening on free loopback ports instead of 0.0.0.0."""
+    [c] = deployments["scaler"]["spec"]["template"]["spec"]["containers"]
+    grpc, admin = free_port(), free_port()
+    args = [{"--listen": f"--listen=127.0.0.1:{grpc}", "--admin-listen": f"--admin-listen=127.0.0.1:{admin}"}
+            .get(a.split("=", 1)[0], a) for a in c["args"]]
+    proc = Proc(image_command(rootfs, *args), tmp_path / "scaler.log", name="scaler")
+    try:
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert c[probe]["httpGet"]["port"] == "admin"
+            url = f"http://127.0.0.1:{admin}{c[probe]['httpGet']['path']}"
+            wait_until(lambda: urllib.request.urlopen(url, timeout=2).status == 200, what=url, proc=proc)
+    finally:
+        assert proc.stop() == 0, proc.tail()
+
+
+def test_scaler_from_the_image_decides_on_real_series_by_host_name(rootfs, tmp_path):
+    """tests/lib/demo.sh (a real VictoriaMetrics holding the demo's CNPG series) with the image's
+    binary, which reaches it by a name from /etc/hosts: the image ships no /etc/hosts or
+    nsswitch.conf; in a pod the kubelet mounts /etc/hosts and /etc/resolv.conf, and static glibc
+    resolves from both without NSS modules."""
+    pod = tmp_path / "pod-root"
+    shutil.copytree(rootfs, pod, symlinks=True)
+    (pod / "etc/hosts").write_text("127.0.0.1 localhost\n127.0.0.1 metrics.image-test\n")
+    wrapper = tmp_path / "scaler-in-image"
+    wrapper.write_text("#!/usr/bin/env bash\n# demo.sh's loopback address becomes a host name.\n"
+                       f'exec {" ".join(image_command(pod))} "${{@//127.0.0.1/metrics.image-test}}"\n')
+    wrapper.chmod(0o755)
+    out = subprocess.run([REPO / "tests/lib/demo.sh"], env={**os.environ, "SCALER_BIN": str(wrapper)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"desired instances\s+4\s+reason: load", out.stdout), out.stdout
+
+
+class PrometheusStandIn(http.server.BaseHTTPRequestHandler):
+    """A stand-in that only records request paths and answers an empty vector: the test is about
+    the TLS handshake, not about metrics."""
+    paths: list[str] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        type(self).paths.append(self.path.split("?")[0])
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def https_backend(tmp_path):
+    ca = CA(tmp_path / "pki", "image-test")
+    pair = ca.issue("metrics", "metrics.image-test", hosts=("metrics.image-test",))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(pair.cert, pair.key)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), PrometheusStandIn)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    PrometheusStandIn.paths = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield ca, server.server_address[1]
+    server.shutdown()
+
+
+@pytest.mark.parametrize("bundle", ["image bundle + test CA", "image bundle", "none"])
+def test_the_binary_trusts_the_image_bundle_and_needs_it(rootfs, tmp_path, https_backend, bundle):
+    """The bundle path is the one the binary reads (a CA appended to it is trusted), verification is
+    on (the public roots alone refuse the test CA), and without any bundle the Prometheus client
+    cannot even be built, whatever the URL's scheme: the bundle is required, not optional."""
+    ca, port = https_backend
+    pod = tmp_path / "pod-root"
+    shutil.copytree(rootfs, pod, symlinks=True)
+    (pod / "etc/hosts").write_text("127.0.0.1 metrics.image-test\n")
+    target = pod / BUNDLE
+    target.chmod(0o644)
+    if bundle == "none":
+        target.unlink()
+    elif "test CA" in bundle:
+        target.write_text(target.read_text() + ca.cert.read_text())
+    out = in_image(pod, "explain", f"--prometheus-url=https://metrics.image-test:{port}", "--namespace=demo",
+                   "--cluster=pg", "--topology=metrics", check=False)
+    if bundle == "image bundle + test CA":
+        assert "/api/v1/query" in PrometheusStandIn.paths, out.stderr
+    elif bundle == "image bundle":
+        assert PrometheusStandIn.paths == [] and "UnknownIssuer" in out.stderr, out.stderr
+    else:
+        assert out.returncode != 0 and "No CA certificates were loaded" in out.stderr, out.stderr
+
+
+def test_rebuilding_gives_the_same_image(image, archive):
+    """Same commit, same binary: the same manifest digest (timestamps are the commit's)."""
+    subprocess.run([REPO / "run.sh", "image"], cwd=REPO, check=True, capture_output=True, timeout=900)
+    with tarfile.open(archive) as tar:
+        again = json.load(tar.extractfile("index.json"))
+    assert again["manifests"][0]["digest"] == image.index["manifests"][0]["digest"]
