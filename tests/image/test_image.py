@@ -152,14 +152,14 @@ def deployments(tmp_path_factory):
 def test_chart_pods_run_the_image_of_this_commit(deployments, image, chart):
     repository = chart["values"]["image"]["repository"]
     version = image.config["config"]["Labels"]["org.opencontainers.image.version"]
-    assert set(deployments) == {"scaler", "webhook"}
+    assert set(deployments) == {"scaler", "webhook", "shard-controller"}
     for d in deployments.values():
         pod = d["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsUser"] == UID
         assert [c["image"] for c in pod["containers"]] == [f"{repository}:{version}"]
 
 
-@pytest.mark.parametrize("component", ["scaler", "webhook"])
+@pytest.mark.parametrize("component", ["scaler", "webhook", "shard-controller"])
 def test_every_flag_the_chart_passes_is_one_the_binary_knows(rootfs, deployments, component):
     [c] = deployments[component]["spec"]["template"]["spec"]["containers"]
     subcommand, *args = c["args"]
