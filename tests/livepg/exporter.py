@@ -57,7 +57,8 @@ def load_queries(path: str) -> dict:
 # --- value conversions (pkg/management/postgres/utils: DBToFloat64, DBToString) ---------------
 
 def _go_float_str(v: float) -> str:
-    return format(v, "g") if v != int(v) or abs(v) >= 1e21 else str(int(v))
+    """Go's %v of a float64 (shortest form); Python's repr agrees but for huge/tiny exponents."""
+    return str(int(v)) if v == int(v) and abs(v) < 1e21 else repr(v)
 
 
 def to_float(v) -> float | None:
@@ -86,8 +87,10 @@ def to_label(v) -> str | None:
         return "true" if v else "false"
     if isinstance(v, int):
         return str(v)
-    if isinstance(v, (float, decimal.Decimal)):
-        return _go_float_str(float(v)) if math.isfinite(float(v)) else str(v)
+    if isinstance(v, decimal.Decimal):
+        return str(v)  # numeric reaches Go as its text
+    if isinstance(v, float):
+        return _go_float_str(v) if math.isfinite(v) else str(v)
     if isinstance(v, datetime.datetime):
         return str(int(v.timestamp()))
     if isinstance(v, bytes):

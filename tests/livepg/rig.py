@@ -161,7 +161,7 @@ class Rig:
             return expect(last)
 
         try:
-            wait_until(probe, timeout, 0.5, what or promql)
+            wait_until(probe, timeout, 0.5, what or promql, proc=self.vm.proc)
         except TimeoutError as e:
             raise TimeoutError(f"{e}; last value: {last}") from None
         return last
