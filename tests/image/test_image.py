@@ -16,6 +16,7 @@ import subprocess
 import tarfile
 import threading
 import tomllib
+import urllib.error
 import urllib.request
 
 import pytest
@@ -35,10 +36,19 @@ OCI_LABELS = {"org.opencontainers.image." + k for k in
               ("title", "description", "source", "version", "revision", "licenses")}
 
 
-def image_command(rootfs, *args):
-    """The image's binary inside its own unpacked filesystem, as the image's user, with an empty
-    environment: nothing of the host (libraries, certificates, variables) is reachable."""
-    return ["env", "-i", CHROOT, f"--userspec={UID}:{UID}", str(rootfs), f"/{BINARY}", *map(str, args)]
+def image_command(rootfs, *args, env=None):
+    """The image's binary inside its own unpacked filesystem, as the image's user, with only `env`
+    as environment: nothing of the host (libraries, certificates, variables) is reachable."""
+    variables = [f"{k}={v}" for k, v in (env or {}).items()]
+    return ["env", "-i", *variables, CHROOT, f"--userspec={UID}:{UID}", str(rootfs), f"/{BINARY}", *map(str, args)]
+
+
+def pod_root(rootfs, tmp_path, hosts="127.0.0.1 localhost\n"):
+    """A copy of the unpacked image plus what the kubelet would mount into it (/etc/hosts)."""
+    pod = tmp_path / "pod-root"
+    shutil.copytree(rootfs, pod, symlinks=True)
+    (pod / "etc/hosts").write_text(hosts)
+    return pod
 
 
 def in_image(rootfs, *args, check=True):
@@ -168,18 +178,48 @@ def test_every_flag_the_chart_passes_is_one_the_binary_knows(rootfs, deployments
         assert re.search(rf"(^|\s){re.escape(flag)}[\s=<]", usage), f"{subcommand} has no {flag}"
 
 
-def test_scaler_from_the_image_serves_the_chart_probes(rootfs, deployments, tmp_path):
-    """The chart's scaler arguments, listening on free loopback ports instead of 0.0.0.0."""
-    [c] = deployments["scaler"]["spec"]["template"]["spec"]["containers"]
-    grpc, admin = free_port(), free_port()
-    args = [{"--listen": f"--listen=127.0.0.1:{grpc}", "--admin-listen": f"--admin-listen=127.0.0.1:{admin}"}
-            .get(a.split("=", 1)[0], a) for a in c["args"]]
-    proc = Proc(image_command(rootfs, *args), tmp_path / "scaler.log", name="scaler")
+@pytest.mark.parametrize("component,ready", [("scaler", 200), ("webhook", 503), ("shard-controller", 503)])
+def test_the_image_serves_the_chart_probes_with_the_chart_args(rootfs, deployments, tmp_path, component, ready):
+    """Each Deployment's own arguments (ports moved to free loopback ports) and environment, the
+    webhook's TLS files where the chart mounts them, and a kubeconfig whose API server is not
+    there: liveness must pass; readiness answers too, 200 for the scaler (metrics-only without an
+    API) and 503 for the webhook and the shard controller until their caches sync."""
+    [c] = deployments[component]["spec"]["template"]["spec"]["containers"]
+    pod = pod_root(rootfs, tmp_path)
+    ports = {"--listen": free_port(), "--admin-listen": free_port()}
+    args = [f"{a.split('=', 1)[0]}=127.0.0.1:{ports[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in ports else a
+            for a in c["args"]]
+    env = {e["name"]: e.get("value", f"{component}-test") for e in c.get("env", [])}
+    for mount in c.get("volumeMounts", []):
+        if mount["name"] == "tls":
+            directory = pod / mount["mountPath"].lstrip("/")
+            directory.mkdir(parents=True)
+            CA(tmp_path / "pki", "image-test").issue("tls", component)
+            for name in ("tls.crt", "tls.key"):
+                shutil.copy(tmp_path / "pki" / name, directory / name)
+                (directory / name).chmod(0o444)
+    (pod / "kubeconfig").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    if component != "scaler":
+        env["KUBECONFIG"] = "/kubeconfig"
+    proc = Proc(image_command(pod, *args, env=env), tmp_path / f"{component}.log", name=component)
+
+    def status(path):
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{ports['--admin-listen']}{path}", timeout=2).status
+        except urllib.error.HTTPError as e:
+            return e.code
+
     try:
-        for probe in ("readinessProbe", "livenessProbe"):
+        for probe, want in (("livenessProbe", 200), ("readinessProbe", ready)):
             assert c[probe]["httpGet"]["port"] == "admin"
-            url = f"http://127.0.0.1:{admin}{c[probe]['httpGet']['path']}"
-            wait_until(lambda: urllib.request.urlopen(url, timeout=2).status == 200, what=url, proc=proc)
+            path = c[probe]["httpGet"]["path"]
+            wait_until(lambda: status(path) == want, what=f"{component} {path} = {want}", proc=proc,
+                       retry=(OSError,))
+        assert status("/no-such-probe") == 404
     finally:
         assert proc.stop() == 0, proc.tail()
 
@@ -189,9 +229,7 @@ def test_scaler_from_the_image_decides_on_real_series_by_host_name(rootfs, tmp_p
     binary, which reaches it by a name from /etc/hosts: the image ships no /etc/hosts or
     nsswitch.conf; in a pod the kubelet mounts /etc/hosts and /etc/resolv.conf, and static glibc
     resolves from both without NSS modules."""
-    pod = tmp_path / "pod-root"
-    shutil.copytree(rootfs, pod, symlinks=True)
-    (pod / "etc/hosts").write_text("127.0.0.1 localhost\n127.0.0.1 metrics.image-test\n")
+    pod = pod_root(rootfs, tmp_path, hosts="127.0.0.1 localhost\n127.0.0.1 metrics.image-test\n")
     wrapper = tmp_path / "scaler-in-image"
     wrapper.write_text("#!/usr/bin/env bash\n# demo.sh's loopback address becomes a host name.\n"
                        f'exec {" ".join(image_command(pod))} "${{@//127.0.0.1/metrics.image-test}}"\n')
@@ -241,9 +279,7 @@ def test_the_binary_trusts_the_image_bundle_and_needs_it(rootfs, tmp_path, https
     on (the public roots alone refuse the test CA), and without any bundle the Prometheus client
     cannot even be built, whatever the URL's scheme: the bundle is required, not optional."""
     ca, port = https_backend
-    pod = tmp_path / "pod-root"
-    shutil.copytree(rootfs, pod, symlinks=True)
-    (pod / "etc/hosts").write_text("127.0.0.1 metrics.image-test\n")
+    pod = pod_root(rootfs, tmp_path, hosts="127.0.0.1 metrics.image-test\n")
     target = pod / BUNDLE
     target.chmod(0o644)
     if bundle == "none":
