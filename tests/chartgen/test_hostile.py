@@ -2,11 +2,12 @@
 way, links out of the chart, invalid and absurdly deep values, an absurd shard count."""
 import os
 import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import FLUX_FIXTURE, chartgen
+from conftest import CHARTGEN, FLUX_FIXTURE, chartgen
 from test_reproducible import tree
 
 
@@ -75,6 +76,20 @@ def test_deep_values_are_refused_quickly(chart_copy, deep):
     elapsed = time.monotonic() - started
     assert out.returncode == 2 and "nests deeper than 64 levels" in out.stderr, out.stderr
     assert elapsed < 5, f"took {elapsed:.1f}s"
+
+
+def test_a_huge_values_file_is_refused_without_being_loaded(chart_copy):
+    values = chart_copy / "values.yaml"
+    with values.open("a") as f:
+        f.truncate(64 << 20)  # a sparse 64 MiB file
+    # A Python parent whose only child is chartgen, so RUSAGE_CHILDREN is chartgen's peak RSS.
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(r.stderr)")
+    out = subprocess.run([sys.executable, "-c", probe, str(CHARTGEN), "app", "--chart", str(chart_copy)],
+                         capture_output=True, text=True)
+    code, rss_kib = map(int, out.stdout.split("\n", 1)[0].split())
+    assert code == 2 and "larger than 8 MiB" in out.stdout, out.stdout
+    assert rss_kib < 32 << 10, f"peak RSS {rss_kib} KiB"
 
 
 @pytest.mark.parametrize("count", ["65", "1000000", "18446744073709551615"])

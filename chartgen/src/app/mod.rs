@@ -76,6 +76,10 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
     let settings = flags.over(stored);
     let mut notes = Vec::new();
 
+    // Checked before reading, so a huge file is refused without being loaded.
+    if std::fs::metadata(&values_path).is_ok_and(|m| m.len() > values::MAX_BYTES as u64) {
+        return Err(values::ValuesError::TooLarge.into());
+    }
     let values_text = read(&values_path)?;
     let values_root = values::parse(&values_text)?;
     let field = settings
