@@ -210,6 +210,7 @@ impl Args {
                 dry_run,
             },
             metrics.clone(),
+            placement.flux_namespace.clone(),
         );
         tokio::spawn(signals::cancel_on_signal(shutdown.clone()));
         info!(%identity, shards = placement.shards, dry_run, "running the shard controller");

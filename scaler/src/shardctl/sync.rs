@@ -108,6 +108,8 @@ pub struct Controller {
     pub recorder: Recorder,
     pub settings: Settings,
     pub metrics: Metrics,
+    /// Where the shard Deployments live (the Events' related object).
+    pub flux_namespace: String,
     down: DownSince,
     last_moved: HashMap<String, Instant>,
     syncs: u64,
@@ -128,6 +130,7 @@ impl Controller {
         recorder: Recorder,
         settings: Settings,
         metrics: Metrics,
+        flux_namespace: String,
     ) -> Self {
         Self {
             index,
@@ -135,6 +138,7 @@ impl Controller {
             recorder,
             settings,
             metrics,
+            flux_namespace,
             down: DownSince::default(),
             last_moved: HashMap::new(),
             syncs: 0,
@@ -228,6 +232,15 @@ impl Controller {
         self.metrics
             .pending
             .set((plan.moves.len() - report.moved.len() + plan.placement.unplaced.len()) as i64);
+        // Rescued tenants are reconciled again from now on.
+        let rescued = report
+            .moved
+            .iter()
+            .filter(|m| plan.stranded.contains(&m.tenant))
+            .count();
+        self.metrics
+            .stranded
+            .set((plan.stranded.len() - rescued) as i64);
         if !self.settings.dry_run {
             report.healed = self.heal(&plan, &snapshot, &gate, leading).await;
         }
@@ -293,7 +306,15 @@ impl Controller {
             reason: "ShardMoved".into(),
             note: Some(note),
             action: "Relabel".into(),
-            secondary: None,
+            // The shard now reconciling the tenant. Also keeps the Recorder from folding a later
+            // move of the same tenant into this event as a series (its key has no note).
+            secondary: Some(ObjectReference {
+                api_version: Some("apps/v1".into()),
+                kind: Some("Deployment".into()),
+                namespace: Some(self.flux_namespace.clone()),
+                name: Some(format!("helm-controller-{}", shard_name(m.to))),
+                ..ObjectReference::default()
+            }),
         };
         let regarding = ObjectReference {
             api_version: Some("v1".into()),
