@@ -27,14 +27,12 @@ image() {
   local host out=target/image chart=charts/cozy-autoscaling
   host=$(rustc -vV | sed -n 's/^host: //p')
   # crt-static links glibc in (every dependency is Rust or ring's C); --target keeps these flags
-  # off build scripts and proc macros. The target dir sits in $COZY_TOOLS so every clone on the
-  # machine reuses the compiled dependencies (most of a cold build); each compiles only its crates.
-  local release_target=${CARGO_TARGET_DIR:-$COZY_TOOLS/release-target}
-  echo "== release build (static, $host, $release_target)"
-  RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=$release_target \
-    cargo build --release --locked --quiet --target "$host" -p scaler
+  # off build scripts and proc macros. The clone's own target/ caches it: a target dir shared by
+  # several checkouts would hand one checkout another's binary (docs/image.md).
+  echo "== release build (static, $host)"
+  RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --quiet --target "$host" -p scaler
   rm -rf "$out" && mkdir -p "$out"
-  install -m 0555 "$release_target/$host/release/scaler" "$out/scaler"
+  install -m 0555 "${CARGO_TARGET_DIR:-target}/$host/release/scaler" "$out/scaler"
   install -m 0444 /etc/ssl/certs/ca-certificates.crt "$out/ca-certificates.crt"
 
   local version repository revision epoch

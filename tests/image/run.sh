@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # image suite: builds the release image with `./run.sh image` (static release build, cached in
-# $COZY_TOOLS/release-target; buildah, no registry) and checks the OCI archive itself: config, labels,
+# target/<host>/release; buildah, no registry) and checks the OCI archive itself: config, labels,
 # exact layer contents, size budget, and the binary taken out of it running on its own.
 # Extra pytest arguments pass through, e.g. tests/image/run.sh -k layer
 set -euo pipefail
