@@ -1,5 +1,6 @@
 //! Pure Flux shard placement for tenant HelmReleases (no I/O): tenant attribution,
-//! canonical shard names, least-loaded placement with optional rebalance, autosizing.
+//! canonical shard names, least-loaded placement with optional rebalance, autosizing, and the
+//! plan of one placement-controller sync.
 #![forbid(unsafe_code)]
 
 pub mod autosize;
