@@ -157,6 +157,17 @@ def test_the_count_key_is_read_from_the_target_template(copy_of, helm, chart):
     assert one(objs, "ScaledObject")["spec"]["scaleTargetRef"]["name"] == CORPUS[chart].name
 
 
+def test_verify_fails_on_an_object_the_crd_rejects(copy_of):
+    chart = copy_of("legacy-max-sync")
+    tmpl = chart / "templates/postgres.yaml"
+    tmpl.write_text(tmpl.read_text().replace("  storage:\n", "  bogusField: 1\n  storage:\n"))
+    assert chartgen("app", "--chart", chart).returncode == 0
+    out = chartgen("app", "--chart", chart, "--verify", "--helm", HELMS["helm4"],
+                   "--crds", upstream("keda"), "--crds", upstream("cnpg"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "FAIL" in out.stdout and "bogusField" in out.stdout and "6 passed, 4 failed" in out.stdout, out.stdout
+
+
 def test_verify_refuses_a_chart_that_is_not_up_to_date(copy_of):
     chart = copy_of("nested-count")
     assert chartgen("app", "--chart", chart, "--values-key", "cluster.instances").returncode == 0
