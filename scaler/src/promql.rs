@@ -21,6 +21,9 @@ use runtime::names::echo;
 pub const INTERNAL_USERS: &str = "cnpg_metrics_exporter|postgres|streaming_replica";
 /// Window for the lag maximum and the WAL rate: the brake's hysteresis.
 pub const WINDOW: &str = "5m";
+/// Unreplayed WAL a replica may have and still miss no write: an idle primary's background records
+/// (running-xacts snapshots, checkpoints) are tens to hundreds of bytes; one WAL page is 8 KiB.
+pub const BACKGROUND_WAL_BYTES: u32 = 8192;
 
 /// Names of the labelled parts of [`decision_query`].
 pub mod part {
@@ -82,8 +85,16 @@ pub fn decision_query(namespace: &str, cluster: &str, metric: Metric, brake: boo
         parts.extend([
             (
                 part::LAG,
+                // CNPG's lag is `now() - last replayed commit` as soon as receive != replay, also
+                // when all a replica misses is an idle primary's background record (docs/livepg.md,
+                // L1). A replica whose unreplayed WAL (the primary's pg_stat_replication, per
+                // standby pod) stayed within BACKGROUND_WAL_BYTES over the window misses no write:
+                // its lag is dropped. Without that series the lag counts as it is.
                 format!(
-                    "max(max_over_time(cnpg_pg_replication_lag{{{sel}}}[{WINDOW}]) and on(namespace,pod) {replicas})"
+                    "max((max_over_time(cnpg_pg_replication_lag{{{sel}}}[{WINDOW}]) and on(namespace,pod) {replicas}) \
+                     unless on(namespace,pod) (label_replace(max by (namespace,application_name) \
+                     (max_over_time(cnpg_pg_stat_replication_replay_diff_bytes{{{sel}}}[{WINDOW}])), \
+                     \"pod\", \"$1\", \"application_name\", \"(.*)\") <= {BACKGROUND_WAL_BYTES}))"
                 ),
             ),
             (
@@ -388,7 +399,8 @@ mod tests {
             .matches(r#"{namespace="tenant-a",pod=~"pg-[1-9][0-9]*""#)
             .count();
         assert_eq!(selectors, scoped, "{q}");
-        assert_eq!(q.matches("label_replace(").count(), 4);
+        // Four parts, and the standby-to-pod mapping of the replay backlog.
+        assert_eq!(q.matches("label_replace(").count(), 5);
         assert!(q.contains("max by (namespace,pod,datname,usename,application_name,state)"));
         assert!(q.contains(r#"usename!~"cnpg_metrics_exporter|postgres|streaming_replica""#));
         assert!(q.contains(r#"state="active""#));

@@ -10,7 +10,7 @@ from sessions import Sessions
 
 PG = f'namespace="{NAMESPACE}",pod=~"pg-[0-9]+"'
 METRICS = ("cnpg_pg_replication_in_recovery", "cnpg_pg_replication_lag", "cnpg_collector_wal_bytes",
-           "cnpg_backends_total")
+           "cnpg_backends_total", "cnpg_pg_stat_replication_replay_diff_bytes")
 # The instance manager's pool is in the synthetic set (from CNPG's source) but not live: no instance
 # manager runs here.
 NOT_LIVE = {("postgres", "cnpg-instance-manager")}

@@ -94,6 +94,10 @@ def render(clusters: list[Cluster], now: float, back: float = 600, ahead: float 
             for t in times:
                 ms = int(t * 1000)
                 age = now - t
+                if p.primary:
+                    for q in c.pods:
+                        if not q.primary:
+                            lines.append(_replay_backlog(c, p, q, scrape, t, now, writes_end, ms))
                 lines.append(f"cnpg_pg_replication_in_recovery{_labels(**scrape)} {0 if p.primary else 1} {ms}")
                 lines.append(f"cnpg_pg_replication_lag{_labels(**scrape)} {0 if p.primary else p.lag(age)} {ms}")
                 wal = 1_000_000 + p.wal_bytes_per_s * (min(t, writes_end) - t0)
@@ -110,6 +114,22 @@ def render(clusters: list[Cluster], now: float, back: float = 600, ahead: float 
                 lines.append(f"container_cpu_usage_seconds_total{_labels(**kubelet, container='istio-proxy')} "
                              f"{3 * (t - t0)} {ms}")
     return "\n".join(lines) + "\n"
+
+
+# What an idle primary's background records leave unreplayed on a stalled standby (tests/livepg).
+BACKGROUND_BACKLOG_BYTES = 176
+
+
+def _replay_backlog(c: Cluster, primary: Pod, standby: Pod, scrape: dict, t: float, now: float,
+                    writes_end: float, ms: int) -> str:
+    """CNPG's `pg_stat_replication` row for `standby` on the primary: the WAL written since the
+    standby's replay stalled (lag > 0), or nothing once it has caught up."""
+    lag = standby.lag(now - t)
+    written = max(0.0, min(t, writes_end) - (t - lag)) * primary.wal_bytes_per_s
+    backlog = written + BACKGROUND_BACKLOG_BYTES if lag > 0 else 0.0
+    lbl = _labels(**scrape, usename="streaming_replica", application_name=c.pod_name(standby),
+                  client_addr=scrape["instance"].rsplit(".", 1)[0] + f".{standby.n}", client_port="40000")
+    return f"cnpg_pg_stat_replication_replay_diff_bytes{lbl} {backlog} {ms}"
 
 
 def replicas(namespace, name, active_per_replica, n_replicas=2, **pod_kw) -> Cluster:
