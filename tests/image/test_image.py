@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import ssl
 import stat
 import struct
@@ -194,7 +195,8 @@ def test_the_image_serves_the_chart_probes_with_the_chart_args(rootfs, deploymen
         if mount["name"] == "tls":
             directory = pod / mount["mountPath"].lstrip("/")
             directory.mkdir(parents=True)
-            CA(tmp_path / "pki", "image-test").issue("tls", component)
+            ca = CA(tmp_path / "pki", "image-test")
+            ca.issue("tls", component, hosts=("localhost",))
             for name in ("tls.crt", "tls.key"):
                 shutil.copy(tmp_path / "pki" / name, directory / name)
                 (directory / name).chmod(0o444)
@@ -220,6 +222,11 @@ def test_the_image_serves_the_chart_probes_with_the_chart_args(rootfs, deploymen
             wait_until(lambda: status(path) == want, what=f"{component} {path} = {want}", proc=proc,
                        retry=(OSError,))
         assert status("/no-such-probe") == 404
+        if "--tls-cert" in " ".join(args):  # the webhook serves the certificate the chart mounts
+            ctx = ssl.create_default_context(cafile=ca.cert)
+            with socket.create_connection(("127.0.0.1", ports["--listen"]), timeout=5) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                    assert tls.version() in ("TLSv1.2", "TLSv1.3")
     finally:
         assert proc.stop() == 0, proc.tail()
 
