@@ -371,4 +371,58 @@ mod tests {
         pairs.push(("cluster", "pg"));
         assert_eq!(parse("My.SO", &md(&pairs)).unwrap().cluster, "pg");
     }
+
+    /// Fuzzing: whatever KEDA (or anyone) sends, parsing never panics, an accepted config
+    /// satisfies every bound, and an error message stays short.
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn key() -> impl Strategy<Value = String> {
+            prop_oneof![
+                proptest::sample::select(OUR_KEYS.to_vec()).prop_map(str::to_owned),
+                proptest::sample::select(KEDA_KEYS.to_vec()).prop_map(str::to_owned),
+                ".{0,12}",
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[0-9]{1,4}",
+                "-?[0-9]{0,3}\\.?[0-9]{0,4}(e-?[0-9]{1,3})?",
+                "(?i)(true|false|nan|inf|-inf|0x1f)",
+                "(ReadConnections|ReadCPUUtilization|pg|[a-z0-9-]{1,70})",
+                ".{0,40}",
+                // Huge values must not make huge messages.
+                (1usize..20_000).prop_map(|n| "\n".repeat(n)),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1000))]
+            #[test]
+            fn parse_never_panics_and_accepts_only_bounded_configs(
+                so_name in "[a-z0-9.-]{0,70}|.{0,20}",
+                pairs in proptest::collection::vec((key(), value()), 0..10),
+            ) {
+                let metadata: HashMap<String, String> = pairs.into_iter().collect();
+                match parse(&so_name, &metadata) {
+                    Ok(c) => {
+                        prop_assert!(is_dns_label(&c.cluster));
+                        prop_assert!((MIN_TARGET..=MAX_TARGET).contains(&c.target));
+                        prop_assert!(c.min_replicas <= c.max_replicas);
+                        prop_assert!((1..=MAX_REPLICAS_LIMIT).contains(&c.max_replicas));
+                        prop_assert!(c.max_sync_replicas.is_none_or(|q| q <= MAX_REPLICAS_LIMIT));
+                        prop_assert!(c.max_replication_lag_seconds.is_finite() && c.max_replication_lag_seconds >= 0.0);
+                    }
+                    Err(e) => {
+                        let message = e.to_string();
+                        prop_assert!(message.len() < 600, "{} bytes: {}", message.len(), message);
+                        prop_assert!(!message.contains('\n'), "{}", message);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -600,4 +600,67 @@ mod tests {
             assert!(matches!(parse_parts(body), Err(QueryError::Garbage(_))), "{}", String::from_utf8_lossy(body));
         }
     }
+
+    /// Fuzzing the answer parser: any bytes, and well-formed answers with any values.
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<f64>().prop_map(|v| v.to_string()),
+                any::<u64>().prop_map(|v| v.to_string()),
+                (0u32..2000).prop_map(|v| v.to_string()),
+                "(?i)(nan|inf|-inf|\\+inf|1e308|-0|0x10|)",
+                ".{0,20}",
+            ]
+        }
+
+        fn answer() -> impl Strategy<Value = String> {
+            let part = prop_oneof![
+                proptest::sample::select(vec![
+                    part::INSTANCES,
+                    part::LOAD,
+                    part::REPLICAS,
+                    part::LOAD_PODS,
+                    part::LAG,
+                    part::WAL,
+                ])
+                .prop_map(str::to_owned),
+                "[a-z_]{0,8}",
+            ];
+            proptest::collection::vec((part, value()), 0..8).prop_map(|samples| {
+                let result: Vec<_> = samples
+                    .into_iter()
+                    .map(|(p, v)| serde_json::json!({"metric": {"part": p}, "value": [1.5, v]}))
+                    .collect();
+                serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": result}})
+                    .to_string()
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1000))]
+            #[test]
+            fn any_bytes_are_an_answer_or_garbage(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+                match parse_parts(&body) {
+                    Ok(parts) => prop_assert!(parts.values().all(|v| (0.0..=MAX_VALUE).contains(v))),
+                    Err(e) => prop_assert!(matches!(e, QueryError::Garbage(_))),
+                }
+            }
+
+            #[test]
+            fn accepted_values_are_in_range(body in answer()) {
+                if let Ok(parts) = parse_parts(body.as_bytes()) {
+                    for (name, v) in &parts {
+                        prop_assert!(v.is_finite() && (0.0..=MAX_VALUE).contains(v), "{name}={v}");
+                        if COUNT_PARTS.contains(&name.as_str()) {
+                            prop_assert!(v.fract() == 0.0 && *v <= MAX_COUNT, "{name}={v}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

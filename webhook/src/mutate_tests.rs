@@ -311,3 +311,70 @@ fn objects_nested_deeper_than_a_json_tree_parser_allows_are_admitted() {
     let review = AdmissionReview::from_slice(body.as_bytes()).unwrap();
     assert_eq!(pending(&review.request).tenant, "tenant-foo");
 }
+
+/// Fuzzing AdmissionReview parsing: any body is a review or a 400, never a panic; any review of
+/// a HelmRelease with readable metadata, however deep or odd the rest, is decided.
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            ".{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(6, 48, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z]{0,4}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        #[test]
+        fn any_bytes_parse_or_fail_cleanly(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if let Ok(review) = AdmissionReview::from_slice(&body) {
+                let _ = admit(&review.request);
+            }
+        }
+
+        #[test]
+        fn any_object_is_decided(
+            namespace in "tenant-[a-z0-9]{1,8}|[a-z./?-]{0,12}",
+            name in "[a-z0-9.-]{0,20}|.{0,6}",
+            object in json_value(),
+            depth in 0usize..400,
+        ) {
+            let nested = (0..depth).fold(object.clone(), |v, _| json!([v]));
+            let hr = json!({"metadata": {"name": name, "namespace": namespace}, "spec": {"values": nested}});
+            let body = json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u",
+                    "kind": {"group": "helm.toolkit.fluxcd.io", "version": "v2", "kind": "HelmRelease"},
+                    "operation": "CREATE",
+                    "namespace": namespace,
+                    "object": hr,
+                    "oldObject": object,
+                }
+            });
+            // serde_json's writer has no depth limit; its tree parser would stop at 128.
+            let review = AdmissionReview::from_slice(&serde_json::to_vec(&body).unwrap());
+            prop_assert!(review.is_ok(), "{:?}", review.err());
+            match admit(&review.unwrap().request) {
+                Admit::NeedsShard(p) => {
+                    prop_assert!(runtime::names::is_dns_label(&p.tenant));
+                    prop_assert!(namespace.starts_with("tenant-"));
+                }
+                Admit::Done(o) => prop_assert!(o.response.allowed && o.response.patch.is_none()),
+            }
+        }
+    }
+}
