@@ -130,6 +130,36 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def hwm_kib(pid: int) -> int:
+    """Peak resident memory (VmHWM) of a live process, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+def socket_fds(pid: int) -> int:
+    """How many sockets a live process holds open (listeners included)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:  # closed while listing
+            pass
+    return count
+
+
+def record_figure(probe: str, **values) -> None:
+    """Appends one probe's figures as a JSON line to $TEST_FIGURES, when set (how the tables in
+    the docs are collected); a no-op otherwise."""
+    path = os.environ.get("TEST_FIGURES")
+    if path:
+        import json
+        with open(path, "a") as f:
+            f.write(json.dumps({"probe": probe, **values}) + "\n")
+
+
 def openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 

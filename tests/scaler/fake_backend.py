@@ -1,5 +1,7 @@
-"""A tiny HTTP server on loopback that plays a broken Prometheus: slow, garbage, or a delaying
-proxy in front of the real VictoriaMetrics. It counts the requests it receives."""
+"""A tiny HTTP server on loopback that plays a broken Prometheus: slow, garbage, a delaying
+proxy in front of the real VictoriaMetrics, a fixed answer of any size ("answer"), or an endless
+stream ("stream": `stream_mib` MiB of a JSON string, no Content-Length). It is a stand-in for a
+hostile or broken backend, not a Prometheus. It counts the requests it receives."""
 import json
 import threading
 import time
@@ -22,8 +24,11 @@ MODES = {
 
 
 class FakePrometheus:
-    def __init__(self, mode: str, delay: float = 0.0, upstream: str | None = None):
+    def __init__(self, mode: str, delay: float = 0.0, upstream: str | None = None,
+                 answer: bytes = b"", status: int = 200, stream_mib: int = 0):
         self.mode, self.delay, self.upstream = mode, delay, upstream
+        self.answer, self.status, self.stream_mib = answer, status, stream_mib
+        self.streamed = 0  # bytes of the last stream the client read before hanging up
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -60,6 +65,11 @@ class FakePrometheus:
                     req.add_header("Content-Type", h.headers.get("Content-Type", ""))
                 with urllib.request.urlopen(req, timeout=10) as r:
                     status, ctype, payload = r.status, r.headers.get("Content-Type"), r.read()
+            elif self.mode == "stream":
+                self._stream(h)
+                return
+            elif self.mode == "answer":
+                status, ctype, payload = self.status, "application/json", self.answer
             elif self.mode == "hang":
                 time.sleep(30)
                 status, ctype, payload = MODES["status-error"]
@@ -75,6 +85,19 @@ class FakePrometheus:
         finally:
             with self._lock:
                 self.in_flight -= 1
+
+    def _stream(self, h):
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Connection", "close")
+        h.end_headers()
+        chunk = b"x" * (1 << 20)
+        self.streamed = 0
+        h.wfile.write(b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"')
+        for _ in range(self.stream_mib):
+            h.wfile.write(chunk)
+            self.streamed += len(chunk)
+        h.wfile.write(b'"},"value":[1,"1"]}]}}')
 
     def close(self):
         self.server.shutdown()

@@ -1,0 +1,247 @@
+"""`scaler serve` against a hostile client and a hostile backend (issue 10): each test reproduces
+one finding of the adversarial run with a fake backend (fake_backend.py, a stand-in) or raw
+sockets, bounded in time and loopback only, and would fail on the binary before the fix.
+Each probe also records its figures (testkit.record_figure, $TEST_FIGURES) for the tables in
+docs/scaler-tests.md."""
+import json
+import os
+import socket
+import threading
+import time
+
+import grpc
+import pytest
+import requests
+
+from fake_backend import FakePrometheus
+from keda import Keda, code_of, error_of, metadata
+from promtext import parse, total
+from testkit import hwm_kib, record_figure, rss_kib, socket_fds, wait_until
+
+MIB = 1 << 20
+
+
+def answer(**parts) -> bytes:
+    """A valid /api/v1/query answer with one sample per part."""
+    result = [{"metric": {"part": p}, "value": [time.time(), str(v)]} for p, v in parts.items()]
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+
+
+@pytest.fixture
+def fake():
+    backends = []
+
+    def make(*args, **kwargs):
+        backends.append(FakePrometheus(*args, **kwargs))
+        return backends[-1]
+
+    yield make
+    for b in backends:
+        b.close()
+
+
+def get_metrics(keda, namespace="tenant-a", name="pg", timeout=10.0, **md):
+    ref = keda.ref(namespace, name, metadata(**md))
+    return keda.metrics(ref, "cnpg-pg-readconnections", timeout=timeout)
+
+
+def timed_error(call):
+    t0 = time.monotonic()
+    error = error_of(call)
+    return error, time.monotonic() - t0
+
+
+# --- the backend ---------------------------------------------------------------------------
+
+def test_a_huge_answer_is_abandoned_while_streaming(start_scaler, fake):
+    backend = fake("stream", stream_mib=256)
+    scaler, keda = start_scaler(backend.url)
+    error, took = timed_error(lambda: get_metrics(keda))
+    peak = hwm_kib(scaler.proc.pid)
+    record_figure("huge backend answer (256 MiB stream)", code=error.code().name, seconds=round(took, 2),
+                  peak_rss_mib=round(peak / 1024))
+    assert error.code() == grpc.StatusCode.UNAVAILABLE
+    assert "--max-response-bytes (4194304 bytes)" in error.details()
+    assert took < 2.5, f"answered after {took:.2f}s"
+    assert peak < 120 * 1024, f"peak RSS {peak} KiB"
+    assert backend.streamed < 64 * MIB, f"the scaler read {backend.streamed} bytes"
+
+
+def big_valid_answer(samples: int) -> bytes:
+    """A valid answer with `samples` extra parts: costly to parse, every byte legal."""
+    extra = {f"extra{i}": 1 for i in range(samples)}
+    return answer(instances=3, load=4, **extra)
+
+
+def test_parsing_a_big_answer_stalls_no_other_rpc(start_scaler, fake):
+    body = big_valid_answer(300_000)  # ~20 MB
+    backend = fake("answer", answer=body)
+    scaler, keda = start_scaler(backend.url, "--max-response-bytes", str(64 * MIB))
+    ref = keda.ref("tenant-a", "pg", metadata())
+    spec = keda.spec(ref)  # connection warm
+    slow = threading.Thread(target=lambda: code_of(lambda: keda.metrics(ref, spec.metricSpecs[0].metricName,
+                                                                        timeout=15)))
+    other = Keda(scaler.address)
+    try:
+        slow.start()
+        worst, deadline = 0.0, time.monotonic() + 4
+        while time.monotonic() < deadline:
+            t0 = time.monotonic()
+            other.spec(other.ref("tenant-b", "other", metadata()), timeout=10)
+            worst = max(worst, time.monotonic() - t0)
+            time.sleep(0.02)
+        slow.join(20)
+    finally:
+        other.close()
+    record_figure(f"GetMetricSpec while a {len(body) // MIB} MiB answer parses", worst_latency_s=round(worst, 3))
+    assert backend.requests >= 1
+    assert worst < 1.0, f"GetMetricSpec waited {worst:.2f}s for another key's parse"
+
+
+@pytest.mark.parametrize("part,value", [("instances", 4294967296), ("instances", 2.5), ("load", 1e308),
+                                        ("lag", 1e300)])
+def test_out_of_range_backend_values_are_garbage(start_scaler, fake, part, value):
+    parts = {"instances": 3, "load": 4, "lag": 1, "wal": 0, part: value}
+    backend = fake("answer", answer=answer(**parts))
+    _, keda = start_scaler(backend.url)
+    code = code_of(lambda: get_metrics(keda, maxReplicationLagSeconds="10"))
+    record_figure(f"backend value {part}={value}", code=code.name)
+    assert code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_backend_text_cannot_forge_log_lines(start_scaler, fake):
+    backend = fake("answer", status=500, answer=b"boom\nFORGED level=ERROR message=pwned\r\n\x00")
+    scaler, keda = start_scaler(backend.url)
+    assert code_of(lambda: get_metrics(keda)) == grpc.StatusCode.UNAVAILABLE
+    wait_until(lambda: "boom" in scaler.proc.log.read_text(errors="replace"), 5, what="the failure logged")
+    lines = scaler.proc.log.read_text(errors="replace").splitlines()
+    forged = [line for line in lines if line.startswith("FORGED")]
+    record_figure("backend error text with newlines", forged_log_lines=len(forged))
+    assert not forged, forged
+
+
+# --- names from the request -----------------------------------------------------------------
+
+def test_huge_names_are_refused_small_and_cost_nothing(start_scaler, fake):
+    backend = fake("answer", answer=answer(instances=3, load=4))
+    scaler, keda = start_scaler(backend.url)
+    huge = "tenant-" + "a" * (3 * MIB)
+    log_before, rss_before = scaler.proc.log.stat().st_size, rss_kib(scaler.proc.pid)
+    errors = [error_of(lambda: get_metrics(keda, namespace=huge)) for _ in range(20)]
+    logged = scaler.proc.log.stat().st_size - log_before
+    grown = rss_kib(scaler.proc.pid) - rss_before
+    record_figure("20 requests with a 3 MiB namespace", code=errors[0].code().name,
+                  reply_bytes=len(errors[0].details() or ""), rss_growth_mib=round(grown / 1024),
+                  log_bytes=logged, backend_queries=backend.requests)
+    assert {e.code() for e in errors} == {grpc.StatusCode.INVALID_ARGUMENT}
+    assert "scaledObjectRef.namespace" in errors[0].details()
+    assert len(errors[0].details()) < 400
+    assert backend.requests == 0, "an invalid name reached the backend"
+    assert logged < 64 * 1024 and grown < 30 * 1024
+
+
+def test_long_names_do_not_bloat_metrics(start_scaler, fake):
+    backend = fake("answer", answer=answer(instances=3, load=4))
+    scaler, keda = start_scaler(backend.url)
+    codes = {code_of(lambda i=i: get_metrics(keda, name=f"so{i}-" + "b" * (64 * 1024), cluster="pg"))
+             for i in range(200)}
+    size = len(requests.get(scaler.admin + "/metrics", timeout=10).content)
+    record_figure("200 ScaledObject names of 64 KiB", codes=sorted(c.name for c in codes), metrics_bytes=size)
+    assert codes == {grpc.StatusCode.INVALID_ARGUMENT}
+    assert size < 64 * 1024, f"/metrics is {size} bytes"
+
+
+@pytest.mark.parametrize("namespace,name", [("tenant-x/../../../api/v1/secrets", "pg"),
+                                            ("tenant-x?labelSelector=a&watch=true", "pg"),
+                                            ("tenant-a", "pg\nFORGED level=ERROR")])
+def test_path_and_newline_names_are_invalid_argument(start_scaler, fake, namespace, name):
+    backend = fake("answer", answer=answer(instances=3, load=4))
+    scaler, keda = start_scaler(backend.url)
+    error = error_of(lambda: get_metrics(keda, namespace=namespace, name=name, cluster="pg"))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "\n" not in error.details()
+    assert backend.requests == 0
+    assert not any(line.startswith("FORGED") for line in scaler.proc.log.read_text(errors="replace").splitlines())
+
+
+# --- connections ----------------------------------------------------------------------------
+
+def open_silent(port: int, n: int) -> list[socket.socket]:
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.setblocking(False)
+        socks.append(s)
+    return socks
+
+
+def closed_by_peer(s: socket.socket) -> bool:
+    """Reads whatever the server sent (an HTTP/2 server speaks first) and tells if it hung up."""
+    try:
+        while s.recv(65536):
+            pass
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def all_closed(socks: list[socket.socket]) -> bool:
+    return all([closed_by_peer(s) for s in socks])  # a list: poll (and drain) every socket
+
+
+def test_silent_connections_are_reaped_and_capped(start_scaler, fake):
+    backend = fake("answer", answer=answer(instances=3, load=4))
+    scaler, keda = start_scaler(backend.url, "--idle-timeout", "2s", "--max-connections", "64")
+    base = socket_fds(scaler.proc.pid)
+    socks = open_silent(scaler.grpc_port, 300)
+    try:
+        time.sleep(1)
+        held = socket_fds(scaler.proc.pid) - base
+        # Past the cap the rest wait in the backlog, then get their own idle timeout in turn.
+        reaped = wait_until(lambda: all_closed(socks), 30, 0.2,
+                            what="the server closing 300 silent sockets")
+        left = socket_fds(scaler.proc.pid) - base
+        record_figure("300 silent TCP connections to gRPC (--max-connections 64, --idle-timeout 2s)",
+                      held_after_1s=held, held_after_reaping=left)
+        assert reaped and held <= 64, f"{held} connections held"
+        assert left <= 2
+        assert keda.spec(keda.ref("tenant-a", "pg", metadata())).metricSpecs
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_an_idle_live_client_survives_the_idle_timeout(start_scaler, fake):
+    """The keepalive PINGs keep a quiet but live HTTP/2 client open past --idle-timeout."""
+    backend = fake("answer", answer=answer(instances=3, load=4))
+    scaler, keda = start_scaler(backend.url, "--idle-timeout", "2s", "--stream-heartbeat", "6s")
+    ref = keda.ref("tenant-a", "pg", metadata())
+    keda.spec(ref)
+    stream = keda.stub.StreamIsActive(ref, timeout=20)
+    first = next(stream)
+    time.sleep(5)
+    assert first.result and next(stream).result
+    stream.cancel()
+    assert keda.spec(ref).metricSpecs
+
+
+def test_streams_per_connection_are_capped(start_scaler, fake):
+    backend = fake("answer", answer=answer(instances=3, load=4))
+    scaler, keda = start_scaler(backend.url, "--stream-heartbeat", "60s")
+    ref = keda.ref("tenant-a", "pg", metadata())
+    streams = [keda.stub.StreamIsActive(ref, timeout=30) for _ in range(1000)]
+    try:
+        def active():
+            text = requests.get(scaler.admin + "/metrics", timeout=5).text
+            return total(parse(text), "scaler_active_streams")
+        wait_until(lambda: active() >= 128, 15, 0.2, what="128 open streams")
+        time.sleep(1)
+        seen = active()
+        peak = hwm_kib(scaler.proc.pid)
+        record_figure("1,000 StreamIsActive on one connection", open_streams=seen, peak_rss_mib=round(peak / 1024))
+        assert seen == 128, f"{seen} streams open on one connection"
+    finally:
+        for s in streams:
+            s.cancel()
