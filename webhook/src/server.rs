@@ -87,7 +87,10 @@ pub async fn serve(
     graceful.shutdown().await;
 }
 
-async fn not_found() -> impl IntoResponse {
+async fn not_found(State(webhook): State<Webhook>, body: Body) -> impl IntoResponse {
+    // Read the body first (bounded): hyper closes a connection whose request body was left
+    // unread, after a response that does not say so, and a client reusing it would race that.
+    let _ = timeout(webhook.body_timeout, axum::body::to_bytes(body, BODY_LIMIT)).await;
     (
         StatusCode::NOT_FOUND,
         "not found; POST AdmissionReviews to /mutate-helmrelease-shard\n",
