@@ -1,5 +1,5 @@
 //! helm-controller shard Deployments cloned from the flux-aio Deployment and sanitised the
-//! way Cozystack's flux-shard-operator does (cozystack-designs.md §2.7).
+//! way Cozystack's flux-shard-operator does (docs/design.md §S7).
 //!
 //! Pure: a parsed Deployment in, shard Deployments out. The shard id and `--concurrent` are
 //! strings so the package chart can pass Helm expressions (`{{ $i }}`) through.
@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 /// The container that is cloned.
 pub const HELM_CONTROLLER: &str = "helm-controller";
-/// Shard selector key on HelmReleases (contracts.md).
+/// Shard selector key on HelmReleases (docs/design.md §S1).
 pub const SHARD_KEY: &str = "sharding.fluxcd.io/key";
 
 /// Environment the shard must not inherit: localhost artifact and KubePrism overrides only

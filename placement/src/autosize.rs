@@ -1,4 +1,4 @@
-//! Shard-count autosizing (cozystack-designs.md §2.6).
+//! Shard-count autosizing (docs/design.md §S6).
 
 /// HelmReleases one shard should carry.
 pub const HELMRELEASES_PER_SHARD: u64 = 100;

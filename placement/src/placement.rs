@@ -1,5 +1,5 @@
 //! Least-loaded tenant placement with an optional rebalance plan
-//! (cozystack-designs.md §2.4, `ComputePlacement`).
+//! (docs/design.md §S3, §S4).
 //!
 //! Settled tenants stay where they are; only unassigned tenants (new, legacy, or on a removed
 //! shard) are placed, heaviest first, each on the currently least-loaded ready shard. So

@@ -1,4 +1,4 @@
-//! Canonical shard names `shard<i>` (cozystack-designs.md §2.2).
+//! Canonical shard names `shard<i>` (docs/design.md §S1).
 //!
 //! Only the canonical spelling counts: `shard0`, `shard1`, … `shard01`, `shard-1`, `shard`,
 //! `Shard1` and the legacy `tenants` are rejected, so one shard has exactly one name and a

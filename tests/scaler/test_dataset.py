@@ -1,4 +1,4 @@
-"""Sanity of the synthetic data itself, checked with the reference PromQL (cnpg-and-flux §A6),
+"""Sanity of the synthetic data itself, checked with the reference PromQL (docs/scaler.md, The query),
 so that a scaler test failure cannot be blamed on the fixture."""
 import pytest
 

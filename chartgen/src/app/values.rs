@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 /// Top-level key of the block.
 pub const KEY: &str = "autoscaling";
 
-/// Defaults in the order the block lists them (cozystack-designs.md §1.5, plus the scaler
+/// Defaults in the order the block lists them (docs/design.md §A4, plus the scaler
 /// address, the HPA tolerance and the HPA behaviour).
 pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
     vec![
