@@ -10,8 +10,8 @@ use crate::decision::Brake;
 use crate::metadata::{self, Metric};
 use crate::metrics::Metrics;
 use crate::observe::{CurrentSource, Evaluate as _, Evaluation, Observer, QuorumSource};
-use crate::promql;
 use crate::topology::{self, Topology};
+use crate::{backend, promql};
 use runtime::logging::LogArgs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -100,11 +100,11 @@ impl Args {
             },
         };
         let observer = Observer {
-            prometheus: promql::Client::new(
+            prometheus: backend::Client::new(
                 &self.prometheus_url,
                 self.query_timeout,
                 1,
-                promql::DEFAULT_MAX_RESPONSE_BYTES,
+                backend::DEFAULT_MAX_RESPONSE_BYTES,
                 metrics.clone(),
             )?,
             topology,

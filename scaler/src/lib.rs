@@ -1,6 +1,7 @@
 //! KEDA external scaler for CloudNativePG clusters.
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod cache;
 pub mod decision;
 pub mod explain;

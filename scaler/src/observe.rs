@@ -3,6 +3,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use crate::backend;
 use crate::decision::{self, Decision, Observation, Policy};
 use crate::metadata::{Metric, ScalerConfig};
 use crate::metrics::Metrics;
@@ -89,7 +90,7 @@ pub trait Evaluate: Send + Sync + 'static {
 /// Reads Prometheus and the Cluster, then decides.
 #[derive(Clone)]
 pub struct Observer {
-    pub prometheus: promql::Client,
+    pub prometheus: backend::Client,
     pub topology: Topology,
     pub metrics: Metrics,
 }

@@ -12,11 +12,11 @@ use tonic::transport::Server;
 use tonic_health::ServingStatus;
 use tracing::info;
 
+use crate::backend;
 use crate::cache::{Cache, Timing};
 use crate::grpc::Scaler;
 use crate::metrics::Metrics;
 use crate::observe::Observer;
-use crate::promql;
 use crate::proto::external_scaler_server::ExternalScalerServer;
 use crate::topology::{self, ClusterIndex, Topology};
 use runtime::logging::LogArgs;
@@ -64,7 +64,7 @@ pub struct Args {
     pub max_concurrent_queries: usize,
     /// Largest Prometheus answer read, in bytes; a larger one is an error (UNAVAILABLE) and is
     /// abandoned while streaming. A decision's answer is a few hundred bytes.
-    #[arg(long, default_value_t = promql::DEFAULT_MAX_RESPONSE_BYTES)]
+    #[arg(long, default_value_t = backend::DEFAULT_MAX_RESPONSE_BYTES)]
     pub max_response_bytes: usize,
     /// Forget ScaledObjects nobody asked about for this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
@@ -164,7 +164,7 @@ impl Args {
             }
         };
         info!(topology = topology.name(), prometheus = %self.prometheus_url, "starting");
-        let prometheus = promql::Client::new(
+        let prometheus = backend::Client::new(
             &self.prometheus_url,
             self.query_timeout,
             self.max_concurrent_queries,

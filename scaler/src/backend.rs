@@ -1,0 +1,267 @@
+//! The HTTP client that runs the decision query against a Prometheus-compatible API: bounded in
+//! time (the timeout covers the wait for a slot, the body and the parse), in size (answers are read
+//! while streaming and abandoned past the cap) and in concurrency. The query itself and the parsing
+//! of the answer are pure and live in [`crate::promql`].
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+
+use crate::metrics::Metrics;
+use crate::promql::{QueryError, parse_parts};
+
+/// Default `--max-response-bytes`: a decision's answer is a few hundred bytes.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 << 20;
+/// How much of an error answer's body goes into the error message.
+const ERROR_BODY_PREFIX: usize = 300;
+/// A Prometheus HTTP API client; one per process (it pools connections).
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    query_url: String,
+    timeout: Duration,
+    /// Bounds concurrent queries so a slow backend is not buried under retries.
+    in_flight: Arc<Semaphore>,
+    /// Answers are read while streaming and abandoned past this size.
+    max_response_bytes: usize,
+    metrics: Metrics,
+}
+
+impl Client {
+    /// `base` is the Prometheus API root: `http://vm:8428` or `http://vmselect:8481/select/0/prometheus`.
+    /// At most `max_in_flight` queries run at once; waiting for a slot counts toward `timeout`.
+    /// An answer larger than `max_response_bytes` is an error.
+    pub fn new(
+        base: &str,
+        timeout: Duration,
+        max_in_flight: usize,
+        max_response_bytes: usize,
+        metrics: Metrics,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            max_in_flight > 0,
+            "--max-concurrent-queries must be above 0"
+        );
+        anyhow::ensure!(
+            max_response_bytes > 0,
+            "--max-response-bytes must be above 0"
+        );
+        let parsed = reqwest::Url::parse(base)
+            .map_err(|e| anyhow::anyhow!("invalid --prometheus-url {base:?}: {e}"))?;
+        anyhow::ensure!(
+            matches!(parsed.scheme(), "http" | "https"),
+            "invalid --prometheus-url {base:?}: use an http:// or https:// URL"
+        );
+        // reqwest is built without a provider (kube brings ring); make sure one is installed
+        // even when the library is used without `main` (tests), or building the client panics.
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(timeout)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()?;
+        Ok(Self {
+            http,
+            query_url: format!("{}/api/v1/query", base.trim_end_matches('/')),
+            timeout,
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            max_response_bytes,
+            metrics,
+        })
+    }
+
+    /// Runs one instant query and returns the value of each `part` label, bounded by the timeout.
+    pub async fn parts(&self, query: &str) -> Result<HashMap<String, f64>, QueryError> {
+        let start = Instant::now();
+        let bounded = async {
+            let _slot = self
+                .in_flight
+                .acquire()
+                .await
+                .map_err(|_| QueryError::Unreachable("client closed".into()))?;
+            self.fetch(query).await
+        };
+        let result = tokio::time::timeout(self.timeout, bounded)
+            .await
+            .unwrap_or(Err(QueryError::Timeout(self.timeout)));
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(QueryError::Timeout(_)) => "timeout",
+            Err(_) => "error",
+        };
+        self.metrics
+            .backend("decision", outcome, start.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Sends the query, reads the answer while streaming (never past the cap) and parses it on
+    /// the blocking pool, so a big answer never holds up an async worker and other rpcs.
+    async fn fetch(&self, query: &str) -> Result<HashMap<String, f64>, QueryError> {
+        let unreachable = |e: reqwest::Error| QueryError::Unreachable(error_chain(&e));
+        let mut response = self
+            .http
+            .get(&self.query_url)
+            .query(&[("query", query)])
+            .send()
+            .await
+            .map_err(unreachable)?;
+        let status = response.status();
+        if !status.is_success() {
+            let (head, _) = read_at_most(&mut response, ERROR_BODY_PREFIX)
+                .await
+                .unwrap_or_default();
+            return Err(QueryError::Status {
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&head).escape_debug().to_string(),
+            });
+        }
+        let limit = self.max_response_bytes;
+        if response.content_length().is_some_and(|n| n > limit as u64) {
+            return Err(QueryError::TooLarge { limit });
+        }
+        let (body, complete) = read_at_most(&mut response, limit)
+            .await
+            .map_err(unreachable)?;
+        if !complete {
+            return Err(QueryError::TooLarge { limit });
+        }
+        tokio::task::spawn_blocking(move || parse_parts(&body))
+            .await
+            .unwrap_or_else(|e| Err(QueryError::Garbage(format!("parser failed: {e}"))))
+    }
+}
+
+/// Reads at most `limit` bytes of the body; `false` when more were coming (the rest is dropped
+/// with the connection).
+async fn read_at_most(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            body.extend_from_slice(&chunk[..limit - body.len()]);
+            return Ok((body, false));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, true))
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let _ = write!(text, ": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    async fn slow_backend(delay: Duration) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (n, p) = (now.clone(), peak.clone());
+        let app = axum::Router::new().route(
+            "/api/v1/query",
+            axum::routing::get(move || {
+                let (n, p) = (n.clone(), p.clone());
+                async move {
+                    p.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    tokio::time::sleep(delay).await;
+                    n.fetch_sub(1, Ordering::SeqCst);
+                    r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"instances"},"value":[1,"2"]}]}}"#
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, peak)
+    }
+
+    fn client(url: &str, timeout_ms: u64, max_in_flight: usize) -> Client {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        Client::new(
+            url,
+            Duration::from_millis(timeout_ms),
+            max_in_flight,
+            DEFAULT_MAX_RESPONSE_BYTES,
+            metrics,
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn bounds_concurrent_queries_and_times_out_waiting() {
+        let (url, peak) = slow_backend(Duration::from_millis(100)).await;
+        let c = client(&url, 2_000, 2);
+        let answers = futures::future::join_all((0..6).map(|_| c.parts("q"))).await;
+        assert!(
+            answers
+                .iter()
+                .all(|a| a.as_ref().is_ok_and(|p| p["instances"] == 2.0))
+        );
+        assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Waiting for a slot counts toward the timeout: the third query cannot finish in 150 ms.
+        let c = client(&url, 150, 1);
+        let answers = futures::future::join_all((0..3).map(|_| c.parts("q"))).await;
+        assert!(answers[0].is_ok());
+        assert!(
+            answers
+                .iter()
+                .any(|a| matches!(a, Err(QueryError::Timeout(_))))
+        );
+    }
+
+    /// A local HTTP server answering every query with `body`, chunked (no Content-Length).
+    async fn streaming_backend(body: Vec<u8>) -> String {
+        let body = axum::body::Bytes::from(body);
+        let app = axum::Router::new().route(
+            "/api/v1/query",
+            axum::routing::get(move || {
+                let body = body.clone();
+                async move {
+                    let chunks = body
+                        .chunks(64 * 1024)
+                        .map(|c| Ok::<_, std::io::Error>(axum::body::Bytes::copy_from_slice(c)))
+                        .collect::<Vec<_>>();
+                    axum::body::Body::from_stream(futures::stream::iter(chunks))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    #[tokio::test]
+    async fn answers_past_the_size_cap_are_abandoned_while_streaming() {
+        let mut body = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"instances","pad":""#.to_vec();
+        body.extend(std::iter::repeat_n(b'x', 3 << 20));
+        body.extend(br#""},"value":[1,"2"]}]}}"#);
+        let url = streaming_backend(body.clone()).await;
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let small = Client::new(&url, Duration::from_secs(2), 1, 1 << 20, metrics.clone()).unwrap();
+        let error = small.parts("q").await.unwrap_err();
+        assert_eq!(error, QueryError::TooLarge { limit: 1 << 20 });
+        assert!(
+            error
+                .to_string()
+                .contains("--max-response-bytes (1048576 bytes)"),
+            "{error}"
+        );
+        let big = Client::new(&url, Duration::from_secs(2), 1, 4 << 20, metrics).unwrap();
+        assert_eq!(big.parts("q").await.unwrap()["instances"], 2.0);
+    }
+}
