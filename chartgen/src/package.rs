@@ -19,6 +19,9 @@ pub const IMAGE_REPOSITORY: &str = "ghcr.io/cozystack/cozy-autoscaling";
 /// The chart's version and appVersion, hence the image tag: the crates' version, so the chart a
 /// commit generates points at the image the same commit builds.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The package's ClusterTriggerAuthentication (KEDA's mTLS client credentials for the scaler),
+/// which app charts reference by default.
+pub const TRIGGER_AUTHENTICATION: &str = "cozy-autoscaling-scaler";
 
 #[derive(Serialize)]
 struct Ctx<'a> {

@@ -247,7 +247,7 @@ def test_comments_in_the_autoscaling_block_survive(generated, helm):
     kept = original[original.index("autoscaling:"):original.index("\n\n# -- trailing")]
     assert values.startswith(original[:original.index("autoscaling:")] + kept + "\n  # -- gRPC address")
     assert values.endswith("\n\n# -- trailing settings\nstorage: 2Gi\n")
-    assert "added scalerAddress, minReplicas" in stderr
+    assert "added scalerAddress, clusterTriggerAuthentication, minReplicas" in stderr
     so = one(helm.render(chart, ON), "ScaledObject")
     assert so["spec"]["maxReplicaCount"] == 10 and so["spec"]["triggers"][0]["metadata"]["target"] == "90"
 

@@ -23,7 +23,9 @@ def test_scaler_deployment_service_pdb_and_rbac(helm):
     assert c["args"][0] == "serve"
     assert "--listen=0.0.0.0:6000" in c["args"] and "--admin-listen=0.0.0.0:9090" in c["args"]
     assert any(a.startswith("--prometheus-url=http") for a in c["args"])
-    assert not any(a.startswith("--tls-") for a in c["args"])
+    # mTLS by default: served from the Certificate's Secret, clients must chain to its CA.
+    for a in ["--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key", "--tls-client-ca=/tls/ca.crt"]:
+        assert a in c["args"]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert one(objs, "PodDisruptionBudget", "cozy-autoscaling-scaler")["spec"]["minAvailable"] == 1
     svc = one(objs, "Service", "cozy-autoscaling-scaler")
@@ -36,7 +38,7 @@ def test_scaler_deployment_service_pdb_and_rbac(helm):
 
 
 def test_scaler_tls_and_headless(helm):
-    objs = render(helm, ["scaler.tls.enabled=true", "scaler.headless=true", "clusterDomain=cozy.local"])
+    objs = render(helm, ["scaler.headless=true", "clusterDomain=cozy.local"])
     cert = one(objs, "Certificate", "cozy-autoscaling-scaler")
     svc = "cozy-autoscaling-scaler"
     assert cert["spec"]["dnsNames"] == [svc, f"{svc}.{NS}", f"{svc}.{NS}.svc", f"{svc}.{NS}.svc.cozy.local"]
@@ -116,8 +118,12 @@ def test_alerts_use_the_scaler_and_hpa_metrics(helm):
 
 
 def test_webhook_can_be_disabled(helm):
-    kinds = {o["kind"] for o in render(helm, ["webhook.enabled=false"])}
-    assert "MutatingWebhookConfiguration" not in kinds and "Issuer" not in kinds
+    objs = render(helm, ["webhook.enabled=false"])
+    kinds = {o["kind"] for o in objs}
+    assert "MutatingWebhookConfiguration" not in kinds
+    # Only the scaler's mTLS PKI is left, none of the webhook's.
+    assert not [o for o in objs if "webhook" in o["metadata"]["name"] or o["metadata"]["name"] in (
+        "cozy-autoscaling-ca", "cozy-autoscaling-selfsigned")]
 
 
 def test_shard_count_below_one_is_refused(helm):
@@ -195,3 +201,111 @@ def test_helm_package_builds_an_archive_that_lints(helm, tmp_path):
     assert archive.is_file()
     lint = helm.run("lint", "--strict", archive)
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+SCALER = "cozy-autoscaling-scaler"
+CLIENT = "cozy-autoscaling-keda-client"
+
+
+def test_mtls_objects_link_keda_to_the_scaler(helm):
+    """One CA (a ClusterIssuer, its Secret in cert-manager's namespace) signs the scaler's serving
+    certificate here and KEDA's client certificate in KEDA's namespace; the ClusterTriggerAuthentication
+    hands KEDA that Secret's three keys; the scaler trusts the same CA for clients."""
+    objs = render(helm, ["keda.namespace=keda-system", "certManager.namespace=cm"])
+    ca = one(objs, "Certificate", "cozy-autoscaling-scaler-ca")
+    assert ca["metadata"]["namespace"] == "cm" and ca["spec"]["isCA"] is True
+    assert ca["spec"]["privateKey"]["rotationPolicy"] == "Never"
+    assert one(objs, "Issuer", "cozy-autoscaling-scaler-selfsigned")["metadata"]["namespace"] == "cm"
+    issuer = one(objs, "ClusterIssuer", "cozy-autoscaling-scaler-ca")
+    assert issuer["spec"] == {"ca": {"secretName": ca["spec"]["secretName"]}}
+    by_issuer = {"name": "cozy-autoscaling-scaler-ca", "kind": "ClusterIssuer"}
+
+    server = one(objs, "Certificate", SCALER)
+    assert "namespace" not in server["metadata"]  # the release namespace, where the pods mount it
+    assert server["spec"]["issuerRef"] == by_issuer
+    assert server["spec"]["usages"] == ["server auth", "digital signature"]
+    assert server["spec"]["privateKey"]["rotationPolicy"] == "Always"
+    pod = one(objs, "Deployment", SCALER)["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "tls", "secret": {"secretName": server["spec"]["secretName"]}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "tls", "mountPath": "/tls", "readOnly": True}]
+
+    client = one(objs, "Certificate", CLIENT)
+    assert client["metadata"]["namespace"] == "keda-system"
+    assert client["spec"]["issuerRef"] == by_issuer
+    assert client["spec"]["usages"] == ["client auth", "digital signature"]
+    assert "dnsNames" not in client["spec"] and client["spec"]["commonName"] == "keda-operator"
+
+    auth = one(objs, "ClusterTriggerAuthentication", SCALER)
+    assert "namespace" not in auth["metadata"]
+    assert auth["spec"] == {"secretTargetRef": [
+        {"parameter": "caCert", "name": client["spec"]["secretName"], "key": "ca.crt"},
+        {"parameter": "tlsClientCert", "name": client["spec"]["secretName"], "key": "tls.crt"},
+        {"parameter": "tlsClientKey", "name": client["spec"]["secretName"], "key": "tls.key"}]}
+
+
+def test_mtls_off_is_an_explicit_choice(helm):
+    objs = render(helm, ["scaler.tls.enabled=false"])
+    c = one(objs, "Deployment", SCALER)["spec"]["template"]["spec"]["containers"][0]
+    assert not any(a.startswith("--tls-") for a in c["args"]) and "volumeMounts" not in c
+    assert not [o for o in objs if o["kind"] in ("ClusterIssuer", "ClusterTriggerAuthentication")
+                or o["metadata"]["name"].startswith(("cozy-autoscaling-scaler-", CLIENT))]
+    # The NetworkPolicy still keeps everyone but KEDA off the gRPC port.
+    assert one(objs, "NetworkPolicy", SCALER)
+    out = helm.template(PACKAGE, ["scaler.tls.enabled=maybe"], keda=False)
+    assert out.returncode != 0 and "enabled" in out.stderr
+
+
+def test_app_chart_defaults_reach_the_secured_scaler(helm):
+    """An app chart made by `chartgen app` works with the default package unedited: its
+    authenticationRef names the package's ClusterTriggerAuthentication and the host of its
+    scalerAddress is one of the names in the scaler's certificate."""
+    package = render(helm)
+    auth = one(package, "ClusterTriggerAuthentication")
+    dns = one(package, "Certificate", SCALER)["spec"]["dnsNames"]
+    app = helm.render(EXAMPLE, ["autoscaling.enabled=true", "replicas=2"])
+    [trigger] = one(app, "ScaledObject")["spec"]["triggers"]
+    assert trigger["authenticationRef"] == {"kind": "ClusterTriggerAuthentication",
+                                            "name": auth["metadata"]["name"]}
+    assert trigger["metadata"]["scalerAddress"].rsplit(":", 1)[0] in dns
+    # A plaintext package: the app chart drops the reference when told to.
+    plain = helm.render(EXAMPLE, ["autoscaling.enabled=true", "replicas=2",
+                                  "autoscaling.clusterTriggerAuthentication="])
+    assert "authenticationRef" not in one(plain, "ScaledObject")["spec"]["triggers"][0]
+    bad = helm.template(EXAMPLE, ["autoscaling.enabled=true", "replicas=2",
+                                  "autoscaling.clusterTriggerAuthentication=Not_A_Name"])
+    assert bad.returncode != 0 and "clusterTriggerAuthentication" in bad.stderr
+
+
+def ingress_rules(objs, name):
+    policy = one(objs, "NetworkPolicy", name)
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": name}}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    return policy["spec"]["ingress"]
+
+
+def named(ns):
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+
+
+def test_network_policies_admit_only_keda_the_scraper_and_the_api_server(helm):
+    objs = render(helm, ["keda.namespace=keda-system"])
+    grpc = {"port": "grpc", "protocol": "TCP"}
+    admin = {"port": "admin", "protocol": "TCP"}
+    https = {"port": "https", "protocol": "TCP"}
+    assert ingress_rules(objs, SCALER) == [{"from": [named("keda-system")], "ports": [grpc]},
+                                           {"from": [named("cozy-monitoring")], "ports": [admin]}]
+    # The named ports exist on the pods the policies select.
+    ports = {p["name"] for p in one(objs, "Deployment", SCALER)["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {"grpc", "admin"} <= ports
+    webhook = "cozy-autoscaling-webhook"
+    # No API server CIDRs given: the webhook port is open (only it), admin only to the scraper.
+    assert ingress_rules(objs, webhook) == [{"ports": [https]},
+                                            {"from": [named("cozy-monitoring")], "ports": [admin]}]
+    pinned = render(helm, ["networkPolicy.apiServerCIDRs={10.0.0.10/32,10.0.1.0/24}",
+                           "networkPolicy.scraperNamespaceSelector.matchLabels.team=obs"])
+    assert ingress_rules(pinned, webhook)[0] == {"ports": [https], "from": [
+        {"ipBlock": {"cidr": "10.0.0.10/32"}}, {"ipBlock": {"cidr": "10.0.1.0/24"}}]}
+    scraper = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "cozy-monitoring",
+                                                     "team": "obs"}}}
+    assert ingress_rules(pinned, SCALER)[1]["from"] == [scraper]
+    assert not [o for o in render(helm, ["networkPolicy.enabled=false"]) if o["kind"] == "NetworkPolicy"]

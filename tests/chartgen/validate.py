@@ -18,6 +18,7 @@ CRD_FILES = crd_files("keda", "cnpg", "helm-controller")
 STRUCTURAL_ONLY = {
     ("cert-manager.io/v1", "Issuer"),
     ("cert-manager.io/v1", "Certificate"),
+    ("cert-manager.io/v1", "ClusterIssuer"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("operator.victoriametrics.com/v1beta1", "VMServiceScrape"),

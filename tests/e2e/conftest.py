@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))  # testkit
 
 from rig import Rig  # noqa: E402
+import secured  # noqa: E402
 
 
 def _interrupt(signum, frame):
@@ -39,3 +40,15 @@ def rig(request):
         print(f"\nrig logs kept in {r.logs}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def package(rig):
+    """The package chart installed with the real helm: (helm, chart)."""
+    return secured.install_package(rig)
+
+
+@pytest.fixture(scope="session")
+def scaler(rig, package):
+    """The scaler every scenario's ScaledObjects dial, over mTLS as the package wires it."""
+    return secured.SecuredScaler(rig).start()

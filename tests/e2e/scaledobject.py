@@ -1,6 +1,7 @@
 """The Cluster and ScaledObject of the closed-loop scenario, rendered from the example app chart
 (charts/example-postgres, made by `chartgen app`) with `helm template`, as a platform would, with
-the HPA behaviour shortened so the scenario takes seconds instead of hours."""
+the HPA behaviour shortened so the scenario takes seconds instead of hours. The chart's defaults
+reference the package's ClusterTriggerAuthentication: KEDA dials the scaler over mTLS."""
 
 from helm import Helm, example_chart
 
@@ -12,12 +13,12 @@ DOWN_PERIOD = 6      # seconds per removed pod (the chart's default is 600)
 LAG_LIMIT = 30
 
 
-def cluster_and_scaledobject(rig, namespace: str, name: str) -> list[dict]:
+def cluster_and_scaledobject(rig, address: str, namespace: str, name: str) -> list[dict]:
     values = {
         "replicas": FLOOR,
         "quorum": {"minSyncReplicas": MAX_SYNC, "maxSyncReplicas": MAX_SYNC},
         "autoscaling": {
-            "enabled": True, "scalerAddress": f"127.0.0.1:{rig.scaler_port}",
+            "enabled": True, "scalerAddress": address,
             "metric": "ReadConnections", "target": TARGET, "minReplicas": FLOOR,
             "maxReplicas": MAX, "maxReplicationLagSeconds": LAG_LIMIT,
             "behavior": {

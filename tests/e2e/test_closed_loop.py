@@ -1,8 +1,10 @@
 """Closed loop: VictoriaMetrics load -> our scaler -> KEDA -> HPA (kube-controller-manager) ->
-Cluster.spec.instances via the scale subresource -> CNPG stand-in -> series shape. Every assertion
-reads real objects from the apiserver."""
+Cluster.spec.instances via the scale subresource -> CNPG stand-in -> series shape. KEDA reaches the
+scaler over mutual TLS with the package's objects (secured.py), and keeps doing so across a renewal
+of the scaler's certificate. Every assertion reads real objects from the apiserver."""
 
 import os
+import ssl
 import subprocess
 import time
 
@@ -37,15 +39,21 @@ def hold(rig, seconds: float, expected: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def loop(rig):
+def loop(rig, scaler):
     rig.kube.ensure_namespace(NS)
     # The primary writes WAL throughout (a realistic busy primary); lag is what the test varies.
     rig.feeder.set(NS, NAME, connections=0, lag_seconds=0, wal_bytes_per_s=20000)
-    for obj in cluster_and_scaledobject(rig, NS, NAME):
+    for obj in cluster_and_scaledobject(rig, scaler.address, NS, NAME):
         rig.kube.apply(obj)
     wait_until(lambda: rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{NAME}", NS),
                timeout=60, interval=POLL, what="KEDA to create the HPA")
     return rig
+
+
+def test_keda_authenticates_with_the_package_credentials(loop):
+    so = loop.kube.get("keda.sh/v1alpha1", "ScaledObject", NAME, NS)
+    assert so["spec"]["triggers"][0]["authenticationRef"] == {
+        "kind": "ClusterTriggerAuthentication", "name": "cozy-autoscaling-scaler"}
 
 
 def test_hpa_targets_cluster_scale_subresource(loop):
@@ -71,6 +79,38 @@ def test_load_raises_instances_to_the_expected_count(loop):
                timeout=90, interval=POLL, what="spec.instances to reach 5")
     hold(loop, 6, 5)
     assert max(v for _, v in loop.cnpg.series(NS, NAME) if v is not None) <= MAX
+
+
+def test_renewing_the_server_certificate_does_not_stop_scaling(loop, scaler):
+    """cert-manager renews the scaler's certificate (a new key) mid-run. The scaler serves it to new
+    connections within its 5 s reload poll, KEDA's pooled connection (older than the renewal) keeps
+    working, and after a rollout KEDA reconnects, verifies the new certificate with the caCert it
+    already holds, and scaling goes on both ways."""
+    before = scaler.served_certificate()
+    renewed = ssl.PEM_cert_to_DER_cert(scaler.issue_server().decode())
+    assert renewed != before
+    start = time.monotonic()
+    wait_until(lambda: scaler.served_certificate() == renewed,
+               timeout=15, interval=POLL, what="the scaler to serve the renewed certificate")
+    print(f"renewed certificate served after {time.monotonic() - start:.1f} s")
+    calls = scaler.ok_requests()
+    wait_until(lambda: scaler.ok_requests() >= calls + 4,
+               timeout=30, interval=POLL, what="KEDA's calls to go on over its pooled connection")
+    scaler.restart()
+    start = time.monotonic()
+    # Every call the new process answers came over a handshake with the renewed certificate.
+    wait_until(lambda: scaler.ok_requests() > 0,
+               timeout=60, interval=POLL, what="KEDA to reconnect to the restarted scaler")
+    print(f"KEDA's first call after the rollout: {time.monotonic() - start:.1f} s")
+    # 15 sessions / target 10 -> 2 replicas + primary = 3, one pod per DOWN_PERIOD ...
+    loop.feeder.set(NS, NAME, connections=15)
+    wait_until(lambda: instances(loop) == 3,
+               timeout=90, interval=POLL, what="spec.instances to come down to 3")
+    # ... and back up to 5 for the scenarios that follow.
+    loop.feeder.set(NS, NAME, connections=35)
+    wait_until(lambda: instances(loop) == 5,
+               timeout=90, interval=POLL, what="spec.instances to go back up to 5")
+    print(f"scaled 5 -> 3 -> 5 in {time.monotonic() - start:.1f} s after the rollout")
 
 
 def test_metrics_backend_down_holds_the_count(loop):

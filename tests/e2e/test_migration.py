@@ -19,12 +19,12 @@ CNPG = "postgresql.cnpg.io/v1"
 CSA = "--server-side=false"
 
 
-def values(rig, replicas: int = REPLICAS, **autoscaling) -> dict:
+def values(address: str, replicas: int = REPLICAS, **autoscaling) -> dict:
     return {
         "replicas": replicas,
         "quorum": {"minSyncReplicas": 1, "maxSyncReplicas": 1},
         "autoscaling": {
-            "scalerAddress": f"127.0.0.1:{rig.scaler_port}", "minReplicas": FLOOR,
+            "scalerAddress": address, "minReplicas": FLOOR,
             "maxReplicas": 5, "target": 10, "metric": "ReadConnections",
             "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
                          "scaleDown": {"stabilizationWindowSeconds": 3,
@@ -50,7 +50,7 @@ def check_floor(rig, step: str) -> None:
         f"spec.instances went below the floor {FLOOR} by step '{step}': {seen}")
 
 
-def test_migration_never_drops_below_the_floor(rig):
+def test_migration_never_drops_below_the_floor(rig, scaler):
     chart = example_chart()
     helm = Helm(rig.cp.kubeconfig, rig.dir / "helm")
     # Load that wants exactly the current count: 1 primary + ceil(20 / 10) = 3.
@@ -58,7 +58,7 @@ def test_migration_never_drops_below_the_floor(rig):
 
     def step(name: str, replicas: int = REPLICAS, **auto) -> dict | None:
         start = time.monotonic()
-        helm.upgrade_install(RELEASE, chart, NS, values(rig, replicas, **auto), CSA)
+        helm.upgrade_install(RELEASE, chart, NS, values(scaler.address, replicas, **auto), CSA)
         wait_until(lambda: rig.kube.get(CNPG, "Cluster", RELEASE, NS),
                    timeout=30, interval=POLL, what=f"Cluster after '{name}'")
         wait_until(lambda: settled(rig, start),

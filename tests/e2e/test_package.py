@@ -8,33 +8,15 @@ import time
 import pytest
 import requests
 
-from helm import Helm, package_chart
 from rig import POLL
 from testkit import CA, free_port, wait_until
+from secured import FLUX_NS, NS, SHARDS, VALUES
 
-NS = "cozy-autoscaling"
-FLUX_NS = "cozy-fluxcd"
 MWC = "cozy-autoscaling-shard-placement"
 WEBHOOK_SVC = "cozy-autoscaling-webhook"
-SHARDS = 2
 HR = "helm.toolkit.fluxcd.io/v2"
 KEY = "sharding.fluxcd.io/key"
 NS_LABEL = "internal.cozystack.io/flux-shard"
-VALUES = {
-    "flux": {"namespace": FLUX_NS},
-    "shards": {"count": SHARDS},
-    # No Prometheus operator CRDs in the rig.
-    "monitoring": {"scrape": "none", "alerts": {"enabled": False}},
-}
-
-
-@pytest.fixture(scope="module")
-def package(rig):
-    chart = package_chart()
-    rig.kube.ensure_namespace(FLUX_NS)
-    helm = Helm(rig.cp.kubeconfig, rig.dir / "helm")
-    helm.upgrade_install("cozy-autoscaling", chart, NS, VALUES)
-    return helm, chart
 
 
 def test_package_installs_and_upgrades(rig, package):
@@ -49,6 +31,12 @@ def test_package_installs_and_upgrades(rig, package):
     assert rig.kube.get(apps, "Deployment", "cozy-autoscaling-scaler", NS)["spec"]["replicas"] == 3
     # The upgrade kept everything else in place.
     assert rig.kube.get("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", MWC)
+    # The API server took the mTLS and NetworkPolicy objects (KEDA's CRD schema included).
+    auth = rig.kube.get("keda.sh/v1alpha1", "ClusterTriggerAuthentication", "cozy-autoscaling-scaler")
+    assert [r["parameter"] for r in auth["spec"]["secretTargetRef"]] == ["caCert", "tlsClientCert", "tlsClientKey"]
+    assert rig.kube.get("cert-manager.io/v1", "ClusterIssuer", "cozy-autoscaling-scaler-ca")
+    policies = {p["metadata"]["name"] for p in rig.kube.list("networking.k8s.io/v1", "NetworkPolicy", NS)}
+    assert policies == {"cozy-autoscaling-scaler", "cozy-autoscaling-webhook"}
 
 
 def mark_shards_ready(rig) -> None:

@@ -182,7 +182,7 @@ def test_every_flag_the_chart_passes_is_one_the_binary_knows(rootfs, deployments
 @pytest.mark.parametrize("component,ready", [("scaler", 200), ("webhook", 503), ("shard-controller", 503)])
 def test_the_image_serves_the_chart_probes_with_the_chart_args(rootfs, deployments, tmp_path, component, ready):
     """Each Deployment's own arguments (ports moved to free loopback ports) and environment, the
-    webhook's TLS files where the chart mounts them, and a kubeconfig whose API server is not
+    TLS files where the chart mounts them, and a kubeconfig whose API server is not
     there: liveness must pass; readiness answers too, 200 for the scaler (metrics-only without an
     API) and 503 for the webhook and the shard controller until their caches sync."""
     [c] = deployments[component]["spec"]["template"]["spec"]["containers"]
@@ -197,8 +197,9 @@ def test_the_image_serves_the_chart_probes_with_the_chart_args(rootfs, deploymen
             directory.mkdir(parents=True)
             ca = CA(tmp_path / "pki", "image-test")
             ca.issue("tls", component, hosts=("localhost",))
-            for name in ("tls.crt", "tls.key"):
-                shutil.copy(tmp_path / "pki" / name, directory / name)
+            # The Secret cert-manager writes also holds the CA (the scaler's --tls-client-ca).
+            for name, source in [("tls.crt", "tls.crt"), ("tls.key", "tls.key"), ("ca.crt", ca.cert.name)]:
+                shutil.copy(tmp_path / "pki" / source, directory / name)
                 (directory / name).chmod(0o444)
     (pod / "kubeconfig").write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
@@ -222,8 +223,11 @@ def test_the_image_serves_the_chart_probes_with_the_chart_args(rootfs, deploymen
             wait_until(lambda: status(path) == want, what=f"{component} {path} = {want}", proc=proc,
                        retry=(OSError,))
         assert status("/no-such-probe") == 404
-        if "--tls-cert" in " ".join(args):  # the webhook serves the certificate the chart mounts
+        if "--tls-cert" in " ".join(args):  # the pod serves the certificate the chart mounts
             ctx = ssl.create_default_context(cafile=ca.cert)
+            if "--tls-client-ca" in " ".join(args):  # mTLS: KEDA's certificate comes from the same CA
+                client = ca.issue("client", "keda-operator", client=True)
+                ctx.load_cert_chain(client.cert, client.key)
             with socket.create_connection(("127.0.0.1", ports["--listen"]), timeout=5) as raw:
                 with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
                     assert tls.version() in ("TLSv1.2", "TLSv1.3")

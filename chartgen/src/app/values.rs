@@ -7,11 +7,15 @@ use serde_json::{Value, json};
 pub const KEY: &str = "autoscaling";
 
 /// Defaults in the order the block lists them (docs/design.md §A4, plus the scaler
-/// address, the HPA tolerance and the HPA behaviour).
+/// address and its mTLS credentials, the HPA tolerance and the HPA behaviour).
 pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
     vec![
         ("enabled", json!(false)),
         ("scalerAddress", json!(scaler_address)),
+        (
+            "clusterTriggerAuthentication",
+            json!(crate::package::TRIGGER_AUTHENTICATION),
+        ),
         ("minReplicas", json!(2)),
         ("maxReplicas", json!(6)),
         ("metric", json!("ReadConnections")),
@@ -424,7 +428,7 @@ mod tests {
         assert!(!m.contains_key("custom"), "kept in the text, not rendered");
         let keys: Vec<&String> = m.keys().collect();
         assert_eq!(keys[0], "enabled");
-        assert_eq!(keys[10], "behavior");
+        assert_eq!(keys[11], "behavior");
     }
 
     #[test]

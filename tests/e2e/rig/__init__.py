@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import requests
-from testkit import TOOLS, Proc, crd_files as upstream_crd_files, free_port, versions, wait_until
+from testkit import TOOLS, crd_files as upstream_crd_files, versions, wait_until
 
 from . import keda
 from .cnpg import CnpgStandIn
@@ -62,10 +61,12 @@ class Rig:
                                workdir, self.group)
         self._keda_bins = (binary("keda-operator", v["KEDA_VERSION"]),
                            binary("keda-adapter", v["KEDA_VERSION"]))
+        # Started by the tests (secured.py), once the package's objects are installed.
         self.scaler_bin = REPO / "target/debug/scaler"
+        if not self.scaler_bin.is_file():
+            raise FileNotFoundError(f"{self.scaler_bin} is missing: cargo build -p scaler")
         self.cnpg: CnpgStandIn | None = None
         self.feeder: Feeder | None = None
-        self.scaler: Proc | None = None
 
     def start(self) -> "Rig":
         self.kube = self.cp.start()
@@ -74,22 +75,7 @@ class Rig:
         keda.start(self.cp, *self._keda_bins, self.group)
         self.vm = VictoriaMetrics(self.dir, self.group).start()
         self.feeder = Feeder(self.vm, self.cnpg).start()
-        self.start_scaler()
         return self
-
-    def start_scaler(self) -> None:
-        if not self.scaler_bin.is_file():
-            raise FileNotFoundError(f"{self.scaler_bin} is missing: cargo build -p scaler")
-        self.scaler_port, admin = free_port(), free_port()
-        self.scaler_admin = f"http://127.0.0.1:{admin}"
-        self.scaler = self.group.start("scaler", [
-            self.scaler_bin, "serve", "--listen", f"127.0.0.1:{self.scaler_port}",
-            "--admin-listen", f"127.0.0.1:{admin}", "--prometheus-url", self.vm.url,
-            "--topology", "kube", "--refresh-interval", "1s", "--staleness", "5s",
-            "--log-level", "debug"],
-            env={"KUBECONFIG": str(self.cp.kubeconfig)})
-        wait_until(lambda: requests.get(f"{self.scaler_admin}/healthz", timeout=1).ok,
-                   timeout=30, interval=POLL, what="scaler /healthz", proc=self.scaler)
 
     def stop(self) -> None:
         for part in (self.feeder, self.cnpg):

@@ -1,0 +1,100 @@
+"""Only KEDA's credentials open the scaler. A real gRPC client (grpcio) calls grpc.health.v1 on the
+scaler the package wired, with the client certificate KEDA reads from the package's
+ClusterTriggerAuthentication Secret, without one, with one from another CA, and in plaintext; and
+KEDA itself, given a ScaledObject without the authenticationRef, gets nothing."""
+
+import base64
+
+import grpc
+import pytest
+
+from helm import Helm, example_chart
+from rig import POLL, keda
+from secured import NS, SCALER
+from testkit import CA, wait_until
+
+HEALTH = "/grpc.health.v1.Health/Check"
+SERVING = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
+
+
+def keda_secret(rig) -> dict[str, bytes]:
+    """The three values KEDA gets from the ClusterTriggerAuthentication, looked up as KEDA does."""
+    auth = rig.kube.get("keda.sh/v1alpha1", "ClusterTriggerAuthentication", SCALER)
+    out = {}
+    for ref in auth["spec"]["secretTargetRef"]:
+        secret = rig.kube.get("v1", "Secret", ref["name"], keda.NAMESPACE)
+        out[ref["parameter"]] = base64.b64decode(secret["data"][ref["key"]])
+    return out
+
+
+def health(scaler, creds: grpc.ChannelCredentials | None):
+    """The health answer, or the gRPC status code of the failure."""
+    if creds is None:
+        channel = grpc.insecure_channel(scaler.address)
+    else:
+        server_name = scaler.certificate(SCALER, NS)["dnsNames"][2]
+        channel = grpc.secure_channel(scaler.address, creds,
+                                      options=[("grpc.ssl_target_name_override", server_name)])
+    try:
+        return channel.unary_unary(HEALTH)(b"", timeout=3)
+    except grpc.RpcError as e:
+        return e.code()
+    finally:
+        channel.close()
+
+
+@pytest.fixture(scope="module")
+def auth(rig, scaler):
+    return keda_secret(rig)
+
+
+def test_keda_credentials_are_accepted(scaler, auth):
+    creds = grpc.ssl_channel_credentials(root_certificates=auth["caCert"], private_key=auth["tlsClientKey"],
+                                         certificate_chain=auth["tlsClientCert"])
+    assert health(scaler, creds) == SERVING
+
+
+def test_a_client_without_a_certificate_is_refused(scaler, auth):
+    creds = grpc.ssl_channel_credentials(root_certificates=auth["caCert"])
+    assert health(scaler, creds) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_certificate_from_another_ca_is_refused(rig, scaler, auth):
+    # Same name and usage as KEDA's, signed by a CA the scaler does not trust.
+    rogue = CA(rig.dir / "rogue-pki", "rogue").issue("keda-operator", "keda-operator", client=True)
+    creds = grpc.ssl_channel_credentials(root_certificates=auth["caCert"], private_key=rogue.key.read_bytes(),
+                                         certificate_chain=rogue.cert.read_bytes())
+    assert health(scaler, creds) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_plaintext_is_refused(scaler):
+    assert health(scaler, None) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_keda_without_the_authentication_ref_gets_no_metrics(rig, scaler):
+    """The same app chart with `clusterTriggerAuthentication: ""`: KEDA dials in plaintext and the
+    ScaledObject never becomes Ready, while the scaler keeps serving the authenticated ones."""
+    ns, name = "tenant-noauth", "pg"
+    rig.kube.ensure_namespace(ns)
+    rig.feeder.set(ns, name, connections=5, lag_seconds=0, wal_bytes_per_s=0)
+    values = {"replicas": 2, "autoscaling": {"enabled": True, "scalerAddress": scaler.address,
+                                             "clusterTriggerAuthentication": "", "maxReplicas": 4,
+                                             "target": 10}}
+    docs = Helm(rig.cp.kubeconfig, rig.dir / "helm").template(name, example_chart(), ns, values)
+    [so] = [d for d in docs if d["kind"] == "ScaledObject"]
+    assert "authenticationRef" not in so["spec"]["triggers"][0]
+    for d in docs:
+        if d["kind"] in ("Cluster", "ScaledObject"):
+            d["metadata"]["namespace"] = ns
+            rig.kube.apply(d)
+
+    def ready():
+        got = rig.kube.get("keda.sh/v1alpha1", "ScaledObject", name, ns) or {}
+        return next((c for c in got.get("status", {}).get("conditions", []) if c["type"] == "Ready"), None)
+
+    condition = wait_until(lambda: (c := ready()) and c.get("status") == "False" and c,
+                           timeout=60, interval=POLL, what="KEDA to report the ScaledObject not Ready")
+    print(f"KEDA without the authenticationRef: {condition.get('reason')}: {condition.get('message')}")
+    # No metric spec, no HPA (KEDA >= 2.20 defers the HPA until the scaler answers).
+    assert rig.kube.get("autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{name}", ns) is None
+    rig.kube.delete("keda.sh/v1alpha1", "ScaledObject", name, ns)
