@@ -169,7 +169,9 @@ pub fn plan(
 
     let mut moves: Vec<Move> = tenants
         .iter()
-        .filter(|t| !t.deleting)
+        // Deleting tenants never move; an empty tenant never placed has nothing to reconcile
+        // (the webhook places it with its first release).
+        .filter(|t| !t.deleting && (t.weight > 0 || t.current.is_some()))
         .filter_map(|t| {
             let to = *placement.assignments.get(&t.namespace)?;
             (Some(to) != t.current && to < k).then(|| Move {

@@ -92,6 +92,16 @@ fn a_shard_down_past_grace_is_drained() {
 }
 
 #[test]
+fn an_empty_unplaced_tenant_is_left_to_the_webhook_but_an_empty_stranded_one_moves() {
+    let tenants = [t("empty", 0, None), t("labelled", 0, Some(4))];
+    let p = plan(&tenants, &all_ready(2), &policy(2), no_cooldown);
+    assert_eq!(
+        moved(&p),
+        vec![("labelled", Some(4), 0, MoveReason::ShardRemoved)]
+    );
+}
+
+#[test]
 fn a_missing_shard_counts_as_just_gone_down() {
     let tenants = [t("a", 1, Some(0)), t("b", 1, Some(1))];
     let health = BTreeMap::from([(0, ShardHealth::Ready)]);

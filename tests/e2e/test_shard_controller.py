@@ -47,8 +47,13 @@ def set_ready(rig, shard: int, ready: bool) -> None:
                          namespace=FLUX_NS, sub="status")
 
 
+# Tenant namespaces this module created, retired at teardown.
+CREATED: list[str] = []
+
+
 def tenant(rig, name: str, shard: str, *, server: ChartServer | None, releases: int = 1) -> list[str]:
     """A tenant namespace on `shard` with `releases` HelmReleases (suspended without a chart server)."""
+    CREATED.append(name)
     rig.kube.ensure_namespace(name, {NS_LABEL: shard})
     if server:
         server.publish(rig.kube, name, "marker")
@@ -102,7 +107,12 @@ def sync_of(event: dict) -> int:
 
 
 class ShardController:
+    # Every controller this module starts, stopped at module teardown: a controller left running
+    # would relabel the releases of later tests (it heals any tenant-* namespace).
+    started: list["ShardController"] = []
+
     def __init__(self, rig, name: str, shards: int, *extra: str):
+        ShardController.started.append(self)
         self.admin = free_port()
         self.identity = name
         self.proc = rig.group.start(name, [
@@ -146,16 +156,27 @@ def shards(rig):
         set_ready(rig, i, True)
     server = ChartServer()
     yield {"procs": procs, "server": server}
+    for ctl in ShardController.started:
+        ctl.proc.stop()
+    # Later tests start their own helm-controllers for shard0/shard1: take this module's releases
+    # off those keys so they do not queue behind ~80 releases whose chart server is gone.
+    for ns in CREATED:
+        for hr in rig.kube.list(HR, "HelmRelease", ns):
+            rig.kube.merge_patch(HR, "HelmRelease", hr["metadata"]["name"],
+                                 {"metadata": {"labels": {KEY: "e2e-retired"}}}, namespace=ns)
     server.close()
+    for i, proc in procs.items():
+        proc.stop()
+        rig.kube.delete("apps/v1", "Deployment", f"helm-controller-shard{i}", FLUX_NS)
 
 
 @pytest.fixture(scope="module")
 def placed(rig, shards):
-    """Two tenants per shard, each release installed by its shard."""
+    """Three tenants per shard, two releases each, every release installed by its shard."""
     tenants = {}
-    for i in range(6):
+    for i in range(9):
         ns = f"tenant-sc{i}"
-        tenants[ns] = tenant(rig, ns, f"shard{i % 3}", server=shards["server"])
+        tenants[ns] = tenant(rig, ns, f"shard{i % 3}", server=shards["server"], releases=2)
     for ns, names in tenants.items():
         for hr in names:
             wait_until(lambda: hr_ready(rig, ns, hr), timeout=120, interval=POLL, what=f"{ns}/{hr} Ready")
@@ -166,12 +187,13 @@ def test_removing_a_shard_moves_its_tenants_without_uninstall_or_new_install(rig
     procs = shards["procs"]
     ctl = ShardController(rig, "sc-k3", 3)
     time.sleep(3)
-    assert ctl.metric("cozy_flux_shard_moves_total") == 0, "a settled placement must not move"
+    # Only this module's tenants are counted: earlier tests of the session leave tenants too.
+    assert not [e for e in move_events(rig) if e["regarding"]["name"] in placed], "a settled placement must not move"
     assert ctl.metric("cozy_flux_shard_leader") == 1
     ctl.stop()
 
     on_removed = [ns for ns in placed if shard_of(rig, ns)[0] == "shard2"]
-    assert len(on_removed) == 2
+    assert len(on_removed) == 3
     before = {ns: {hr: (helm_secrets(rig, ns, hr), rig.kube.get("v1", "ConfigMap", f"{hr}-marker", ns)["metadata"]["uid"])
                    for hr in placed[ns]} for ns in on_removed}
     offsets = {i: log_size(p) for i, p in procs.items()}
@@ -179,6 +201,16 @@ def test_removing_a_shard_moves_its_tenants_without_uninstall_or_new_install(rig
     t0 = time.monotonic()
     rig.kube.delete("apps/v1", "Deployment", "helm-controller-shard2", FLUX_NS)
     procs[2].stop()
+    # What an operator sees first: the plan, written nowhere.
+    plan = subprocess.run([rig.scaler_bin, "shards", "plan", "--shards", "2", "--flux-namespace", FLUX_NS],
+                          capture_output=True, text=True, env={"KUBECONFIG": str(rig.cp.kubeconfig)}, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert re.search(r"^shard2\s+removed\s+\d+\s+0$", plan.stdout, re.M), plan.stdout
+    for ns in on_removed:
+        assert re.search(rf"^  {ns} shard2 -> shard[01] \(shard_removed\)$", plan.stdout, re.M), plan.stdout
+    assert "clamp(ceil(H/100), 1, min(16, T)) = 1" in plan.stdout, plan.stdout
+    assert all(shard_of(rig, ns)[0] == "shard2" for ns in on_removed), "shards plan wrote something"
+    t_ctl = time.monotonic()
     ctl = ShardController(rig, "sc-k2", 2)
 
     def all_reconciled():
@@ -194,11 +226,12 @@ def test_removing_a_shard_moves_its_tenants_without_uninstall_or_new_install(rig
 
     wait_until(all_reconciled, timeout=120, interval=POLL, what="shard2's tenants reconciled by their new shard",
                proc=ctl.proc)
-    elapsed = time.monotonic() - t0
-    print(f"\nFIGURE shard removal (3 -> 2 shards, {len(on_removed)} tenants): every tenant reconciled by its "
-          f"new shard {elapsed:.1f}s after the removal (controller start included; --sync-interval {SYNC})")
-    assert ctl.metric("cozy_flux_shard_moves_total") == len(on_removed)
-    assert ctl.metric("cozy_flux_shard_stranded_tenants") == 0
+    elapsed = time.monotonic() - t_ctl
+    print(f"\nFIGURE shard removal (3 -> 2 shards, {len(on_removed)} tenants, 2 releases each): every release "
+          f"reconciled by its new shard {elapsed:.1f}s after the controller (--shards 2) started "
+          f"({time.monotonic() - t0:.1f}s after the removal, `shards plan` included; --sync-interval {SYNC})")
+    wait_until(lambda: ctl.metric("cozy_flux_shard_stranded_tenants") == 0, timeout=10, interval=POLL,
+               what="no stranded tenant reported")
     # No uninstall and no new install: release storage and the installed object are the same
     # objects; any further revision would be an upgrade on top of v1.
     for ns, hrs in before.items():
@@ -223,7 +256,6 @@ def test_an_unready_shard_is_drained_after_the_grace_period(rig, shards, placed)
     on_shard1 = [ns for ns in placed if shard_of(rig, ns)[0] == "shard1"]
     assert on_shard1
     offset = log_size(procs[0])
-    moved_before = ctl.metric("cozy_flux_shard_moves_total")
     t0 = time.monotonic()
     procs[1].stop()
     set_ready(rig, 1, False)
@@ -240,7 +272,6 @@ def test_an_unready_shard_is_drained_after_the_grace_period(rig, shards, placed)
     print(f"\nFIGURE unready shard ({len(on_shard1)} tenants, --grace {GRACE}s): every tenant reconciled by "
           f"shard0 {elapsed:.1f}s after the shard went unready")
     assert elapsed >= GRACE
-    assert ctl.metric("cozy_flux_shard_moves_total") - moved_before == len(on_shard1)
     drained = [e for e in move_events(rig) if e["regarding"]["name"] in on_shard1 and "shard_down" in e["note"]]
     assert sorted(e["regarding"]["name"] for e in drained) == sorted(on_shard1)
     assert {e["related"]["name"] for e in drained} == {"helm-controller-shard0"}

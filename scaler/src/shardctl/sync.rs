@@ -232,11 +232,11 @@ impl Controller {
         self.metrics
             .pending
             .set((plan.moves.len() - report.moved.len() + plan.placement.unplaced.len()) as i64);
-        // Rescued tenants are reconciled again from now on.
+        // Rescued tenants are reconciled again from now on (a dry run rescued nobody).
         let rescued = report
             .moved
             .iter()
-            .filter(|m| plan.stranded.contains(&m.tenant))
+            .filter(|m| !self.settings.dry_run && plan.stranded.contains(&m.tenant))
             .count();
         self.metrics
             .stranded
@@ -335,7 +335,82 @@ fn gauge(n: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shardctl::mock;
+    use kube::runtime::events::Reporter;
     use placement::plan::ShardHealth;
+    use std::collections::BTreeMap as Map;
+    use webhook::index::{Index, Release, TenantNamespace};
+
+    /// An index with `n` tenants stranded on removed shard5 and two ready shards.
+    fn stranded_index(n: usize) -> SharedIndex {
+        let index = Index::shared();
+        {
+            let mut ix = index::write(&index);
+            for i in 0..n {
+                let ns = format!("tenant-{i:02}");
+                let labels = Map::from([(
+                    placement::shard::NAMESPACE_SHARD_LABEL.to_owned(),
+                    "shard5".to_owned(),
+                )]);
+                ix.apply_namespace(&ns, TenantNamespace::new(&labels, false));
+                let keys = Map::from([(
+                    placement::shard::SHARD_KEY_LABEL.to_owned(),
+                    "shard5".to_owned(),
+                )]);
+                ix.apply_release(&ns, "app", Release::new(&ns, "app", &keys));
+            }
+            ix.apply_deployment(0, true);
+            ix.apply_deployment(1, true);
+        }
+        index
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_paces_the_plan_and_sends_nothing() {
+        let (client, server) = mock::client();
+        let reporter = Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        let settings = Settings {
+            policy: Policy {
+                shard_count: 2,
+                ..Policy::default()
+            },
+            moves_per_sync: 5,
+            cooldown: Duration::from_secs(600),
+            dry_run: true,
+        };
+        let mut controller = Controller::new(
+            stranded_index(12),
+            Relabeler::new(
+                client.clone(),
+                webhook::watch::helmrelease_resource(),
+                Duration::from_secs(1),
+            ),
+            Recorder::new(client, reporter),
+            settings,
+            Metrics::default(),
+            "cozy-fluxcd".into(),
+        );
+        // Not the leader: a dry run still reports, because it writes nothing.
+        let (_tx, leading) = watch::channel(false);
+        let report = controller.sync(Instant::now(), &leading).await;
+        assert_eq!(report.planned, 12);
+        assert_eq!(report.moved.len(), 5, "paced to --moves-per-sync");
+        assert!(
+            report
+                .moved
+                .iter()
+                .all(|m| m.reason == plan::MoveReason::ShardRemoved)
+        );
+        assert_eq!(
+            controller.metrics.stranded.get(),
+            12,
+            "a dry run rescues nobody"
+        );
+        server.done();
+    }
 
     fn tenant(ns: &str, current: Option<ShardIndex>) -> TenantInfo {
         TenantInfo {
