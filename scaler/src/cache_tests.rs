@@ -29,7 +29,12 @@ impl Evaluate for Fake {
             ("load".to_string(), n as f64),
         ]
         .into();
-        observe::evaluate(namespace, config, "metrics", &parts, None)
+        let inputs = observe::Inputs {
+            topology: "metrics",
+            default_deadline: Duration::from_secs(600),
+            now: std::time::SystemTime::now(),
+        };
+        observe::evaluate(namespace, config, &inputs, &parts, None)
     }
 }
 

@@ -3,8 +3,15 @@
 //! 1. `raw = 1 + ceil(load / target)`: one primary plus the read replicas the load needs.
 //! 2. `floor = max(minReplicas, quorum + 1, 2)`; the quorum wins over `maxReplicas`.
 //! 3. `recommended = clamp(raw, floor, max(maxReplicas, floor))`.
-//! 4. Lag brake (threshold > 0, replica lag over 5 min above it, primary writing WAL) and dry-run
+//! 4. Quota ceiling: a growing `recommended` is capped at the largest count the namespace's
+//!    ResourceQuotas fit, but never below the current count or the floor (quorum and floor win).
+//! 5. Convergence hold: when `spec.instances` has been above the ready count for longer than the
+//!    deadline, a `recommended` above the ready count is held at `max(ready, floor)`, in back-off
+//!    windows (see [`convergence_phase`]).
+//! 6. Lag brake (threshold > 0, replica lag over 5 min above it, primary writing WAL) and dry-run
 //!    both hold the current count, clamped into `[floor, ceiling]`.
+//!
+//! Precedence, strongest first: dry-run > stuck > brake > quota > quorum > minReplicas/maxReplicas.
 use std::fmt;
 
 use serde::Serialize;
@@ -25,16 +32,22 @@ pub enum Reason {
     Brake,
     /// Held because of `dryRun`.
     DryRun,
+    /// Growth capped by the namespace's ResourceQuota.
+    Quota,
+    /// Held at the ready count: a scale-up did not converge within the deadline.
+    Stuck,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 8] = [
         Self::Load,
         Self::Floor,
         Self::Quorum,
         Self::Max,
         Self::Brake,
         Self::DryRun,
+        Self::Quota,
+        Self::Stuck,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -45,6 +58,8 @@ impl Reason {
             Self::Max => "max",
             Self::Brake => "brake",
             Self::DryRun => "dry-run",
+            Self::Quota => "quota",
+            Self::Stuck => "stuck",
         }
     }
 }
@@ -66,6 +81,26 @@ pub struct Policy {
     /// Lag brake threshold in seconds; 0 = off.
     pub max_lag_seconds: f64,
     pub dry_run: bool,
+    /// How long `spec.instances` may stay above the ready count before the hold; 0 = off.
+    pub convergence_deadline_seconds: f64,
+}
+
+/// The largest total instance count the namespace's ResourceQuotas fit, and the resource that
+/// binds (e.g. `requests.cpu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct QuotaCeiling {
+    pub instances: u32,
+    pub resource: &'static str,
+}
+
+/// The Cluster's convergence, from its status (the same for every scaler replica).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Convergence {
+    /// `status.readyInstances`.
+    pub ready: u32,
+    /// Seconds since the Cluster's `Ready` condition turned `False` while `spec.instances` is above
+    /// `ready`; `None` when it is converged or the condition says nothing.
+    pub not_ready_seconds: Option<f64>,
 }
 
 /// What was measured, turned into plain numbers at the I/O edge.
@@ -79,6 +114,78 @@ pub struct Observation {
     pub max_lag_seconds: Option<f64>,
     /// Whether the primary wrote WAL recently (`rate(cnpg_collector_wal_bytes[5m]) > 0`).
     pub primary_writing: bool,
+    /// `None` without a Kubernetes topology or without a ResourceQuota that limits instances.
+    pub quota: Option<QuotaCeiling>,
+    /// `None` without a Kubernetes topology or without Cluster status.
+    pub convergence: Option<Convergence>,
+}
+
+/// Where a non-converging scale-up stands, reported even when it does not decide the count.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum ConvergencePhase {
+    /// No status to judge by, or the hold is off.
+    Unknown,
+    /// `spec.instances` is not above the ready count (or the Cluster has not said otherwise).
+    Converged,
+    /// Above the ready count for `seconds`, still within the deadline.
+    Converging { seconds: f64 },
+    /// Past the deadline: hold number `attempt` (its length doubles, capped at 8× the deadline).
+    Hold {
+        attempt: u32,
+        remaining_seconds: f64,
+    },
+    /// Between holds: ask again for one deadline's length.
+    Retry {
+        attempt: u32,
+        remaining_seconds: f64,
+    },
+}
+
+/// The phase `elapsed` seconds into a non-convergence episode: converging for one deadline, then
+/// hold 1×, retry 1×, hold 2×, retry 1×, hold 4×, retry 1×, then hold 8×, retry 1× for ever
+/// (all in deadlines). A pure function of the episode's start, so every replica agrees.
+pub fn convergence_phase(elapsed: f64, deadline: f64) -> ConvergencePhase {
+    if !(deadline.is_finite() && deadline > 0.0) || elapsed.is_nan() {
+        return ConvergencePhase::Unknown;
+    }
+    if elapsed < deadline {
+        return ConvergencePhase::Converging {
+            seconds: elapsed.max(0.0),
+        };
+    }
+    let mut t = elapsed - deadline;
+    for attempt in 1..=4u32 {
+        let hold = deadline * f64::from(1u32 << (attempt - 1));
+        if let Some(phase) = within_cycle(t, hold, deadline, attempt) {
+            return phase;
+        }
+        t -= hold + deadline;
+    }
+    // From the fourth hold on every cycle is 8× hold + 1× retry.
+    let period = 9.0 * deadline;
+    let cycles = (t / period).floor();
+    let attempt = (5.0 + cycles).min(f64::from(u32::MAX)) as u32;
+    within_cycle(t % period, 8.0 * deadline, deadline, attempt).unwrap_or(ConvergencePhase::Retry {
+        attempt,
+        remaining_seconds: 0.0,
+    })
+}
+
+fn within_cycle(t: f64, hold: f64, retry: f64, attempt: u32) -> Option<ConvergencePhase> {
+    if t < hold {
+        Some(ConvergencePhase::Hold {
+            attempt,
+            remaining_seconds: hold - t,
+        })
+    } else if t < hold + retry {
+        Some(ConvergencePhase::Retry {
+            attempt,
+            remaining_seconds: hold + retry - t,
+        })
+    } else {
+        None
+    }
 }
 
 /// State of the lag brake, reported even when it does not decide the count.
@@ -108,6 +215,9 @@ pub struct Decision {
     /// `max(maxReplicas, floor)`.
     pub ceiling: u32,
     pub brake: Brake,
+    /// The quota's cap as applied: `max(quota, current, floor)`; `None` without a quota.
+    pub quota_ceiling: Option<u32>,
+    pub convergence: ConvergencePhase,
     pub reason: Reason,
 }
 
@@ -129,7 +239,7 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
         0
     };
     let raw = replicas_needed.saturating_add(1);
-    let (recommended, bound_reason) = if raw < floor {
+    let (bounded, bound_reason) = if raw < floor {
         (floor, floor_reason)
     } else if raw > ceiling {
         // The ceiling exceeds maxReplicas only when the floor raised it: then the floor decided.
@@ -145,6 +255,31 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
     } else {
         (raw, Reason::Load)
     };
+    // The quota only limits growth: never below the current count or the floor.
+    let quota_ceiling = obs.quota.map(|q| q.instances.max(obs.current).max(floor));
+    let (recommended, bound_reason) = match quota_ceiling {
+        Some(cap) if bounded > cap => (cap, Reason::Quota),
+        _ => (bounded, bound_reason),
+    };
+    let convergence = match obs.convergence {
+        _ if policy.convergence_deadline_seconds <= 0.0 => ConvergencePhase::Unknown,
+        None => ConvergencePhase::Unknown,
+        Some(Convergence {
+            not_ready_seconds: None,
+            ..
+        }) => ConvergencePhase::Converged,
+        Some(Convergence {
+            not_ready_seconds: Some(elapsed),
+            ..
+        }) => convergence_phase(elapsed, policy.convergence_deadline_seconds),
+    };
+    let stuck_at = match (convergence, obs.convergence) {
+        // Holding at the floor when the floor is what is asked would change nothing: no hold.
+        (ConvergencePhase::Hold { .. }, Some(c)) if recommended > c.ready.max(floor) => {
+            Some(c.ready.max(floor))
+        }
+        _ => None,
+    };
 
     let lag_high = obs
         .max_lag_seconds
@@ -158,6 +293,8 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
     let hold = obs.current.clamp(floor, ceiling);
     let (desired, reason) = if policy.dry_run {
         (hold, Reason::DryRun)
+    } else if let Some(held) = stuck_at {
+        (held, Reason::Stuck)
     } else if brake == Brake::Engaged {
         (hold, Reason::Brake)
     } else {
@@ -170,6 +307,8 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
         floor,
         ceiling,
         brake,
+        quota_ceiling,
+        convergence,
         reason,
     }
 }
@@ -205,6 +344,27 @@ impl Decision {
                 policy.max_lag_seconds,
                 self.desired,
                 self.recommended
+            ),
+            Reason::Quota => format!(
+                "{load}; capped at {} instances: the namespace's ResourceQuota ({}) fits no more",
+                self.desired,
+                obs.quota.map_or("?", |q| q.resource)
+            ),
+            Reason::Stuck => format!(
+                "spec.instances {} has been above the {} ready instances for longer than the \
+                 convergence deadline {}s; holding {} (recommended {}) {}",
+                obs.current,
+                obs.convergence.map_or(0, |c| c.ready),
+                policy.convergence_deadline_seconds,
+                self.desired,
+                self.recommended,
+                match self.convergence {
+                    ConvergencePhase::Hold {
+                        attempt,
+                        remaining_seconds,
+                    } => format!("for another {remaining_seconds:.0}s (back-off {attempt})"),
+                    _ => String::new(),
+                }
             ),
             Reason::DryRun => format!(
                 "dry run: holding {} instances; recommended {} ({load})",

@@ -10,6 +10,7 @@ fn policy() -> Policy {
         quorum: 0,
         max_lag_seconds: 0.0,
         dry_run: false,
+        convergence_deadline_seconds: 600.0,
     }
 }
 
@@ -19,6 +20,26 @@ fn obs(current: u32, load: f64) -> Observation {
         load,
         max_lag_seconds: None,
         primary_writing: false,
+        quota: None,
+        convergence: None,
+    }
+}
+
+fn quota(instances: u32) -> Option<QuotaCeiling> {
+    Some(QuotaCeiling {
+        instances,
+        resource: "requests.cpu",
+    })
+}
+
+/// `current` instances in spec, `ready` of them ready, not ready for `seconds`.
+fn stuck(current: u32, load: f64, ready: u32, seconds: f64) -> Observation {
+    Observation {
+        convergence: Some(Convergence {
+            ready,
+            not_ready_seconds: Some(seconds),
+        }),
+        ..obs(current, load)
     }
 }
 
@@ -241,25 +262,305 @@ fn any_policy() -> impl Strategy<Value = Policy> {
             quorum,
             max_lag_seconds: lag,
             dry_run,
+            convergence_deadline_seconds: 600.0,
         })
 }
 
 fn any_obs() -> impl Strategy<Value = Observation> {
     (
-        0u32..100,
-        0.0f64..1e7,
-        proptest::option::of(0.0f64..1e4),
-        any::<bool>(),
+        (
+            0u32..100,
+            0.0f64..1e7,
+            proptest::option::of(0.0f64..1e4),
+            any::<bool>(),
+        ),
+        proptest::option::of(0u32..100),
+        proptest::option::of((0u32..100, proptest::option::of(0.0f64..1e5))),
     )
-        .prop_map(|(current, load, lag, writing)| Observation {
-            current,
-            load,
-            max_lag_seconds: lag,
-            primary_writing: writing,
-        })
+        .prop_map(
+            |((current, load, lag, writing), quota_max, convergence)| Observation {
+                current,
+                load,
+                max_lag_seconds: lag,
+                primary_writing: writing,
+                quota: quota(quota_max.unwrap_or(0)).filter(|_| quota_max.is_some()),
+                convergence: convergence.map(|(ready, not_ready_seconds)| Convergence {
+                    ready,
+                    not_ready_seconds,
+                }),
+            },
+        )
+}
+
+#[test]
+fn quota_caps_growth_at_what_fits() {
+    // Load asks for 6; the quota fits 4 in all.
+    let o = Observation {
+        quota: quota(4),
+        ..obs(3, 800.0)
+    };
+    let d = decide(&policy(), &o);
+    assert_eq!(
+        (d.desired, d.recommended, d.quota_ceiling, d.reason),
+        (4, 4, Some(4), Reason::Quota)
+    );
+    assert!(d.summary(&policy(), &o).contains("requests.cpu"));
+    // A quota with room for more does not decide.
+    let d = decide(
+        &policy(),
+        &Observation {
+            quota: quota(9),
+            ..obs(3, 800.0)
+        },
+    );
+    assert_eq!((d.desired, d.reason), (6, Reason::Max));
+}
+
+#[test]
+fn quota_never_lowers_the_count_below_current_or_floor() {
+    // Already above what the quota fits (quota shrunk, or used counts pending pods): hold current.
+    let d = decide(
+        &policy(),
+        &Observation {
+            quota: quota(1),
+            ..obs(4, 800.0)
+        },
+    );
+    assert_eq!((d.desired, d.reason), (4, Reason::Quota));
+    // Scale-down is not the quota's business.
+    let d = decide(
+        &policy(),
+        &Observation {
+            quota: quota(1),
+            ..obs(4, 0.0)
+        },
+    );
+    assert_eq!((d.desired, d.reason), (2, Reason::Floor));
+    // The quorum floor wins over the quota.
+    let p = Policy {
+        quorum: 3,
+        ..policy()
+    };
+    let d = decide(
+        &p,
+        &Observation {
+            quota: quota(2),
+            ..obs(2, 0.0)
+        },
+    );
+    assert_eq!((d.desired, d.reason), (4, Reason::Quorum));
+}
+
+#[test]
+fn convergence_schedule_doubles_and_caps_at_eight_deadlines() {
+    use ConvergencePhase::*;
+    let d = 10.0;
+    let phase = |t| convergence_phase(t, d);
+    assert_eq!(phase(5.0), Converging { seconds: 5.0 });
+    let cases = [
+        (
+            10.0,
+            Hold {
+                attempt: 1,
+                remaining_seconds: 10.0,
+            },
+        ),
+        (
+            19.0,
+            Hold {
+                attempt: 1,
+                remaining_seconds: 1.0,
+            },
+        ),
+        (
+            20.0,
+            Retry {
+                attempt: 1,
+                remaining_seconds: 10.0,
+            },
+        ),
+        (
+            30.0,
+            Hold {
+                attempt: 2,
+                remaining_seconds: 20.0,
+            },
+        ),
+        (
+            50.0,
+            Retry {
+                attempt: 2,
+                remaining_seconds: 10.0,
+            },
+        ),
+        (
+            60.0,
+            Hold {
+                attempt: 3,
+                remaining_seconds: 40.0,
+            },
+        ),
+        (
+            100.0,
+            Retry {
+                attempt: 3,
+                remaining_seconds: 10.0,
+            },
+        ),
+        (
+            110.0,
+            Hold {
+                attempt: 4,
+                remaining_seconds: 80.0,
+            },
+        ),
+        (
+            190.0,
+            Retry {
+                attempt: 4,
+                remaining_seconds: 10.0,
+            },
+        ),
+        (
+            200.0,
+            Hold {
+                attempt: 5,
+                remaining_seconds: 80.0,
+            },
+        ),
+        (
+            280.0,
+            Retry {
+                attempt: 5,
+                remaining_seconds: 10.0,
+            },
+        ),
+        (
+            290.0,
+            Hold {
+                attempt: 6,
+                remaining_seconds: 80.0,
+            },
+        ),
+    ];
+    for (t, want) in cases {
+        assert_eq!(phase(t), want, "t = {t}");
+    }
+    assert_eq!(convergence_phase(50.0, 0.0), Unknown);
+    assert_eq!(convergence_phase(f64::NAN, 10.0), Unknown);
+    assert!(matches!(
+        convergence_phase(1e300, 1e-300),
+        Hold { .. } | Retry { .. }
+    ));
+}
+
+#[test]
+fn stuck_scale_up_holds_at_the_ready_count_after_the_deadline() {
+    // spec 5, 3 ready, load wants 5.
+    let before = decide(&policy(), &stuck(5, 600.0, 3, 599.0));
+    assert_eq!((before.desired, before.reason), (5, Reason::Load));
+    let held = stuck(5, 600.0, 3, 600.0);
+    let d = decide(&policy(), &held);
+    assert_eq!((d.desired, d.recommended, d.reason), (3, 5, Reason::Stuck));
+    assert!(d.summary(&policy(), &held).contains("back-off 1"));
+    // The retry window asks again; the second hold is twice as long.
+    assert_eq!(decide(&policy(), &stuck(5, 600.0, 3, 1300.0)).desired, 5);
+    assert_eq!(
+        decide(&policy(), &stuck(5, 600.0, 3, 1800.0 + 1100.0)).desired,
+        3
+    );
+    // Converged (no not-ready time): the load decides.
+    let converged = Observation {
+        convergence: Some(Convergence {
+            ready: 5,
+            not_ready_seconds: None,
+        }),
+        ..obs(5, 600.0)
+    };
+    assert_eq!(decide(&policy(), &converged).reason, Reason::Load);
+    // Deadline 0 turns the hold off.
+    let off = Policy {
+        convergence_deadline_seconds: 0.0,
+        ..policy()
+    };
+    assert_eq!(decide(&off, &held).desired, 5);
+}
+
+#[test]
+fn stuck_hold_never_goes_below_the_floor_nor_blocks_a_smaller_ask() {
+    // Only the primary is ready: hold at the floor 2, not 1.
+    let d = decide(&policy(), &stuck(4, 600.0, 1, 700.0));
+    assert_eq!((d.desired, d.reason), (2, Reason::Stuck));
+    // The load no longer wants more than is ready: no hold.
+    let d = decide(&policy(), &stuck(5, 200.0, 3, 700.0));
+    assert_eq!((d.desired, d.reason), (3, Reason::Load));
+}
+
+#[test]
+fn precedence_dry_run_then_stuck_then_brake_then_quota() {
+    let braking = Policy {
+        max_lag_seconds: 1.0,
+        ..policy()
+    };
+    let o = Observation {
+        max_lag_seconds: Some(10.0),
+        primary_writing: true,
+        quota: quota(4),
+        ..stuck(5, 800.0, 3, 700.0)
+    };
+    assert_eq!(decide(&braking, &o).reason, Reason::Stuck);
+    let dry = Policy {
+        dry_run: true,
+        ..braking
+    };
+    assert_eq!(decide(&dry, &o).reason, Reason::DryRun);
+    let converging = Observation {
+        convergence: None,
+        ..o
+    };
+    assert_eq!(decide(&braking, &converging).reason, Reason::Brake);
+    let quiet = Observation {
+        primary_writing: false,
+        ..converging
+    };
+    let d = decide(&braking, &quiet);
+    assert_eq!((d.desired, d.reason), (5, Reason::Quota));
 }
 
 proptest! {
+    #[test]
+    fn the_quota_never_lowers_the_count(p in any_policy(), o in any_obs(), q in 0u32..100) {
+        let without = decide(&p, &Observation { quota: None, ..o });
+        let with = decide(&p, &Observation { quota: quota(q), ..o });
+        prop_assert!(with.desired <= without.desired);
+        prop_assert!(with.desired >= without.desired.min(o.current.max(with.floor)));
+    }
+
+    #[test]
+    fn the_stuck_hold_never_goes_below_the_floor_nor_above_the_ask(p in any_policy(), o in any_obs()) {
+        let d = decide(&p, &o);
+        if d.reason == Reason::Stuck {
+            prop_assert!(d.desired >= d.floor);
+            prop_assert!(d.desired < d.recommended);
+            prop_assert!(matches!(d.convergence, ConvergencePhase::Hold { .. }), "not in a hold");
+        }
+    }
+
+    #[test]
+    fn holds_double_and_never_exceed_eight_deadlines(elapsed in 0.0f64..1e7, deadline in 1.0f64..1e4) {
+        match convergence_phase(elapsed, deadline) {
+            ConvergencePhase::Hold { attempt, remaining_seconds } => {
+                let cap = deadline * f64::from(1u32 << (attempt - 1).min(3));
+                prop_assert!(remaining_seconds > 0.0 && remaining_seconds <= cap * (1.0 + 1e-9));
+            }
+            ConvergencePhase::Retry { remaining_seconds, .. } => {
+                prop_assert!(remaining_seconds <= deadline * (1.0 + 1e-9));
+            }
+            ConvergencePhase::Converging { seconds } => prop_assert!(seconds < deadline),
+            other => prop_assert!(false, "unexpected {:?}", other),
+        }
+    }
+
     #[test]
     fn never_below_the_floor(p in any_policy(), o in any_obs()) {
         let d = decide(&p, &o);
@@ -275,7 +576,7 @@ proptest! {
     #[test]
     fn brake_never_changes_the_count(p in any_policy(), o in any_obs()) {
         let d = decide(&p, &o);
-        if d.brake == Brake::Engaged {
+        if d.reason == Reason::Brake {
             prop_assert_eq!(d.desired, o.current.clamp(d.floor, d.ceiling));
             if (d.floor..=d.ceiling).contains(&o.current) {
                 prop_assert_eq!(d.desired, o.current);

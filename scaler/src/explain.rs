@@ -6,7 +6,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
-use crate::decision::Brake;
+use crate::decision::{Brake, ConvergencePhase};
 use crate::metadata::{self, Metric};
 use crate::metrics::Metrics;
 use crate::observe::{CurrentSource, Evaluate as _, Evaluation, Observer, QuorumSource};
@@ -49,6 +49,9 @@ pub struct Args {
     pub max_replication_lag_seconds: String,
     #[arg(long)]
     pub dry_run: bool,
+    /// Seconds spec.instances may stay above the ready count before the stuck hold; 0 = off.
+    #[arg(long, default_value = "600")]
+    pub convergence_deadline_seconds: String,
     #[arg(long, value_enum, default_value = "auto")]
     pub topology: topology::Mode,
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
@@ -83,6 +86,10 @@ impl Args {
                 self.max_replication_lag_seconds.clone(),
             ),
             ("dryRun", self.dry_run.to_string()),
+            (
+                "convergenceDeadlineSeconds",
+                self.convergence_deadline_seconds.clone(),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -109,6 +116,8 @@ impl Args {
             )?,
             topology,
             metrics,
+            // Unused: the metadata above always carries the deadline.
+            convergence_deadline: Duration::ZERO,
         };
         let evaluation = observer.evaluate(&self.namespace, &config).await?;
         let report = Report {
@@ -243,6 +252,8 @@ fn text(report: &Report<'_>) -> String {
         ),
     };
     let _ = writeln!(s, "  lag brake             {brake}");
+    let _ = writeln!(s, "  quota ceiling         {}", quota_line(e));
+    let _ = writeln!(s, "  convergence           {}", convergence_line(e));
     let _ = writeln!(
         s,
         "  dry run               {}",
@@ -258,4 +269,62 @@ fn text(report: &Report<'_>) -> String {
         report.query.replace('\n', "\n  ")
     );
     s
+}
+
+fn quota_line(e: &Evaluation) -> String {
+    let d = &e.decision;
+    match (&e.quota, d.quota_ceiling) {
+        _ if e.topology != "kube" => "not applied (needs --topology kube)".to_owned(),
+        (Some(fit), Some(cap)) => {
+            let used = fit
+                .used
+                .map_or("not yet counted".to_owned(), |u| u.to_string());
+            format!(
+                "{cap} = max(existing + {} more that fit, current, floor); binding: {} in ResourceQuota {} \
+                 (hard {}, used {used}, {} per instance){}",
+                fit.more,
+                fit.resource,
+                fit.quota,
+                fit.hard,
+                fit.cost,
+                if d.reason == crate::decision::Reason::Quota {
+                    "; CAPPING"
+                } else {
+                    ""
+                }
+            )
+        }
+        _ => "none (no ResourceQuota limits what an instance uses)".to_owned(),
+    }
+}
+
+fn convergence_line(e: &Evaluation) -> String {
+    let deadline = e.policy.convergence_deadline_seconds;
+    let ready = e
+        .observation
+        .convergence
+        .map_or("?".to_owned(), |c| c.ready.to_string());
+    match e.decision.convergence {
+        ConvergencePhase::Unknown if deadline <= 0.0 => "hold off (deadline 0)".to_owned(),
+        ConvergencePhase::Unknown => "unknown (no Cluster status)".to_owned(),
+        ConvergencePhase::Converged => format!("converged ({ready} ready)"),
+        ConvergencePhase::Converging { seconds } => format!(
+            "{ready} of {} ready for {seconds:.0}s (deadline {deadline}s)",
+            e.observation.current
+        ),
+        ConvergencePhase::Hold {
+            attempt,
+            remaining_seconds,
+        } => format!(
+            "STUCK: {ready} of {} ready past the {deadline}s deadline; hold {attempt} ends in {remaining_seconds:.0}s",
+            e.observation.current
+        ),
+        ConvergencePhase::Retry {
+            attempt,
+            remaining_seconds,
+        } => format!(
+            "{ready} of {} ready past the deadline; retry window after hold {attempt}, {remaining_seconds:.0}s left",
+            e.observation.current
+        ),
+    }
 }

@@ -10,6 +10,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod observe;
 pub mod promql;
+pub mod quota;
 pub mod serve;
 pub mod topology;
 

@@ -14,7 +14,7 @@ pub const MAX_TARGET: f64 = 1e9;
 
 /// Keys KEDA itself reads from the same trigger metadata; accepted and ignored.
 const KEDA_KEYS: [&str; 3] = ["scalerAddress", "enableTLS", "unsafeSsl"];
-const OUR_KEYS: [&str; 8] = [
+const OUR_KEYS: [&str; 9] = [
     "cluster",
     "metric",
     "target",
@@ -23,6 +23,7 @@ const OUR_KEYS: [&str; 8] = [
     "maxSyncReplicas",
     "maxReplicationLagSeconds",
     "dryRun",
+    "convergenceDeadlineSeconds",
 ];
 
 /// The load signal summed over read replicas.
@@ -75,6 +76,9 @@ pub struct ScalerConfig {
     pub max_replication_lag_seconds: f64,
     /// Publish the recommendation but hold the current count.
     pub dry_run: bool,
+    /// Seconds a scale-up may take to converge before the stuck hold; 0 turns the hold off;
+    /// `None` means the server's `--convergence-deadline`.
+    pub convergence_deadline_seconds: Option<f64>,
 }
 
 // Floats are validated finite and never -0.0, so equality is reflexive and bit-hashing agrees.
@@ -90,6 +94,9 @@ impl std::hash::Hash for ScalerConfig {
         self.max_sync_replicas.hash(state);
         self.max_replication_lag_seconds.to_bits().hash(state);
         self.dry_run.hash(state);
+        self.convergence_deadline_seconds
+            .map(f64::to_bits)
+            .hash(state);
     }
 }
 
@@ -142,6 +149,10 @@ const COUNT_ALLOWED: &str = "a whole number from 0 to 1000";
 const MAX_ALLOWED: &str = "a whole number from 1 to 1000 (total instances, primary included)";
 const LAG_ALLOWED: &str = "a number of seconds >= 0 (0 turns the lag brake off)";
 const BOOL_ALLOWED: &str = "true or false";
+const DEADLINE_ALLOWED: &str =
+    "a number of seconds from 0 to 86400 (0 turns the convergence hold off)";
+/// Longest convergence deadline accepted: one day.
+pub const MAX_CONVERGENCE_DEADLINE_SECONDS: f64 = 86_400.0;
 
 /// Parses the metadata of the ScaledObject called `so_name` (the default cluster name).
 pub fn parse(
@@ -223,6 +234,13 @@ pub fn parse(
         Some(value) if value.eq_ignore_ascii_case("false") => false,
         Some(value) => return Err(invalid("dryRun", value, BOOL_ALLOWED)),
     };
+    let convergence_deadline_seconds = get("convergenceDeadlineSeconds")
+        .map(|value| {
+            parse_number(value)
+                .filter(|s| (0.0..=MAX_CONVERGENCE_DEADLINE_SECONDS).contains(s))
+                .ok_or_else(|| invalid("convergenceDeadlineSeconds", value, DEADLINE_ALLOWED))
+        })
+        .transpose()?;
     Ok(ScalerConfig {
         cluster,
         metric,
@@ -232,6 +250,7 @@ pub fn parse(
         max_sync_replicas,
         max_replication_lag_seconds,
         dry_run,
+        convergence_deadline_seconds,
     })
 }
 
@@ -288,6 +307,7 @@ mod tests {
                 max_sync_replicas: None,
                 max_replication_lag_seconds: 0.0,
                 dry_run: false,
+                convergence_deadline_seconds: None,
             }
         );
         assert_eq!(cfg.metric_name(), "cnpg-pg-readconnections");
@@ -303,6 +323,7 @@ mod tests {
             ("maxSyncReplicas", "1"),
             ("maxReplicationLagSeconds", "30.5"),
             ("dryRun", "True"),
+            ("convergenceDeadlineSeconds", "120"),
             ("scalerAddress", "scaler:6000"),
             ("enableTLS", "true"),
             ("unsafeSsl", "false"),
@@ -314,6 +335,7 @@ mod tests {
         assert_eq!(cfg.max_sync_replicas, Some(1));
         assert_eq!(cfg.max_replication_lag_seconds, 30.5);
         assert!(cfg.dry_run);
+        assert_eq!(cfg.convergence_deadline_seconds, Some(120.0));
         assert_eq!(cfg.metric_name(), "cnpg-db-readcpuutilization");
     }
 
@@ -343,6 +365,16 @@ mod tests {
                 "maxReplicationLagSeconds",
             ),
             ("dryRun", Some("maybe"), "dryRun"),
+            (
+                "convergenceDeadlineSeconds",
+                Some("10m"),
+                "convergenceDeadlineSeconds",
+            ),
+            (
+                "convergenceDeadlineSeconds",
+                Some("86401"),
+                "convergenceDeadlineSeconds",
+            ),
             ("cluster", Some("Bad_Name"), "cluster"),
             ("cluster", Some("pg.x"), "cluster"),
             ("maxReplica", Some("3"), "maxReplica"),

@@ -10,6 +10,8 @@
 //! | `scaler_decision_desired_instances` | gauge | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_recommended_instances` | gauge | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_reason` | gauge (1 for the current reason) | `namespace`, `scaledobject`, `cluster`, `reason` |
+//! | `scaler_decision_quota_ceiling_instances` | gauge (absent without a limiting quota) | `namespace`, `scaledobject`, `cluster` |
+//! | `scaler_decision_convergence_backoff` | gauge (hold number past the deadline, 0 otherwise) | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_cache_entries` | gauge | – |
 //! | `scaler_active_streams` | gauge | – |
 use prometheus_client::encoding::EncodeLabelSet;
@@ -19,7 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::decision::{Decision, Reason};
+use crate::decision::{ConvergencePhase, Decision, Reason};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RpcLabels {
@@ -72,6 +74,8 @@ pub struct Metrics {
     desired: Family<ObjectLabels, Gauge>,
     recommended: Family<ObjectLabels, Gauge>,
     reason: Family<ObjectReasonLabels, Gauge>,
+    quota_ceiling: Family<ObjectLabels, Gauge>,
+    convergence_backoff: Family<ObjectLabels, Gauge>,
     pub cache_entries: Gauge,
     pub active_streams: Gauge,
 }
@@ -98,6 +102,8 @@ impl Metrics {
             desired: Family::default(),
             recommended: Family::default(),
             reason: Family::default(),
+            quota_ceiling: Family::default(),
+            convergence_backoff: Family::default(),
             cache_entries: Gauge::default(),
             active_streams: Gauge::default(),
         };
@@ -143,6 +149,16 @@ impl Metrics {
             this.reason.clone(),
         );
         r.register(
+            "decision_quota_ceiling_instances",
+            "Largest instance count the namespace's ResourceQuotas fit (max with current and floor)",
+            this.quota_ceiling.clone(),
+        );
+        r.register(
+            "decision_convergence_backoff",
+            "Hold number of a scale-up that did not converge within the deadline; 0 otherwise",
+            this.convergence_backoff.clone(),
+        );
+        r.register(
             "cache_entries",
             "ScaledObject decisions held in the cache",
             this.cache_entries.clone(),
@@ -186,6 +202,19 @@ impl Metrics {
         self.recommended
             .get_or_create(object)
             .set(i64::from(decision.recommended));
+        match decision.quota_ceiling {
+            Some(cap) => _ = self.quota_ceiling.get_or_create(object).set(i64::from(cap)),
+            None => _ = self.quota_ceiling.remove(object),
+        }
+        let backoff = match decision.convergence {
+            ConvergencePhase::Hold { attempt, .. } | ConvergencePhase::Retry { attempt, .. } => {
+                attempt
+            }
+            _ => 0,
+        };
+        self.convergence_backoff
+            .get_or_create(object)
+            .set(i64::from(backoff));
         for reason in Reason::ALL {
             let labels = reason_labels(object, reason);
             if reason == decision.reason {
@@ -200,6 +229,8 @@ impl Metrics {
     pub fn forget(&self, object: &ObjectLabels) {
         self.desired.remove(object);
         self.recommended.remove(object);
+        self.quota_ceiling.remove(object);
+        self.convergence_backoff.remove(object);
         for reason in Reason::ALL {
             self.reason.remove(&reason_labels(object, reason));
         }

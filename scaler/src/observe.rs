@@ -1,14 +1,16 @@
 //! Turns the backends' answers into the decision's inputs, then decides.
 use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
 use crate::backend;
-use crate::decision::{self, Decision, Observation, Policy};
+use crate::decision::{self, Convergence, Decision, Observation, Policy, QuotaCeiling};
 use crate::metadata::{Metric, ScalerConfig};
 use crate::metrics::Metrics;
 use crate::promql::{self, QueryError, part};
-use crate::topology::{ClusterFacts, Topology, TopologyError};
+use crate::quota::{self, Fit};
+use crate::topology::{ClusterFacts, Snapshot, Topology, TopologyError};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ObserveError {
@@ -69,6 +71,9 @@ pub struct Evaluation {
     /// Primary WAL write rate in bytes/s; `None` without WAL series.
     pub wal_bytes_per_second: Option<f64>,
     pub cluster_spec: Option<ClusterFacts>,
+    /// The tightest ResourceQuota limit on one more instance; `None` without a Kubernetes
+    /// topology or without a quota that limits what an instance uses.
+    pub quota: Option<Fit>,
     pub current_source: CurrentSource,
     pub quorum_source: QuorumSource,
     pub policy: Policy,
@@ -93,6 +98,8 @@ pub struct Observer {
     pub prometheus: backend::Client,
     pub topology: Topology,
     pub metrics: Metrics,
+    /// `--convergence-deadline`, unless the metadata sets one.
+    pub convergence_deadline: Duration,
 }
 
 impl Evaluate for Observer {
@@ -107,23 +114,37 @@ impl Evaluate for Observer {
             config.metric,
             config.max_replication_lag_seconds > 0.0,
         );
-        let (parts, facts) = tokio::join!(
+        let (parts, snapshot) = tokio::join!(
             self.prometheus.parts(&query),
             self.topology
                 .lookup(namespace, &config.cluster, &self.metrics)
         );
-        evaluate(namespace, config, self.topology.name(), &parts?, facts?)
+        let inputs = Inputs {
+            topology: self.topology.name(),
+            default_deadline: self.convergence_deadline,
+            now: SystemTime::now(),
+        };
+        evaluate(namespace, config, &inputs, &parts?, snapshot?.as_ref())
     }
 }
 
-/// The pure part: query answer + Cluster facts + config → evaluation.
+/// What an evaluation needs besides the answers: where they came from, defaults, the clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs {
+    pub topology: &'static str,
+    pub default_deadline: Duration,
+    pub now: SystemTime,
+}
+
+/// The pure part: query answer + Cluster facts and quotas + config → evaluation.
 pub fn evaluate(
     namespace: &str,
     config: &ScalerConfig,
-    topology: &'static str,
+    inputs: &Inputs,
     parts: &HashMap<String, f64>,
-    facts: Option<ClusterFacts>,
+    snapshot: Option<&Snapshot>,
 ) -> Result<Evaluation, ObserveError> {
+    let facts = snapshot.map(|s| s.cluster);
     let instance_series = parts
         .get(part::INSTANCES)
         .map(|n| *n as u32)
@@ -162,24 +183,48 @@ pub fn evaluate(
         quorum,
         max_lag_seconds: config.max_replication_lag_seconds,
         dry_run: config.dry_run,
+        convergence_deadline_seconds: config
+            .convergence_deadline_seconds
+            .unwrap_or(inputs.default_deadline.as_secs_f64()),
     };
+    let fit = snapshot.and_then(|s| quota::tightest(&s.quotas, &s.cluster.cost));
+    let status = facts.and_then(|f| f.status);
+    // Instances that exist (and so are in the quota's usage) plus those that still fit.
+    let existing = status.map_or(current, |s| s.instances);
+    let now = inputs
+        .now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let observation = Observation {
         current,
         // CNPG omits zero rows, so no load series while instances exist means no load.
         load: load.unwrap_or(0.0),
         max_lag_seconds: parts.get(part::LAG).copied(),
         primary_writing: wal.is_some_and(|rate| rate > 0.0),
+        quota: fit.as_ref().map(|f| QuotaCeiling {
+            instances: existing.saturating_add(f.more),
+            resource: f.resource,
+        }),
+        convergence: status.map(|s| Convergence {
+            ready: s.ready,
+            not_ready_seconds: s
+                .not_ready_since
+                .filter(|_| current > s.ready)
+                // A clock behind the API server's counts as just now, never as negative.
+                .map(|since| now.saturating_sub(u64::try_from(since).unwrap_or(0)) as f64),
+        }),
     };
     let decision = decision::decide(&policy, &observation);
     Ok(Evaluation {
         namespace: namespace.to_owned(),
         cluster: config.cluster.clone(),
         metric: config.metric.as_str(),
-        topology,
+        topology: inputs.topology,
         instance_series,
         load_series_present: load.is_some(),
         wal_bytes_per_second: wal,
         cluster_spec: facts,
+        quota: fit,
         current_source,
         quorum_source,
         summary: decision.summary(&policy, &observation),
@@ -194,6 +239,27 @@ mod tests {
     use super::*;
     use crate::decision::Reason;
     use crate::metadata::parse;
+    use crate::quota::Quota;
+    use crate::topology::facts_from;
+    use serde_json::json;
+
+    /// 2026-11-30T19:10:00Z.
+    const NOW: u64 = 1_796_065_800;
+
+    fn inputs(topology: &'static str) -> Inputs {
+        Inputs {
+            topology,
+            default_deadline: Duration::from_secs(600),
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(NOW),
+        }
+    }
+
+    fn snapshot(cluster: serde_json::Value, quotas: Vec<Quota>) -> Snapshot {
+        Snapshot {
+            cluster: facts_from(&cluster).unwrap(),
+            quotas,
+        }
+    }
 
     fn config(extra: &[(&str, &str)]) -> ScalerConfig {
         let mut md: HashMap<String, String> = [("target", "5"), ("maxReplicas", "6")]
@@ -213,7 +279,7 @@ mod tests {
         let err = evaluate(
             "ns",
             &config(&[]),
-            "metrics",
+            &inputs("metrics"),
             &parts(&[("load", 9.0)]),
             None,
         );
@@ -221,7 +287,7 @@ mod tests {
         let err = evaluate(
             "ns",
             &config(&[]),
-            "metrics",
+            &inputs("metrics"),
             &parts(&[("instances", 0.0)]),
             None,
         );
@@ -233,7 +299,7 @@ mod tests {
         let e = evaluate(
             "ns",
             &config(&[]),
-            "metrics",
+            &inputs("metrics"),
             &parts(&[("instances", 3.0)]),
             None,
         )
@@ -248,14 +314,15 @@ mod tests {
 
     #[test]
     fn cluster_spec_gives_current_and_quorum_unless_metadata_says_otherwise() {
-        let facts = Some(ClusterFacts {
-            instances: 4,
-            quorum: Some(3),
-        });
+        let snapshot = snapshot(
+            json!({"spec": {"instances": 4, "maxSyncReplicas": 3}}),
+            vec![],
+        );
+        let facts = Some(&snapshot);
         let e = evaluate(
             "ns",
             &config(&[]),
-            "kube",
+            &inputs("kube"),
             &parts(&[("instances", 3.0), ("load", 5.0)]),
             facts,
         )
@@ -272,7 +339,7 @@ mod tests {
         let e = evaluate(
             "ns",
             &config(&[("maxSyncReplicas", "1")]),
-            "kube",
+            &inputs("kube"),
             &parts(&[("instances", 3.0), ("load", 12.0)]),
             facts,
         )
@@ -296,7 +363,7 @@ mod tests {
             ])
         };
         assert!(matches!(
-            evaluate("ns", &cfg, "metrics", &answer(1.0), None),
+            evaluate("ns", &cfg, &inputs("metrics"), &answer(1.0), None),
             Err(ObserveError::MissingCpuSeries {
                 replicas: 2,
                 with_series: 1,
@@ -304,7 +371,7 @@ mod tests {
             })
         ));
         assert_eq!(
-            evaluate("ns", &cfg, "metrics", &answer(2.0), None)
+            evaluate("ns", &cfg, &inputs("metrics"), &answer(2.0), None)
                 .unwrap()
                 .observation
                 .load,
@@ -313,7 +380,7 @@ mod tests {
         // A lone primary has no replicas and so no replica CPU: zero load, not an error.
         let lone = parts(&[("instances", 1.0)]);
         assert_eq!(
-            evaluate("ns", &cfg, "metrics", &lone, None)
+            evaluate("ns", &cfg, &inputs("metrics"), &lone, None)
                 .unwrap()
                 .observation
                 .load,
@@ -332,9 +399,104 @@ mod tests {
                 ("wal", wal),
             ])
         };
-        let e = evaluate("ns", &cfg, "metrics", &lagging(1000.0), None).unwrap();
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &lagging(1000.0), None).unwrap();
         assert_eq!((e.decision.desired, e.decision.reason), (3, Reason::Brake));
-        let e = evaluate("ns", &cfg, "metrics", &lagging(0.0), None).unwrap();
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &lagging(0.0), None).unwrap();
         assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Max));
+    }
+
+    #[test]
+    fn the_quota_caps_growth_at_existing_instances_plus_what_fits() {
+        // 3 instances exist at 500m each; the quota has 1 CPU left: two more fit.
+        let q = Quota::parse(
+            "tenant",
+            false,
+            [("requests.cpu", "2500m")],
+            Some([("requests.cpu", "1500m")]),
+        )
+        .unwrap();
+        let cluster = json!({
+            "spec": {"instances": 3, "resources": {"requests": {"cpu": "500m"}}},
+            "status": {"instances": 3, "readyInstances": 3},
+        });
+        let snap = snapshot(cluster, vec![q]);
+        // Load 40 / target 5 wants 9; max 6 would allow 6; the quota stops it at 5.
+        let e = evaluate(
+            "ns",
+            &config(&[]),
+            &inputs("kube"),
+            &parts(&[("instances", 3.0), ("load", 40.0)]),
+            Some(&snap),
+        )
+        .unwrap();
+        assert_eq!((e.decision.desired, e.decision.reason), (5, Reason::Quota));
+        let fit = e.quota.unwrap();
+        assert_eq!(
+            (fit.more, fit.resource, fit.quota.as_str()),
+            (2, "requests.cpu", "tenant")
+        );
+        // Without quotas the ceiling is absent.
+        let free = snapshot(json!({"spec": {"instances": 3}}), vec![]);
+        let e = evaluate(
+            "ns",
+            &config(&[]),
+            &inputs("kube"),
+            &parts(&[("instances", 3.0), ("load", 40.0)]),
+            Some(&free),
+        )
+        .unwrap();
+        assert_eq!(
+            (e.decision.desired, e.decision.reason, e.quota),
+            (6, Reason::Max, None)
+        );
+    }
+
+    #[test]
+    fn not_ready_since_the_condition_turned_false_decides_the_hold() {
+        let cluster = |since: &str| {
+            json!({
+                "spec": {"instances": 5},
+                "status": {"instances": 5, "readyInstances": 3, "conditions": [
+                    {"type": "Ready", "status": "False", "lastTransitionTime": since}]},
+            })
+        };
+        let eval = |since: &str, extra: &[(&str, &str)]| {
+            evaluate(
+                "ns",
+                &config(extra),
+                &inputs("kube"),
+                &parts(&[("instances", 5.0), ("load", 30.0)]),
+                Some(&snapshot(cluster(since), vec![])),
+            )
+            .unwrap()
+        };
+        // 5 minutes: within the default 10-minute deadline.
+        let e = eval("2026-11-30T19:05:00Z", &[]);
+        assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Max));
+        assert_eq!(
+            e.observation.convergence.unwrap().not_ready_seconds,
+            Some(300.0)
+        );
+        // 10 minutes: hold at the 3 ready instances.
+        let e = eval("2026-11-30T19:00:00Z", &[]);
+        assert_eq!((e.decision.desired, e.decision.reason), (3, Reason::Stuck));
+        // The metadata deadline wins over the server's default.
+        let e = eval(
+            "2026-11-30T19:08:30Z",
+            &[("convergenceDeadlineSeconds", "60")],
+        );
+        assert_eq!(e.decision.reason, Reason::Stuck);
+        // 300 s with a 60 s deadline: hold 1×, retry, hold 2× are over; a retry asks again.
+        let e = eval(
+            "2026-11-30T19:05:00Z",
+            &[("convergenceDeadlineSeconds", "60")],
+        );
+        assert_eq!(e.decision.reason, Reason::Max);
+        // A condition time ahead of our clock counts as just now.
+        let e = eval(
+            "2026-11-30T20:00:00Z",
+            &[("convergenceDeadlineSeconds", "60")],
+        );
+        assert_eq!(e.decision.reason, Reason::Max);
     }
 }

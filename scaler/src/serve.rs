@@ -66,6 +66,11 @@ pub struct Args {
     /// abandoned while streaming. A decision's answer is a few hundred bytes.
     #[arg(long, default_value_t = backend::DEFAULT_MAX_RESPONSE_BYTES)]
     pub max_response_bytes: usize,
+    /// How long spec.instances may stay above the Cluster's ready instances before the scaler
+    /// holds at the ready count (reason `stuck`); 0s turns the hold off. Trigger metadata
+    /// `convergenceDeadlineSeconds` overrides it per ScaledObject.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, env = "SCALER_CONVERGENCE_DEADLINE")]
+    pub convergence_deadline: Duration,
     /// Forget ScaledObjects nobody asked about for this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub cache_ttl: Duration,
@@ -175,6 +180,7 @@ impl Args {
             prometheus,
             topology,
             metrics: metrics.clone(),
+            convergence_deadline: self.convergence_deadline,
         };
         let timing = Timing {
             refresh: self.refresh_interval,

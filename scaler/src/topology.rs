@@ -4,19 +4,23 @@
 //!
 //! `serve` watches every Cluster once and answers lookups from memory, so decisions cost no API
 //! call; `explain` reads the one Cluster it needs.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use k8s_openapi::api::core::v1::ResourceQuota;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
+use crate::quota::{InstanceCost, Milli, Quota, Rounding, parse_quantity};
 
 /// `--topology`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -29,13 +33,28 @@ pub enum Mode {
     Metrics,
 }
 
-/// What a Cluster says about its size and sync quorum.
+/// What a Cluster says about its size, sync quorum, convergence and per-instance cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ClusterFacts {
     /// `spec.instances` (what the HPA compares against).
     pub instances: u32,
     /// Legacy `spec.maxSyncReplicas`, else `spec.postgresql.synchronous.number`.
     pub quorum: Option<u32>,
+    /// `None` until CNPG has written a status with `readyInstances`.
+    pub status: Option<ClusterStatus>,
+    /// What one more instance costs against a ResourceQuota.
+    pub cost: InstanceCost,
+}
+
+/// The convergence facts of a Cluster's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ClusterStatus {
+    /// `status.instances`: instance pods CNPG has created.
+    pub instances: u32,
+    /// `status.readyInstances`.
+    pub ready: u32,
+    /// `lastTransitionTime` (Unix seconds) of the `Ready` condition while it is `False`.
+    pub not_ready_since: Option<i64>,
 }
 
 /// Reads [`ClusterFacts`] from a Cluster's JSON.
@@ -52,21 +71,123 @@ pub fn facts_from(object: &serde_json::Value) -> Result<ClusterFacts, String> {
     };
     let legacy = count(spec.get("maxSyncReplicas")).filter(|n| *n > 0);
     let explicit = count(spec.pointer("/postgresql/synchronous/number"));
+    let status = object.get("status").and_then(|status| {
+        let ready = count(status.get("readyInstances"))?;
+        let not_ready_since = status
+            .get("conditions")
+            .and_then(|c| c.as_array())
+            .and_then(|conditions| {
+                conditions
+                    .iter()
+                    .find(|c| c.get("type").and_then(|t| t.as_str()) == Some("Ready"))
+            })
+            .filter(|c| c.get("status").and_then(|s| s.as_str()) == Some("False"))
+            .and_then(|c| {
+                c.get("lastTransitionTime")?
+                    .as_str()?
+                    .parse::<Timestamp>()
+                    .ok()
+            })
+            .map(|t| t.as_second());
+        Some(ClusterStatus {
+            instances: count(status.get("instances")).unwrap_or(ready),
+            ready,
+            not_ready_since,
+        })
+    });
     Ok(ClusterFacts {
         instances,
         quorum: legacy.or(explicit),
+        status,
+        cost: cost_from(spec)?,
     })
+}
+
+/// One instance's pod resources and volumes (data, WAL, tablespaces), from a Cluster spec.
+fn cost_from(spec: &serde_json::Value) -> Result<InstanceCost, String> {
+    let quantity = |pointer: &str, within: &serde_json::Value| -> Result<Option<Milli>, String> {
+        let Some(value) = within.pointer(pointer) else {
+            return Ok(None);
+        };
+        let text = match value {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            other => return Err(format!("spec{pointer} {other} is not a quantity")),
+        };
+        parse_quantity(&text, Rounding::Up)
+            .map(Some)
+            .map_err(|e| format!("spec{pointer}: {e}"))
+    };
+    // A volume's size, or its pvcTemplate's storage request.
+    let volume = |storage: &serde_json::Value| -> Result<Milli, String> {
+        Ok(quantity("/size", storage)?
+            .or(quantity(
+                "/pvcTemplate/resources/requests/storage",
+                storage,
+            )?)
+            .unwrap_or_default())
+    };
+    let mut storage = Milli::default();
+    let mut pvcs = 0u32;
+    let tablespaces = spec.get("tablespaces").and_then(|t| t.as_array());
+    let volumes = [spec.get("storage"), spec.get("walStorage")]
+        .into_iter()
+        .flatten()
+        .chain(
+            tablespaces
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.get("storage")),
+        );
+    for v in volumes {
+        storage.0 = storage.0.saturating_add(volume(v)?.0);
+        pvcs = pvcs.saturating_add(1);
+    }
+    Ok(InstanceCost {
+        requests_cpu: quantity("/resources/requests/cpu", spec)?,
+        limits_cpu: quantity("/resources/limits/cpu", spec)?,
+        requests_memory: quantity("/resources/requests/memory", spec)?,
+        limits_memory: quantity("/resources/limits/memory", spec)?,
+        storage: Some(storage).filter(|s| s.0 > 0),
+        // CNPG always gives an instance its data PVC.
+        pvcs: pvcs.max(1),
+    })
+}
+
+/// Reads a ResourceQuota's hard limits and usage.
+pub fn quota_from(object: &ResourceQuota) -> Result<Quota, String> {
+    let name = object.metadata.name.as_deref().unwrap_or_default();
+    let spec = object.spec.as_ref();
+    let scoped = spec.is_some_and(|s| {
+        s.scopes.as_ref().is_some_and(|v| !v.is_empty()) || s.scope_selector.is_some()
+    });
+    fn pairs(map: &BTreeMap<String, Quantity>) -> Vec<(&str, &str)> {
+        map.iter()
+            .map(|(k, v)| (k.as_str(), v.0.as_str()))
+            .collect()
+    }
+    let empty = Default::default();
+    let hard = spec.and_then(|s| s.hard.as_ref()).unwrap_or(&empty);
+    let used = object.status.as_ref().and_then(|s| s.used.as_ref());
+    Quota::parse(name, scoped, pairs(hard), used.map(pairs))
+}
+
+/// A Cluster and the ResourceQuotas of its namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub cluster: ClusterFacts,
+    pub quotas: Vec<Quota>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TopologyError {
     #[error("CNPG Cluster {namespace}/{name} not found")]
     NotFound { namespace: String, name: String },
-    #[error("the CNPG Cluster list is not loaded yet")]
+    #[error("the CNPG Cluster and ResourceQuota lists are not loaded yet")]
     NotSynced,
-    #[error("cannot read CNPG Cluster: {0}")]
+    #[error("cannot read CNPG Cluster or ResourceQuotas: {0}")]
     Api(String),
-    #[error("reading the CNPG Cluster timed out after {0:?}")]
+    #[error("reading the CNPG Cluster and ResourceQuotas timed out after {0:?}")]
     Timeout(Duration),
 }
 
@@ -115,226 +236,255 @@ impl Topology {
         }
     }
 
-    /// `Ok(None)` in metrics-only mode; otherwise the Cluster's facts or an error.
+    /// `Ok(None)` in metrics-only mode; otherwise the Cluster's facts and its namespace's
+    /// ResourceQuotas, or an error.
     pub async fn lookup(
         &self,
         namespace: &str,
         name: &str,
         metrics: &Metrics,
-    ) -> Result<Option<ClusterFacts>, TopologyError> {
+    ) -> Result<Option<Snapshot>, TopologyError> {
         match self {
             Self::Metrics => Ok(None),
             Self::Watched(index) => index.get(namespace, name).map(Some),
             Self::Direct { client, timeout } => {
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(client.clone(), namespace, &cluster_resource());
                 let start = Instant::now();
-                let result = match tokio::time::timeout(*timeout, api.get_opt(name)).await {
-                    Err(_) => Err(TopologyError::Timeout(*timeout)),
-                    Ok(Err(e)) => Err(TopologyError::Api(e.to_string())),
-                    Ok(Ok(None)) => Err(TopologyError::NotFound {
-                        namespace: namespace.into(),
-                        name: name.into(),
-                    }),
-                    Ok(Ok(Some(object))) => facts_from(&object.data)
-                        .map(Some)
-                        .map_err(TopologyError::Api),
-                };
+                let result = tokio::time::timeout(*timeout, read(client, namespace, name))
+                    .await
+                    .unwrap_or(Err(TopologyError::Timeout(*timeout)));
                 let outcome = match &result {
                     Ok(_) | Err(TopologyError::NotFound { .. }) => "ok",
                     Err(TopologyError::Timeout(_)) => "timeout",
                     Err(_) => "error",
                 };
                 metrics.backend("cluster", outcome, start.elapsed().as_secs_f64());
-                result
+                result.map(Some)
             }
         }
     }
 }
 
-type Key = (String, String);
-
-/// Every Cluster's facts, kept current by a watch.
-#[derive(Clone, Default)]
-pub struct ClusterIndex {
-    clusters: Arc<RwLock<HashMap<Key, ClusterFacts>>>,
-    synced: Arc<AtomicBool>,
+/// One Cluster GET and one ResourceQuota LIST of its namespace, concurrently.
+async fn read(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Snapshot, TopologyError> {
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &cluster_resource());
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
+    let params = ListParams::default();
+    let (cluster, quotas) = tokio::join!(clusters.get_opt(name), quotas.list(&params));
+    let api = |e: kube::Error| TopologyError::Api(e.to_string());
+    let cluster = cluster
+        .map_err(api)?
+        .ok_or_else(|| TopologyError::NotFound {
+            namespace: namespace.into(),
+            name: name.into(),
+        })?;
+    Ok(Snapshot {
+        cluster: facts_from(&cluster.data).map_err(TopologyError::Api)?,
+        quotas: quotas
+            .map_err(api)?
+            .items
+            .iter()
+            .map(quota_from)
+            .collect::<Result<_, _>>()
+            .map_err(TopologyError::Api)?,
+    })
 }
 
-impl ClusterIndex {
-    /// Starts watching Clusters in all namespaces; the index is synced after the first full list.
-    pub fn spawn(client: kube::Client, shutdown: CancellationToken) -> Self {
-        let index = Self::default();
-        let api: Api<DynamicObject> = Api::all_with(client, &cluster_resource());
-        let this = index.clone();
-        tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            let mut pending = HashMap::new();
-            loop {
-                let event = tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    event = events.next() => event,
-                };
-                match event {
-                    None => return,
-                    Some(Ok(event)) => this.apply(event, &mut pending),
-                    Some(Err(error)) => warn!(%error, "watching CNPG Clusters failed; retrying"),
-                }
-            }
-        });
-        index
-    }
+/// Objects of one kind by namespace, then name.
+pub type Namespaced<V> = HashMap<String, BTreeMap<String, V>>;
 
-    /// Applies one watch event; `pending` buffers a relist until it is complete.
-    pub fn apply(
+/// One watched kind: its objects, and whether the first full list has landed.
+struct Watched<V> {
+    objects: RwLock<Namespaced<V>>,
+    synced: AtomicBool,
+}
+
+impl<V> Default for Watched<V> {
+    fn default() -> Self {
+        Self {
+            objects: RwLock::default(),
+            synced: AtomicBool::default(),
+        }
+    }
+}
+
+impl<V> Watched<V> {
+    /// Applies one watch event; `pending` buffers a relist until it is complete. Objects `read`
+    /// cannot understand are skipped with a warning.
+    fn apply<K: kube::Resource>(
         &self,
-        event: watcher::Event<DynamicObject>,
-        pending: &mut HashMap<Key, ClusterFacts>,
+        event: watcher::Event<K>,
+        pending: &mut Namespaced<V>,
+        kind: &'static str,
+        read: impl Fn(&K) -> Result<V, String>,
     ) {
-        let entry = |object: &DynamicObject| -> Option<(Key, ClusterFacts)> {
-            let key = (
-                object.metadata.namespace.clone()?,
-                object.metadata.name.clone()?,
+        let entry = |object: &K| -> Option<(String, String, V)> {
+            let (ns, name) = (
+                object.meta().namespace.clone()?,
+                object.meta().name.clone()?,
             );
-            match facts_from(&object.data) {
-                Ok(facts) => Some((key, facts)),
+            match read(object) {
+                Ok(value) => Some((ns, name, value)),
                 Err(error) => {
-                    warn!(namespace = %key.0, name = %key.1, %error, "skipping unreadable Cluster");
+                    warn!(namespace = %ns, %name, %kind, %error, "skipping unreadable object");
                     None
                 }
             }
         };
-        let mut clusters = match self.clusters.write() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
+        let insert = |map: &mut Namespaced<V>, (ns, name, value): (String, String, V)| {
+            map.entry(ns).or_default().insert(name, value);
         };
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
         match event {
             watcher::Event::Init => pending.clear(),
-            watcher::Event::InitApply(object) => pending.extend(entry(&object)),
-            watcher::Event::InitDone => {
-                *clusters = std::mem::take(pending);
-                self.synced.store(true, Ordering::Release);
-            }
-            watcher::Event::Apply(object) => clusters.extend(entry(&object)),
-            watcher::Event::Delete(object) => {
-                if let (Some(ns), Some(name)) = (&object.metadata.namespace, &object.metadata.name)
-                {
-                    clusters.remove(&(ns.clone(), name.clone()));
+            watcher::Event::InitApply(object) => {
+                if let Some(e) = entry(&object) {
+                    insert(pending, e);
                 }
             }
+            watcher::Event::InitDone => {
+                *objects = std::mem::take(pending);
+                self.synced.store(true, Ordering::Release);
+            }
+            watcher::Event::Apply(object) => match entry(&object) {
+                Some(e) => insert(&mut objects, e),
+                None => remove(&mut objects, object.meta()),
+            },
+            watcher::Event::Delete(object) => remove(&mut objects, object.meta()),
         }
+    }
+
+    fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+}
+
+fn remove<V>(objects: &mut Namespaced<V>, meta: &kube::api::ObjectMeta) {
+    if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name)
+        && let Some(names) = objects.get_mut(ns)
+    {
+        names.remove(name);
+        if names.is_empty() {
+            objects.remove(ns);
+        }
+    }
+}
+
+/// Every Cluster's facts and every namespace's ResourceQuotas, kept current by two watches.
+#[derive(Clone, Default)]
+pub struct ClusterIndex {
+    clusters: Arc<Watched<ClusterFacts>>,
+    quotas: Arc<Watched<Quota>>,
+}
+
+impl ClusterIndex {
+    /// Starts watching Clusters and ResourceQuotas in all namespaces; the index is synced after
+    /// the first full list of both.
+    pub fn spawn(client: kube::Client, shutdown: CancellationToken) -> Self {
+        let index = Self::default();
+        let this = index.clone();
+        spawn_watch(
+            Api::all_with(client.clone(), &cluster_resource()),
+            "CNPG Clusters",
+            shutdown.clone(),
+            move |event, pending| this.apply_cluster(event, pending),
+        );
+        let this = index.clone();
+        spawn_watch(
+            Api::all(client),
+            "ResourceQuotas",
+            shutdown,
+            move |event, pending| this.apply_quota(event, pending),
+        );
+        index
+    }
+
+    pub fn apply_cluster(
+        &self,
+        event: watcher::Event<DynamicObject>,
+        pending: &mut Namespaced<ClusterFacts>,
+    ) {
+        self.clusters
+            .apply(event, pending, "Cluster", |object| facts_from(&object.data));
+    }
+
+    pub fn apply_quota(
+        &self,
+        event: watcher::Event<ResourceQuota>,
+        pending: &mut Namespaced<Quota>,
+    ) {
+        self.quotas
+            .apply(event, pending, "ResourceQuota", quota_from);
     }
 
     pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
+        self.clusters.is_synced() && self.quotas.is_synced()
     }
 
-    pub fn get(&self, namespace: &str, name: &str) -> Result<ClusterFacts, TopologyError> {
+    pub fn get(&self, namespace: &str, name: &str) -> Result<Snapshot, TopologyError> {
         if !self.is_synced() {
             return Err(TopologyError::NotSynced);
         }
-        let clusters = match self.clusters.read() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        clusters
-            .get(&(namespace.to_owned(), name.to_owned()))
+        let clusters = self
+            .clusters
+            .objects
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let cluster = clusters
+            .get(namespace)
+            .and_then(|names| names.get(name))
             .copied()
             .ok_or_else(|| TopologyError::NotFound {
                 namespace: namespace.into(),
                 name: name.into(),
-            })
+            })?;
+        let quotas = self
+            .quotas
+            .objects
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        Ok(Snapshot {
+            cluster,
+            quotas: quotas
+                .get(namespace)
+                .map(|names| names.values().cloned().collect())
+                .unwrap_or_default(),
+        })
     }
+}
+
+/// Runs a watch until `shutdown`, feeding each event (with its relist buffer) to `apply`.
+fn spawn_watch<K, V: Send + 'static>(
+    api: Api<K>,
+    what: &'static str,
+    shutdown: CancellationToken,
+    mut apply: impl FnMut(watcher::Event<K>, &mut Namespaced<V>) + Send + 'static,
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut pending = Namespaced::new();
+        loop {
+            let event = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                event = events.next() => event,
+            };
+            match event {
+                None => return,
+                Some(Ok(event)) => apply(event, &mut pending),
+                Some(Err(error)) => warn!(%error, "watching {what} failed; retrying"),
+            }
+        }
+    });
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn cluster(ns: &str, name: &str, spec: serde_json::Value) -> DynamicObject {
-        let mut object = DynamicObject::new(name, &cluster_resource()).within(ns);
-        object.data = json!({ "spec": spec });
-        object
-    }
-
-    #[test]
-    fn facts_read_instances_and_either_quorum_field() {
-        let f = facts_from(&json!({"spec": {"instances": 3, "maxSyncReplicas": 1}})).unwrap();
-        assert_eq!(
-            f,
-            ClusterFacts {
-                instances: 3,
-                quorum: Some(1)
-            }
-        );
-        let f = facts_from(&json!({"spec": {"instances": 4, "postgresql": {"synchronous": {"method": "any", "number": 2}}}})).unwrap();
-        assert_eq!(
-            f,
-            ClusterFacts {
-                instances: 4,
-                quorum: Some(2)
-            }
-        );
-        let f = facts_from(&json!({"spec": {"instances": 2, "maxSyncReplicas": 0}})).unwrap();
-        assert_eq!(
-            f,
-            ClusterFacts {
-                instances: 2,
-                quorum: None
-            }
-        );
-        assert_eq!(facts_from(&json!({"spec": {}})).unwrap().instances, 1);
-        assert!(facts_from(&json!({"spec": {"instances": "three"}})).is_err());
-        assert!(facts_from(&json!({})).is_err());
-    }
-
-    #[test]
-    fn index_follows_watch_events_and_waits_for_the_first_list() {
-        let index = ClusterIndex::default();
-        let mut pending = HashMap::new();
-        assert_eq!(index.get("ns", "pg"), Err(TopologyError::NotSynced));
-        index.apply(watcher::Event::Init, &mut pending);
-        index.apply(
-            watcher::Event::InitApply(cluster("ns", "pg", json!({"instances": 3}))),
-            &mut pending,
-        );
-        assert_eq!(index.get("ns", "pg"), Err(TopologyError::NotSynced));
-        index.apply(watcher::Event::InitDone, &mut pending);
-        assert_eq!(index.get("ns", "pg").unwrap().instances, 3);
-        index.apply(
-            watcher::Event::Apply(cluster("ns", "pg", json!({"instances": 5}))),
-            &mut pending,
-        );
-        assert_eq!(index.get("ns", "pg").unwrap().instances, 5);
-        assert!(matches!(
-            index.get("other", "pg"),
-            Err(TopologyError::NotFound { .. })
-        ));
-        index.apply(
-            watcher::Event::Delete(cluster("ns", "pg", json!({}))),
-            &mut pending,
-        );
-        assert!(matches!(
-            index.get("ns", "pg"),
-            Err(TopologyError::NotFound { .. })
-        ));
-        // A relist replaces everything at once.
-        index.apply(
-            watcher::Event::Apply(cluster("ns", "old", json!({"instances": 2}))),
-            &mut pending,
-        );
-        index.apply(watcher::Event::Init, &mut pending);
-        index.apply(
-            watcher::Event::InitApply(cluster("ns", "new", json!({"instances": 2}))),
-            &mut pending,
-        );
-        assert!(index.get("ns", "old").is_ok());
-        index.apply(watcher::Event::InitDone, &mut pending);
-        assert!(index.get("ns", "old").is_err());
-        assert!(index.get("ns", "new").is_ok());
-    }
-}
+#[path = "topology_tests.rs"]
+mod tests;

@@ -1,14 +1,16 @@
 //! The scaler's Kubernetes calls, against a scripted API server (tower-test, the pattern of
-//! kube-rs/controller-rs): the watch-fed Cluster index (list, then watch events; unreadable
-//! Clusters skipped; unsynced until the first full list) and the direct Cluster GET of `explain`
-//! (found, not found, timeout). The e2e suite runs the same code against a real kube-apiserver.
+//! kube-rs/controller-rs): the watch-fed index of Clusters and ResourceQuotas (two lists, then
+//! watch events; unreadable Clusters skipped; unsynced until both first lists) and the direct
+//! Cluster GET + ResourceQuota LIST of `explain` (found, not found, timeout). The e2e suite runs
+//! the same code against a real kube-apiserver (tests/e2e/test_guards.py).
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
 use prometheus_client::registry::Registry;
 use scaler::metrics::Metrics;
-use scaler::topology::{ClusterFacts, ClusterIndex, Topology, TopologyError};
+use scaler::quota::Milli;
+use scaler::topology::{ClusterIndex, Snapshot, Topology, TopologyError};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tower_test::mock::{self, Handle};
@@ -44,138 +46,219 @@ async fn next(api: &mut ApiHandle) -> (Request<Body>, mock::SendResponse<Respons
         .expect("the mock service closed")
 }
 
-async fn wait_for(
+fn quota(namespace: &str, name: &str, hard: Value, used: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"namespace": namespace, "name": name, "resourceVersion": "7"},
+        "spec": {"hard": hard},
+        "status": {"hard": hard, "used": used},
+    })
+}
+
+fn list(kind: &str, items: Vec<Value>) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "v1", "kind": kind,
+        "metadata": {"resourceVersion": "10"},
+        "items": items,
+    }))
+    .unwrap()
+}
+
+fn events(events: &[Value]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for event in events {
+        body.extend(serde_json::to_vec(event).unwrap());
+        body.push(b'\n');
+    }
+    body
+}
+
+/// Polls until `check` holds for the index's answer (the watch tasks apply events concurrently).
+async fn until(
     index: &ClusterIndex,
-    ns: &str,
-    name: &str,
-) -> Result<ClusterFacts, TopologyError> {
+    what: &str,
+    check: impl Fn(&Result<Snapshot, TopologyError>) -> bool,
+) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    loop {
-        let got = index.get(ns, name);
-        if got.is_ok() || tokio::time::Instant::now() > deadline {
-            return got;
-        }
+    while !check(&index.get("tenant-a", "pg")) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: {:?}",
+            index.get("tenant-a", "pg")
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
 #[tokio::test]
-async fn the_index_lists_then_follows_watch_events() {
+async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
     let (client, mut api) = client();
     let shutdown = CancellationToken::new();
     let index = ClusterIndex::spawn(client, shutdown.clone());
     assert_eq!(index.get("tenant-a", "pg"), Err(TopologyError::NotSynced));
 
-    let (list, send) = next(&mut api).await;
-    assert_eq!(list.uri().path(), "/apis/postgresql.cnpg.io/v1/clusters");
-    assert!(!list.uri().query().unwrap_or("").contains("watch=true"));
-    let items = json!({
-        "apiVersion": "postgresql.cnpg.io/v1", "kind": "ClusterList",
-        "metadata": {"resourceVersion": "10"},
-        "items": [
-            cluster("tenant-a", "pg", json!({"instances": 3, "postgresql": {"synchronous": {"number": 2}}})),
-            cluster("tenant-b", "pg", json!({"maxSyncReplicas": 1})),
-            // Not a count: skipped with a warning, never an error for the other Clusters.
-            cluster("tenant-c", "broken", json!({"instances": "three"})),
-        ],
-    });
-    send.send_response(respond(StatusCode::OK, serde_json::to_vec(&items).unwrap()));
+    // Two watches run at once: answer the four requests (two lists, two watches) in any order.
+    for _ in 0..4 {
+        let (request, send) = next(&mut api).await;
+        let path = request.uri().path().to_owned();
+        let query = request.uri().query().unwrap_or("").to_owned();
+        let watching = query.contains("watch=true");
+        if watching {
+            assert!(query.contains("resourceVersion=10"), "{query}");
+        }
+        let body = match (path.as_str(), watching) {
+            ("/apis/postgresql.cnpg.io/v1/clusters", false) => list(
+                "ClusterList",
+                vec![
+                    cluster(
+                        "tenant-a",
+                        "pg",
+                        json!({"instances": 3, "postgresql": {"synchronous": {"number": 2}},
+                               "resources": {"requests": {"cpu": "500m"}}}),
+                    ),
+                    cluster("tenant-b", "pg", json!({"maxSyncReplicas": 1})),
+                    // Not a count: skipped with a warning, never an error for the other Clusters.
+                    cluster("tenant-c", "broken", json!({"instances": "three"})),
+                ],
+            ),
+            ("/api/v1/resourcequotas", false) => list(
+                "ResourceQuotaList",
+                vec![
+                    quota(
+                        "tenant-a",
+                        "compute",
+                        json!({"requests.cpu": "4"}),
+                        json!({"requests.cpu": "1500m"}),
+                    ),
+                    quota(
+                        "tenant-b",
+                        "compute",
+                        json!({"pods": "5"}),
+                        json!({"pods": "1"}),
+                    ),
+                ],
+            ),
+            ("/apis/postgresql.cnpg.io/v1/clusters", true) => {
+                let mut modified = cluster(
+                    "tenant-a",
+                    "pg",
+                    json!({"instances": 5, "resources": {"requests": {"cpu": "500m"}}}),
+                );
+                modified["status"] = json!({"instances": 5, "readyInstances": 3, "conditions": [
+                    {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-30T19:00:00Z"}]});
+                events(&[
+                    json!({"type": "MODIFIED", "object": modified}),
+                    json!({"type": "DELETED", "object": cluster("tenant-b", "pg", json!({}))}),
+                ])
+            }
+            ("/api/v1/resourcequotas", true) => events(&[json!({"type": "MODIFIED",
+                "object": quota("tenant-a", "compute", json!({"requests.cpu": "4"}), json!({"requests.cpu": "2500m"}))})]),
+            other => panic!("unexpected request {other:?}"),
+        };
+        send.send_response(respond(StatusCode::OK, body));
+    }
 
-    let (watch, send) = next(&mut api).await;
-    let query = watch.uri().query().unwrap_or("").to_owned();
-    assert!(
-        query.contains("watch=true") && query.contains("resourceVersion=10"),
-        "{query}"
-    );
-    assert_eq!(
-        index.get("tenant-a", "pg"),
-        Ok(ClusterFacts {
-            instances: 3,
-            quorum: Some(2)
+    until(&index, "the MODIFIED events", |got| {
+        got.as_ref().is_ok_and(|s| {
+            s.cluster.instances == 5
+                && s.quotas
+                    .first()
+                    .and_then(|q| q.used.as_ref())
+                    .map(|u| u["requests.cpu"])
+                    == Some(Milli(2_500))
         })
-    );
-    // CNPG's default of one instance when `instances` is absent; the legacy quorum field.
+    })
+    .await;
+    let snapshot = index.get("tenant-a", "pg").unwrap();
+    let status = snapshot.cluster.status.unwrap();
     assert_eq!(
-        index.get("tenant-b", "pg"),
-        Ok(ClusterFacts {
-            instances: 1,
-            quorum: Some(1)
-        })
+        (status.ready, status.not_ready_since),
+        (3, Some(1_796_065_200))
     );
+    assert_eq!(snapshot.cluster.cost.requests_cpu, Some(Milli(500)));
+    assert_eq!(snapshot.quotas.len(), 1);
     assert!(matches!(
         index.get("tenant-c", "broken"),
         Err(TopologyError::NotFound { .. })
     ));
-
-    let mut events = Vec::new();
-    for event in [
-        json!({"type": "MODIFIED", "object": cluster("tenant-a", "pg", json!({"instances": 5}))}),
-        json!({"type": "DELETED", "object": cluster("tenant-b", "pg", json!({}))}),
-    ] {
-        events.extend(serde_json::to_vec(&event).unwrap());
-        events.push(b'\n');
-    }
-    send.send_response(respond(StatusCode::OK, events));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while index.get("tenant-a", "pg").map(|f| f.instances) != Ok(5) {
+    while index.get("tenant-b", "pg").is_ok() {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the MODIFIED event was not applied"
+            "the DELETED event was not applied"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(matches!(
-        wait_for(&index, "tenant-b", "pg").await,
-        Err(TopologyError::NotFound { .. })
-    ));
     shutdown.cancel();
 }
 
 #[tokio::test]
-async fn a_direct_lookup_reads_one_cluster_and_bounds_the_wait() {
+async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() {
     let (client, mut api) = client();
     let timeout = Duration::from_millis(300);
     let topology = Topology::Direct { client, timeout };
     let metrics = Metrics::register(&mut Registry::default());
 
-    // The server holds the third request until the client has given up on it.
+    // Each lookup sends a Cluster GET and a ResourceQuota LIST, in either order.
     let gave_up = tokio::sync::Notify::new();
     let server = async {
-        let (get, send) = next(&mut api).await;
-        assert_eq!(
-            get.uri().path(),
-            "/apis/postgresql.cnpg.io/v1/namespaces/tenant-a/clusters/pg"
-        );
-        let body = cluster("tenant-a", "pg", json!({"instances": 4}));
-        send.send_response(respond(StatusCode::OK, serde_json::to_vec(&body).unwrap()));
-        let (_, send) = next(&mut api).await;
-        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                            "reason": "NotFound", "code": 404, "message": "not found"});
-        send.send_response(respond(
-            StatusCode::NOT_FOUND,
-            serde_json::to_vec(&status).unwrap(),
-        ));
-        // The third lookup gets no answer at all.
-        let (_, send) = next(&mut api).await;
-        gave_up.notified().await;
-        drop(send);
+        for lookup in 0..3 {
+            for _ in 0..2 {
+                let (request, send) = next(&mut api).await;
+                let path = request.uri().path().to_owned();
+                if path == "/api/v1/namespaces/tenant-a/resourcequotas" {
+                    let quotas = vec![quota(
+                        "tenant-a",
+                        "q",
+                        json!({"pods": "6"}),
+                        json!({"pods": "4"}),
+                    )];
+                    send.send_response(respond(StatusCode::OK, list("ResourceQuotaList", quotas)));
+                    continue;
+                }
+                match lookup {
+                    0 => {
+                        assert_eq!(
+                            path,
+                            "/apis/postgresql.cnpg.io/v1/namespaces/tenant-a/clusters/pg"
+                        );
+                        let body = cluster("tenant-a", "pg", json!({"instances": 4}));
+                        send.send_response(respond(
+                            StatusCode::OK,
+                            serde_json::to_vec(&body).unwrap(),
+                        ));
+                    }
+                    1 => {
+                        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                            "reason": "NotFound", "code": 404, "message": "not found"});
+                        send.send_response(respond(
+                            StatusCode::NOT_FOUND,
+                            serde_json::to_vec(&status).unwrap(),
+                        ));
+                    }
+                    // The third Cluster GET gets no answer at all.
+                    _ => {
+                        gave_up.notified().await;
+                        drop(send);
+                    }
+                }
+            }
+        }
     };
     let client = async {
         let found = topology.lookup("tenant-a", "pg", &metrics).await;
         let missing = topology.lookup("tenant-a", "gone", &metrics).await;
         let started = tokio::time::Instant::now();
         let silent = topology.lookup("tenant-a", "slow", &metrics).await;
+        let took = started.elapsed();
         gave_up.notify_one();
-        (found, missing, silent, started.elapsed())
+        (found, missing, silent, took)
     };
     let ((found, missing, silent, took), ()) = tokio::join!(client, server);
-    assert_eq!(
-        found,
-        Ok(Some(ClusterFacts {
-            instances: 4,
-            quorum: None
-        }))
-    );
+    let found = found.unwrap().unwrap();
+    assert_eq!((found.cluster.instances, found.cluster.quorum), (4, None));
+    assert_eq!(found.quotas.len(), 1);
+    assert_eq!(found.quotas[0].hard["pods"], Milli(6_000));
     assert!(
         matches!(missing, Err(TopologyError::NotFound { .. })),
         "{missing:?}"

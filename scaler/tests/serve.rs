@@ -33,6 +33,7 @@ fn args(prometheus_url: &str) -> Args {
         idle_timeout: Duration::from_secs(60),
         max_streams_per_connection: 32,
         cache_ttl: Duration::from_secs(600),
+        convergence_deadline: Duration::from_secs(600),
         stream_heartbeat: Duration::from_secs(10),
         max_connection_age: None,
         tls_cert: None,
