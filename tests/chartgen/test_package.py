@@ -32,6 +32,8 @@ def test_scaler_deployment_service_pdb_and_rbac(helm):
     assert {p["port"] for p in svc["spec"]["ports"]} == {6000, 9090} and "clusterIP" not in svc["spec"]
     role = one(objs, "ClusterRole", "cozy-autoscaling-scaler")
     assert role["rules"] == [{"apiGroups": ["postgresql.cnpg.io"], "resources": ["clusters"],
+                              "verbs": ["get", "list", "watch"]},
+                             {"apiGroups": [""], "resources": ["resourcequotas"],
                               "verbs": ["get", "list", "watch"]}]
     binding = one(objs, "ClusterRoleBinding", "cozy-autoscaling-scaler")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cozy-autoscaling-scaler", "namespace": NS}]
@@ -110,7 +112,10 @@ def test_scrape_kind_is_selectable(helm, scrape, kind):
 def test_alerts_use_the_scaler_and_hpa_metrics(helm):
     rule = one(render(helm), "PrometheusRule", "cozy-autoscaling")
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(rules) == {"CozyAutoscalerScalerErrors", "CozyAutoscalerScaleUpStuck", "CozyAutoscalerPinnedAtMax"}
+    assert set(rules) == {"CozyAutoscalerScalerErrors", "CozyAutoscalerScaleUpStuck", "CozyAutoscalerPinnedAtMax",
+                          "CozyAutoscalerConvergenceHeld", "CozyAutoscalerQuotaCapped"}
+    assert "scaler_decision_convergence_backoff" in rules["CozyAutoscalerConvergenceHeld"]["expr"]
+    assert "scaler_decision_reason{reason=\"quota\"}" in rules["CozyAutoscalerQuotaCapped"]["expr"]
     assert "scaler_backend_queries_total" in rules["CozyAutoscalerScalerErrors"]["expr"]
     assert "scaler_decision_reason{reason=\"max\"}" in rules["CozyAutoscalerPinnedAtMax"]["expr"]
     assert "{{ $labels.pod }}" in rules["CozyAutoscalerScalerErrors"]["annotations"]["description"]
