@@ -45,6 +45,22 @@ struct AdminState {
     readiness: Readiness,
 }
 
+/// Binds `--admin-listen` (failing with the flag's name) and serves the admin endpoints in the
+/// background until `shutdown` is cancelled.
+pub async fn spawn(
+    addr: std::net::SocketAddr,
+    registry: Registry,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding --admin-listen {addr}"))?;
+    tokio::spawn(serve(listener, Arc::new(registry), readiness, shutdown));
+    Ok(())
+}
+
 /// Serves the admin endpoints on `listener` until `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,

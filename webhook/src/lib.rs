@@ -156,15 +156,7 @@ impl Args {
         let mut registry = Registry::default();
         let metrics = metrics::Metrics::register(&mut registry);
         let readiness = admin::Readiness::default();
-        let admin_socket = TcpListener::bind(admin_listen)
-            .await
-            .with_context(|| format!("binding --admin-listen {admin_listen}"))?;
-        tokio::spawn(admin::serve(
-            admin_socket,
-            Arc::new(registry),
-            readiness.clone(),
-            shutdown.clone(),
-        ));
+        admin::spawn(admin_listen, registry, readiness.clone(), shutdown.clone()).await?;
 
         let index = index::Index::shared();
         let flux_ns = (!assume_shards_ready).then_some(flux_namespace.as_str());

@@ -7,7 +7,6 @@
 //! `report` prints a plan for operators, `metrics` the gauges.
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -15,7 +14,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::events::{Recorder, Reporter};
 use placement::plan::Policy;
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
 use tokio::sync::watch as channel;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
@@ -162,15 +160,7 @@ impl Args {
         let mut registry = Registry::default();
         let metrics = metrics::Metrics::register(&mut registry);
         let readiness = admin::Readiness::default();
-        let admin_socket = TcpListener::bind(admin_listen)
-            .await
-            .with_context(|| format!("binding --admin-listen {admin_listen}"))?;
-        tokio::spawn(admin::serve(
-            admin_socket,
-            Arc::new(registry),
-            readiness.clone(),
-            shutdown.clone(),
-        ));
+        admin::spawn(admin_listen, registry, readiness.clone(), shutdown.clone()).await?;
 
         let index = index::Index::shared();
         watch::spawn(
