@@ -109,6 +109,14 @@ class SecuredScaler:
         pair = self.ca.issue(self._next("keda-client"), spec["commonName"], client=True)
         self._store(spec["secretName"], keda.NAMESPACE, pair, self.ca)
 
+    def replace_ca(self) -> bytes:
+        """A new CA on both sides, as after the CA Secret was lost and re-created: both Secrets
+        re-issued from it and the scaler's volume updated (the scaler then trusts only it).
+        Returns the new serving certificate (PEM)."""
+        self.ca = CA(self.dir, self._next("package"))
+        self.issue_keda_client()
+        return self.issue_server()
+
     # -- the kubelet's part ----------------------------------------------------------------
     def _project(self, secret_name: str) -> None:
         """Writes the Secret's keys as files, each replaced by rename (key first) so the scaler's

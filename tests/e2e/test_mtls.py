@@ -1,9 +1,12 @@
 """Only KEDA's credentials open the scaler. A real gRPC client (grpcio) calls grpc.health.v1 on the
 scaler the package wired, with the client certificate KEDA reads from the package's
 ClusterTriggerAuthentication Secret, without one, with one from another CA, and in plaintext; and
-KEDA itself, given a ScaledObject without the authenticationRef, gets nothing."""
+KEDA itself, given a ScaledObject without the authenticationRef, gets nothing. Last, KEDA comes back
+by itself after its credentials change under it."""
 
 import base64
+import ssl
+import time
 
 import grpc
 import pytest
@@ -98,3 +101,23 @@ def test_keda_without_the_authentication_ref_gets_no_metrics(rig, scaler):
     # No metric spec, no HPA (KEDA >= 2.20 defers the HPA until the scaler answers).
     assert rig.kube.get("autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{name}", ns) is None
     rig.kube.delete("keda.sh/v1alpha1", "ScaledObject", name, ns)
+
+
+def test_keda_rereads_its_credentials_after_a_failed_handshake(rig, scaler):
+    """KEDA does not watch the Secret. Replace the CA on both sides (both Secrets, the scaler's
+    volume): KEDA's established connection goes on; after a rollout its cached caCert no longer
+    verifies the scaler, the poll fails, KEDA rebuilds the scaler from the Secret and calls again
+    with the new credentials (the only ones the scaler now accepts). Runs last: it changes the CA."""
+    before = scaler.served_certificate()
+    new_server = ssl.PEM_cert_to_DER_cert(scaler.replace_ca().decode())
+    wait_until(lambda: scaler.served_certificate() == new_server != before,
+               timeout=15, interval=POLL, what="the scaler to serve the certificate of the new CA")
+    calls = scaler.ok_requests()
+    wait_until(lambda: scaler.ok_requests() >= calls + 2,
+               timeout=30, interval=POLL, what="KEDA's calls to go on over its established connection")
+    scaler.restart()
+    start = time.monotonic()
+    wait_until(lambda: scaler.ok_requests() > 0,
+               timeout=90, interval=POLL, what="KEDA to call again with the renewed Secret")
+    print(f"KEDA back with the new CA's credentials {time.monotonic() - start:.1f} s after the rollout")
+    assert rig.kube.get("autoscaling/v2", "HorizontalPodAutoscaler", "keda-hpa-pg", "tenant-loop")
