@@ -1,6 +1,6 @@
-"""A chart source for helm-controller without a source-controller: a tiny chart tarball served over
-HTTP on loopback, published through an OCIRepository whose status carries the artifact (what
-source-controller would write)."""
+"""A chart source for helm-controller without a source-controller: a chart tarball (a tiny marker
+chart, or a chart directory of this repository) served over HTTP on loopback, published through an
+OCIRepository whose status carries the artifact (what source-controller would write)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import tarfile
 import threading
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
 
 CHART = {
     "Chart.yaml": "apiVersion: v2\nname: marker\nversion: 0.1.0\n",
@@ -19,20 +22,28 @@ CHART = {
 }
 
 
-def chart_tarball() -> bytes:
+def chart_tarball(name: str, files: dict[str, str]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path, text in CHART.items():
+        for path, text in sorted(files.items()):
             data = text.encode()
-            info = tarfile.TarInfo(f"marker/{path}")
+            info = tarfile.TarInfo(f"{name}/{path}")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
+def chart_files(directory: Path) -> dict[str, str]:
+    return {str(f.relative_to(directory)): f.read_text()
+            for f in directory.rglob("*") if f.is_file()}
+
+
 class ChartServer:
-    def __init__(self):
-        self.body = chart_tarball()
+    def __init__(self, chart_dir: Path | None = None):
+        files = chart_files(chart_dir) if chart_dir else CHART
+        meta = yaml.safe_load(files["Chart.yaml"])
+        self.name, self.version = meta["name"], meta["version"]
+        self.body = chart_tarball(self.name, files)
         body = self.body
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,7 +57,8 @@ class ChartServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/marker-0.1.0.tgz"
+        self.url = (f"http://127.0.0.1:{self.server.server_address[1]}/"
+                    f"{self.name}-{self.version}.tgz")
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -56,15 +68,15 @@ class ChartServer:
         """Creates OCIRepository `name` and marks it Ready with this chart as its artifact."""
         repo = kube.apply({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository",
                            "metadata": {"name": name, "namespace": namespace},
-                           "spec": {"url": "oci://127.0.0.1/e2e/marker", "interval": "10m",
-                                    "ref": {"tag": "0.1.0"}}})
+                           "spec": {"url": f"oci://127.0.0.1/e2e/{self.name}", "interval": "10m",
+                                    "ref": {"tag": self.version}}})
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         digest = "sha256:" + hashlib.sha256(self.body).hexdigest()
         kube.merge_patch("source.toolkit.fluxcd.io/v1", "OCIRepository", name, {"status": {
             "observedGeneration": repo["metadata"]["generation"],
             # OCI revisions are <tag>@<digest>; helm-controller checks the tag against the chart.
-            "artifact": {"path": "e2e/marker-0.1.0.tgz", "url": self.url,
-                         "revision": f"0.1.0@{digest}", "digest": digest,
+            "artifact": {"path": f"e2e/{self.name}-{self.version}.tgz", "url": self.url,
+                         "revision": f"{self.version}@{digest}", "digest": digest,
                          "lastUpdateTime": now, "size": len(self.body)},
             "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
                             "message": "stored artifact", "lastTransitionTime": now,

@@ -15,8 +15,8 @@ from rig import REPO, TOOLS
 PACKAGE_CHART = REPO / "charts/cozy-autoscaling"
 
 
-def helm_bin() -> Path:
-    path = TOOLS / "helm4/helm"
+def helm_bin(major: int = 4) -> Path:
+    path = TOOLS / f"helm{major}/helm"
     if not path.is_file():
         raise FileNotFoundError(f"{path} missing: run tests/chartgen/setup.sh")
     return path
@@ -38,15 +38,16 @@ def package_chart() -> Path:
 
 
 class Helm:
-    def __init__(self, kubeconfig: Path, home: Path):
+    def __init__(self, kubeconfig: Path, home: Path, major: int = 4):
         self.kubeconfig = kubeconfig
         self.home = home
+        self.binary = helm_bin(major)
         home.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"),
                     "HELM_CONFIG_HOME": str(home / "config"), "HELM_DATA_HOME": str(home / "data")}
 
     def run(self, *args: str) -> str:
-        r = subprocess.run([str(helm_bin()), *args, "--kubeconfig", str(self.kubeconfig)],
+        r = subprocess.run([str(self.binary), *args, "--kubeconfig", str(self.kubeconfig)],
                            capture_output=True, text=True, env=self.env)
         if r.returncode != 0:
             raise AssertionError(f"helm {' '.join(args)} failed:\n{r.stderr}")

@@ -4,7 +4,7 @@ discovery-based paths, server-side apply, get/list/patch/delete and the scale an
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import requests
 import yaml
@@ -84,6 +84,21 @@ class Kube:
              selector: str | None = None) -> list[dict]:
         params = {"labelSelector": selector} if selector else None
         return self.request("GET", self.path(api_version, kind, namespace), params=params)["items"]
+
+    def watch(self, api_version: str, kind: str, resource_version: str,
+              seconds: int) -> Iterator[dict]:
+        """Watch events ({type, object}) of every object of a kind after `resource_version`, for
+        at most `seconds` (the server ends the stream then)."""
+        path = self.path(api_version, kind)
+        params = {"watch": "1", "resourceVersion": resource_version,
+                  "timeoutSeconds": str(seconds)}
+        with self.session.get(self.server + path, params=params, stream=True, verify=self.ca,
+                              timeout=(10, seconds + 10)) as r:
+            if r.status_code >= 400:
+                raise ApiError("WATCH", path, r)
+            for line in r.iter_lines():
+                if line:
+                    yield json.loads(line)
 
     def create(self, obj: dict) -> dict:
         return self.request("POST", self._obj_path(obj, with_name=False), obj)
