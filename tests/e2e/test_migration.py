@@ -105,11 +105,21 @@ class FluxRelease:
             del hr["spec"]["driftDetection"]["ignore"]
         self.template = hr
 
-    def _ready(self, generation: int) -> dict | None:
-        hr = self.kube.get(HR, "HelmRelease", RELEASE, self.ns) or {}
-        ready = next((c for c in hr.get("status", {}).get("conditions", [])
-                      if c["type"] == "Ready"), None)
-        if ready and ready.get("observedGeneration") == generation and ready["status"] != "Unknown":
+    def _outcome(self, generation: int) -> dict | None:
+        """Once helm-controller has finished with `generation`: the Ready condition, or the
+        Released=False condition of a failed attempt (a render error is retried with backoff, so
+        Reconciling stays true). Conditions stamped with the new generation can still carry the
+        previous outcome, so only what the attempt of this generation (which resets the failure
+        counter) recorded counts."""
+        status = (self.kube.get(HR, "HelmRelease", RELEASE, self.ns) or {}).get("status", {})
+        if status.get("lastAttemptedGeneration") != generation:
+            return None
+        conditions = {c["type"]: c for c in status.get("conditions", [])}
+        ready, released = conditions.get("Ready", {}), conditions.get("Released", {})
+        if status.get("failures", 0) and released.get("status") == "False":
+            return released
+        busy = conditions.get("Reconciling", {}).get("status") == "True"
+        if not busy and ready.get("status") == "True" and ready.get("observedGeneration") == generation:
             return ready
         return None
 
@@ -117,7 +127,7 @@ class FluxRelease:
         hr = copy.deepcopy(self.template)
         hr["spec"]["values"] = vals
         generation = self.kube.apply(hr)["metadata"]["generation"]
-        ready = wait_until(lambda: self._ready(generation), timeout=90, interval=POLL,
+        ready = wait_until(lambda: self._outcome(generation), timeout=90, interval=POLL,
                            what=f"HelmRelease {self.ns}/{RELEASE} generation {generation}")
         if ready["status"] != "True":
             raise Refused(ready["message"])
