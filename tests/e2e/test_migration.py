@@ -164,9 +164,10 @@ def summarise(samples: list[Sample], start: float, refused: str | None) -> Cell:
     window = [s for s in samples if s.t >= start]
     prior = before[-1] if before else None
     seen = [v for v in [prior, *(s.value for s in window)] if v is not None]
-    # The object's creation is not a change of a live count.
-    changes = window if prior is not None else window[1:]
-    return Cell(min(seen) if seen else None, changes, prior, refused)
+    # The object's creation is not a change of a live count: the changes start from it.
+    if prior is None and window:
+        prior, window = window[0].value, window[1:]
+    return Cell(min(seen) if seen else None, window, prior, refused)
 
 
 class Flip:
