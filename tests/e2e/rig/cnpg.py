@@ -1,6 +1,7 @@
-"""A stand-in for the CloudNativePG operator doing only what the HPA needs: it keeps each Cluster's
-status.instances and status.selector in step with spec.instances (as CNPG >= 1.28.4 does), and
-records every spec.instances value the API server ever holds, with the field managers that own
+"""A stand-in for the CloudNativePG operator doing only what the HPA and the scaler need: it keeps
+each Cluster's status.instances and status.selector in step with spec.instances (as CNPG >= 1.28.4
+does), reports readyInstances (capped per Cluster by `cap_ready`, to play a scale-up that cannot
+converge) with CNPG's `Ready` condition and its lastTransitionTime, and records every spec.instances value the API server ever holds, with the field managers that own
 the field at that moment, so scenarios can assert on the history (who changed the count, how low
 it went). It watches the Clusters: every write is seen, however briefly a value lived."""
 
@@ -53,6 +54,8 @@ class CnpgStandIn:
         self.watch_seconds = watch_seconds
         self.lock = threading.Lock()
         self.history: dict[tuple[str, str], list[Sample]] = {}
+        # (namespace, name) -> most instances that become ready (unset: all of them)
+        self.ready_cap: dict[tuple[str, str], int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cnpg-stand-in", daemon=True)
 
@@ -68,6 +71,17 @@ class CnpgStandIn:
         with self.lock:
             h = self.history.get((namespace, name))
             return h[-1].value if h else None
+
+    def cap_ready(self, namespace: str, name: str, most: int | None) -> None:
+        """At most `most` instances of the Cluster become ready (None: all); applied at once."""
+        with self.lock:
+            if most is None:
+                self.ready_cap.pop((namespace, name), None)
+            else:
+                self.ready_cap[(namespace, name)] = most
+        cluster = self.kube.get(API, "Cluster", name, namespace)
+        if cluster:
+            self.observe(cluster)
 
     def samples(self, namespace: str, name: str) -> list[Sample]:
         with self.lock:
@@ -106,7 +120,18 @@ class CnpgStandIn:
         if "deletionTimestamp" in md:
             return
         count = want if want is not None else 1  # CNPG's default
-        desired = {"instances": count, "readyInstances": count,
+        with self.lock:
+            ready = min(count, self.ready_cap.get(key, count))
+        # CNPG's Ready condition: its lastTransitionTime moves only when its status flips.
+        state = "True" if ready >= count else "False"
+        old = next((c for c in status.get("conditions", []) if c.get("type") == "Ready"), {})
+        since = old.get("lastTransitionTime") if old.get("status") == state else None
+        ready_condition = {
+            "type": "Ready", "status": state,
+            "reason": "ClusterIsReady" if state == "True" else "ClusterIsNotReady",
+            "message": "Cluster is Ready" if state == "True" else "Cluster Is Not Ready",
+            "lastTransitionTime": since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        desired = {"instances": count, "readyInstances": ready, "conditions": [ready_condition],
                    "selector": selector(md["name"]),
                    "currentPrimary": f"{md['name']}-1", "targetPrimary": f"{md['name']}-1",
                    "instanceNames": [f"{md['name']}-{i}" for i in range(1, count + 1)],

@@ -1,4 +1,4 @@
-"""etcd + kube-apiserver (aggregation, service-account keys, RBAC) + kube-controller-manager (HPA),
+"""etcd + kube-apiserver (aggregation, service-account keys, RBAC) + kube-controller-manager (HPA, ResourceQuota usage),
 all on loopback.
 
 Services get ClusterIPs from a random 127.x.y.0/24 range: without kube-proxy the apiserver dials a
@@ -149,7 +149,7 @@ current-context: e2e
             self.bins.controller_manager,
             "--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
             "--bind-address", "127.0.0.1", "--secure-port", free_port(),
-            "--controllers", "horizontalpodautoscaling,garbagecollector,namespace",
+            "--controllers", "horizontalpodautoscaling,garbagecollector,namespace,resourcequota",
             # Fast HPA loop so scenarios take seconds, not minutes.
             "--horizontal-pod-autoscaler-sync-period", "3s",
             "--leader-elect=false", "--v=2"])
