@@ -55,8 +55,11 @@ def start_scaler(tmp_path):
 
     yield start
     for s, k in started:
-        k.close()
+        # Server first: grpcio's Channel.close() waits for every call on the channel to end, and
+        # calls the server stopped answering (streams past its cap, resets it refused) end only
+        # when the connection does.
         s.stop()
+        k.close()
 
 
 @pytest.fixture
