@@ -5,7 +5,6 @@
 pub mod admin;
 pub mod conn;
 pub mod logging;
-pub mod names;
 pub mod shutdown;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
-use crate::promql::{QueryError, parse_parts};
+use scaler_core::promql::{QueryError, parse_parts};
 
 /// Default `--max-response-bytes`: a decision's answer is a few hundred bytes.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 << 20;

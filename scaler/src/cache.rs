@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::metadata::ScalerConfig;
 use crate::metrics::{Metrics, ObjectLabels};
-use crate::observe::{Evaluate, Evaluation, ObserveError};
+use crate::observe::{Evaluate, ObserveError};
+use scaler_core::evaluate::Evaluation;
+use scaler_core::metadata::ScalerConfig;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {

@@ -1,8 +1,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::*;
-use crate::observe;
-use crate::promql::QueryError;
+use scaler_core::promql::QueryError;
 
 /// Counts evaluations; fails while `failing` is set; each takes `delay`.
 #[derive(Default, Clone)]
@@ -29,12 +28,14 @@ impl Evaluate for Fake {
             ("load".to_string(), n as f64),
         ]
         .into();
-        let inputs = observe::Inputs {
+        let inputs = scaler_core::evaluate::Inputs {
             topology: "metrics",
             default_deadline: Duration::from_secs(600),
             now: std::time::SystemTime::now(),
         };
-        observe::evaluate(namespace, config, &inputs, &parts, None)
+        Ok(scaler_core::evaluate::evaluate(
+            namespace, config, &inputs, &parts, None,
+        )?)
     }
 }
 
@@ -46,7 +47,7 @@ fn key(name: &str) -> Key {
     Key {
         namespace: "ns".into(),
         name: name.into(),
-        config: crate::metadata::parse("pg", &md).unwrap(),
+        config: scaler_core::metadata::parse("pg", &md).unwrap(),
     }
 }
 

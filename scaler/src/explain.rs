@@ -6,13 +6,15 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
-use crate::decision::{Brake, ConvergencePhase};
-use crate::metadata::{self, Metric};
+use crate::backend;
 use crate::metrics::Metrics;
-use crate::observe::{CurrentSource, Evaluate as _, Evaluation, Observer, QuorumSource};
+use crate::observe::{Evaluate as _, Observer};
 use crate::topology::{self, Topology};
-use crate::{backend, promql};
 use runtime::logging::LogArgs;
+use scaler_core::decision::{Brake, ConvergencePhase};
+use scaler_core::evaluate::{CurrentSource, Evaluation, QuorumSource};
+use scaler_core::metadata::{self, Metric};
+use scaler_core::promql;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -32,7 +34,8 @@ pub struct Args {
     /// CNPG Cluster name.
     #[arg(long)]
     pub cluster: String,
-    #[arg(long, value_enum, default_value = "ReadConnections")]
+    /// Load signal: ReadConnections or ReadCPUUtilization.
+    #[arg(long, default_value = "ReadConnections")]
     pub metric: Metric,
     /// Load one read replica should carry (connections, or CPU millicores).
     #[arg(long, default_value = "150")]
@@ -287,7 +290,7 @@ fn quota_line(e: &Evaluation) -> String {
                 fit.quota,
                 fit.hard,
                 fit.cost,
-                if d.reason == crate::decision::Reason::Quota {
+                if d.reason == scaler_core::decision::Reason::Quota {
                     "; CAPPING"
                 } else {
                     ""

@@ -9,17 +9,16 @@ use tonic::{Request, Response, Status};
 use tracing::debug;
 
 use crate::cache::{Cache, Key};
-use crate::metadata::{self, MetadataError};
 use crate::metrics::Metrics;
 use crate::observe::{Evaluate, ObserveError};
-use crate::promql::QueryError;
 use crate::proto::external_scaler_server::ExternalScaler;
 use crate::proto::{
     GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricSpec,
     MetricValue, ScaledObjectRef,
 };
 use crate::topology::TopologyError;
-use runtime::names;
+use scaler_core::metadata::{self, MetadataError};
+use scaler_core::promql::QueryError;
 
 /// Everything an rpc can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -265,6 +264,7 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use scaler_core::evaluate::EvaluateError;
 
     #[test]
     fn errors_map_to_the_documented_codes() {
@@ -303,10 +303,10 @@ mod tests {
                 Code::Unavailable,
             ),
             (
-                ObserveError::NoInstances {
+                ObserveError::Evaluate(EvaluateError::NoInstances {
                     namespace: "n".into(),
                     cluster: "c".into(),
-                }
+                })
                 .into(),
                 Code::Unavailable,
             ),

@@ -3,14 +3,10 @@
 
 pub mod backend;
 pub mod cache;
-pub mod decision;
 pub mod explain;
 pub mod grpc;
-pub mod metadata;
 pub mod metrics;
 pub mod observe;
-pub mod promql;
-pub mod quota;
 pub mod serve;
 pub mod topology;
 

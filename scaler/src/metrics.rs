@@ -21,7 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::decision::{ConvergencePhase, Decision, Reason};
+use scaler_core::decision::{ConvergencePhase, Decision, Reason};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RpcLabels {

@@ -12,15 +12,14 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ResourceQuota;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
-use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
-use crate::quota::{InstanceCost, Milli, Quota, Rounding, parse_quantity};
+use scaler_core::cluster::{ClusterFacts, Snapshot, facts_from};
+use scaler_core::quota::Quota;
 
 /// `--topology`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -31,127 +30,6 @@ pub enum Mode {
     Kube,
     /// Never touch a Kubernetes API; count instance series instead.
     Metrics,
-}
-
-/// What a Cluster says about its size, sync quorum, convergence and per-instance cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct ClusterFacts {
-    /// `spec.instances` (what the HPA compares against).
-    pub instances: u32,
-    /// Legacy `spec.maxSyncReplicas`, else `spec.postgresql.synchronous.number`.
-    pub quorum: Option<u32>,
-    /// `None` until CNPG has written a status with `readyInstances`.
-    pub status: Option<ClusterStatus>,
-    /// What one more instance costs against a ResourceQuota.
-    pub cost: InstanceCost,
-}
-
-/// The convergence facts of a Cluster's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct ClusterStatus {
-    /// `status.instances`: instance pods CNPG has created.
-    pub instances: u32,
-    /// `status.readyInstances`.
-    pub ready: u32,
-    /// `lastTransitionTime` (Unix seconds) of the `Ready` condition while it is `False`.
-    pub not_ready_since: Option<i64>,
-}
-
-/// Reads [`ClusterFacts`] from a Cluster's JSON.
-pub fn facts_from(object: &serde_json::Value) -> Result<ClusterFacts, String> {
-    let spec = object.get("spec").ok_or("no spec")?;
-    let count = |v: Option<&serde_json::Value>| {
-        v.and_then(|v| v.as_u64())
-            .and_then(|n| u32::try_from(n).ok())
-    };
-    // CNPG defaults spec.instances to 1.
-    let instances = match spec.get("instances") {
-        None => 1,
-        Some(v) => count(Some(v)).ok_or_else(|| format!("spec.instances {v} is not a count"))?,
-    };
-    let legacy = count(spec.get("maxSyncReplicas")).filter(|n| *n > 0);
-    let explicit = count(spec.pointer("/postgresql/synchronous/number"));
-    let status = object.get("status").and_then(|status| {
-        let ready = count(status.get("readyInstances"))?;
-        let not_ready_since = status
-            .get("conditions")
-            .and_then(|c| c.as_array())
-            .and_then(|conditions| {
-                conditions
-                    .iter()
-                    .find(|c| c.get("type").and_then(|t| t.as_str()) == Some("Ready"))
-            })
-            .filter(|c| c.get("status").and_then(|s| s.as_str()) == Some("False"))
-            .and_then(|c| {
-                c.get("lastTransitionTime")?
-                    .as_str()?
-                    .parse::<Timestamp>()
-                    .ok()
-            })
-            .map(|t| t.as_second());
-        Some(ClusterStatus {
-            instances: count(status.get("instances")).unwrap_or(ready),
-            ready,
-            not_ready_since,
-        })
-    });
-    Ok(ClusterFacts {
-        instances,
-        quorum: legacy.or(explicit),
-        status,
-        cost: cost_from(spec)?,
-    })
-}
-
-/// One instance's pod resources and volumes (data, WAL, tablespaces), from a Cluster spec.
-fn cost_from(spec: &serde_json::Value) -> Result<InstanceCost, String> {
-    let quantity = |pointer: &str, within: &serde_json::Value| -> Result<Option<Milli>, String> {
-        let Some(value) = within.pointer(pointer) else {
-            return Ok(None);
-        };
-        let text = match value {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Number(n) => n.to_string(),
-            other => return Err(format!("spec{pointer} {other} is not a quantity")),
-        };
-        parse_quantity(&text, Rounding::Up)
-            .map(Some)
-            .map_err(|e| format!("spec{pointer}: {e}"))
-    };
-    // A volume's size, or its pvcTemplate's storage request.
-    let volume = |storage: &serde_json::Value| -> Result<Milli, String> {
-        Ok(quantity("/size", storage)?
-            .or(quantity(
-                "/pvcTemplate/resources/requests/storage",
-                storage,
-            )?)
-            .unwrap_or_default())
-    };
-    let mut storage = Milli::default();
-    let mut pvcs = 0u32;
-    let tablespaces = spec.get("tablespaces").and_then(|t| t.as_array());
-    let volumes = [spec.get("storage"), spec.get("walStorage")]
-        .into_iter()
-        .flatten()
-        .chain(
-            tablespaces
-                .into_iter()
-                .flatten()
-                .filter_map(|t| t.get("storage")),
-        );
-    for v in volumes {
-        storage.0 = storage.0.saturating_add(volume(v)?.0);
-        pvcs = pvcs.saturating_add(1);
-    }
-    Ok(InstanceCost {
-        requests_cpu: quantity("/resources/requests/cpu", spec)?,
-        limits_cpu: quantity("/resources/limits/cpu", spec)?,
-        requests_memory: quantity("/resources/requests/memory", spec)?,
-        limits_memory: quantity("/resources/limits/memory", spec)?,
-        storage: Some(storage).filter(|s| s.0 > 0),
-        // CNPG always gives an instance its data PVC.
-        pvcs: pvcs.max(1),
-    })
 }
 
 /// Reads a ResourceQuota's hard limits and usage.
@@ -170,13 +48,6 @@ pub fn quota_from(object: &ResourceQuota) -> Result<Quota, String> {
     let hard = spec.and_then(|s| s.hard.as_ref()).unwrap_or(&empty);
     let used = object.status.as_ref().and_then(|s| s.used.as_ref());
     Quota::parse(name, scoped, pairs(hard), used.map(pairs))
-}
-
-/// A Cluster and the ResourceQuotas of its namespace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Snapshot {
-    pub cluster: ClusterFacts,
-    pub quotas: Vec<Quota>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

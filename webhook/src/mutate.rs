@@ -12,7 +12,6 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::review::{AdmissionRequest, AdmissionResponse};
-use runtime::names;
 
 pub const HELMRELEASE_GROUP: &str = "helm.toolkit.fluxcd.io";
 pub const HELMRELEASE_VERSION: &str = "v2";

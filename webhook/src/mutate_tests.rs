@@ -370,7 +370,7 @@ mod fuzz {
             prop_assert!(review.is_ok(), "{:?}", review.err());
             match admit(&review.unwrap().request) {
                 Admit::NeedsShard(p) => {
-                    prop_assert!(runtime::names::is_dns_label(&p.tenant));
+                    prop_assert!(names::is_dns_label(&p.tenant));
                     prop_assert!(namespace.starts_with("tenant-"));
                 }
                 Admit::Done(o) => prop_assert!(o.response.allowed && o.response.patch.is_none()),

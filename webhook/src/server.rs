@@ -24,7 +24,6 @@ use crate::assign::Resolver;
 use crate::metrics::Metrics;
 use crate::mutate::{Admit, Outcome, Reason, admit};
 use crate::review::AdmissionReview;
-use runtime::names;
 use runtime::tls::TlsConn;
 
 /// The webhook path (cozystack-designs.md §2.2).

@@ -2,7 +2,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use runtime::names::{echo, is_dns_label};
+use names::{echo, is_dns_label};
 
 /// Largest `maxReplicas` accepted; far above any sane cluster, low enough that
 /// `desired × target` stays exact in an `f64` and an `i64`.
@@ -27,13 +27,11 @@ const OUR_KEYS: [&str; 9] = [
 ];
 
 /// The load signal summed over read replicas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Metric {
     /// Active client backends (connections) on replicas.
-    #[value(name = "ReadConnections")]
     ReadConnections,
     /// CPU of the `postgres` container on replicas, in millicores.
-    #[value(name = "ReadCPUUtilization")]
     ReadCpuUtilization,
 }
 
@@ -49,6 +47,20 @@ impl Metric {
         [Self::ReadConnections, Self::ReadCpuUtilization]
             .into_iter()
             .find(|m| m.as_str() == value)
+    }
+}
+
+/// The spelling the trigger metadata uses (`scaler explain --metric` parses the same).
+impl std::str::FromStr for Metric {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Self::parse(value).ok_or_else(|| {
+            format!(
+                "{} is not a metric: use ReadConnections or ReadCPUUtilization",
+                echo(value)
+            )
+        })
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::metadata::Metric;
-use runtime::names::echo;
+use names::echo;
 
 /// Users whose sessions are the platform's own, not client load.
 pub const INTERNAL_USERS: &str = "cnpg_metrics_exporter|postgres|streaming_replica";

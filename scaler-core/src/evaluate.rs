@@ -1,0 +1,453 @@
+//! The pure evaluation: one query answer, the Cluster's facts and the trigger's config in,
+//! every input of the decision and the decision out.
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::cluster::{ClusterFacts, Snapshot};
+use crate::decision::{self, Convergence, Decision, Observation, Policy, QuotaCeiling};
+use crate::metadata::{Metric, ScalerConfig};
+use crate::promql::part;
+use crate::quota::{self, Fit};
+
+/// The answer lacks what a decision needs: an error, never a zero.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EvaluateError {
+    #[error(
+        "no instance series for CNPG cluster {cluster:?} in namespace {namespace:?} \
+         (cnpg_pg_replication_in_recovery with pod=~\"{cluster}-<n>\"): is the cluster running and scraped?"
+    )]
+    NoInstances { namespace: String, cluster: String },
+    #[error(
+        "CPU series (container_cpu_usage_seconds_total{{container=\"postgres\"}}) exist for {with_series} of \
+         {replicas} replicas of CNPG cluster {cluster:?} in namespace {namespace:?}: are cAdvisor metrics scraped?"
+    )]
+    MissingCpuSeries {
+        namespace: String,
+        cluster: String,
+        replicas: u32,
+        with_series: u32,
+    },
+}
+
+/// Where the current count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CurrentSource {
+    /// The Cluster's `spec.instances`.
+    ClusterSpec,
+    /// The number of instance series (metrics-only mode).
+    InstanceSeries,
+}
+
+/// Where the quorum came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QuorumSource {
+    /// The `maxSyncReplicas` trigger metadata.
+    Metadata,
+    /// The Cluster's `spec.maxSyncReplicas` or `spec.postgresql.synchronous.number`.
+    ClusterSpec,
+    /// Neither said anything: 0.
+    Default,
+}
+
+/// Every input of one decision, and the decision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Evaluation {
+    pub namespace: String,
+    pub cluster: String,
+    pub metric: &'static str,
+    pub topology: &'static str,
+    /// Instance pods seen in metrics.
+    pub instance_series: u32,
+    /// Σ read load over replicas; `false` in `load_series_present` means CNPG emitted no rows (0).
+    pub load_series_present: bool,
+    /// Primary WAL write rate in bytes/s; `None` without WAL series.
+    pub wal_bytes_per_second: Option<f64>,
+    pub cluster_spec: Option<ClusterFacts>,
+    /// The tightest ResourceQuota limit on one more instance; `None` without a Kubernetes
+    /// topology or without a quota that limits what an instance uses.
+    pub quota: Option<Fit>,
+    pub current_source: CurrentSource,
+    pub quorum_source: QuorumSource,
+    pub policy: Policy,
+    pub observation: Observation,
+    pub decision: Decision,
+    /// One-sentence explanation of the decision.
+    pub summary: String,
+}
+
+/// What an evaluation needs besides the answers: where they came from, defaults, the clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs {
+    pub topology: &'static str,
+    pub default_deadline: Duration,
+    pub now: SystemTime,
+}
+
+/// The pure part: query answer + Cluster facts and quotas + config → evaluation.
+pub fn evaluate(
+    namespace: &str,
+    config: &ScalerConfig,
+    inputs: &Inputs,
+    parts: &HashMap<String, f64>,
+    snapshot: Option<&Snapshot>,
+) -> Result<Evaluation, EvaluateError> {
+    let facts = snapshot.map(|s| s.cluster);
+    let instance_series = parts
+        .get(part::INSTANCES)
+        .map(|n| *n as u32)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| EvaluateError::NoInstances {
+            namespace: namespace.to_owned(),
+            cluster: config.cluster.clone(),
+        })?;
+    let load = parts.get(part::LOAD).copied();
+    if config.metric == Metric::ReadCpuUtilization {
+        let count = |name| parts.get(name).map_or(0, |n| *n as u32);
+        let (replicas, with_series) = (count(part::REPLICAS), count(part::LOAD_PODS));
+        if with_series < replicas {
+            return Err(EvaluateError::MissingCpuSeries {
+                namespace: namespace.to_owned(),
+                cluster: config.cluster.clone(),
+                replicas,
+                with_series,
+            });
+        }
+    }
+    let wal = parts.get(part::WAL).copied();
+    let (current, current_source) = match facts {
+        Some(facts) => (facts.instances, CurrentSource::ClusterSpec),
+        None => (instance_series, CurrentSource::InstanceSeries),
+    };
+    let (quorum, quorum_source) = match (config.max_sync_replicas, facts.and_then(|f| f.quorum)) {
+        (Some(q), _) => (q, QuorumSource::Metadata),
+        (None, Some(q)) => (q, QuorumSource::ClusterSpec),
+        (None, None) => (0, QuorumSource::Default),
+    };
+    let policy = Policy {
+        target: config.target,
+        min_replicas: config.min_replicas,
+        max_replicas: config.max_replicas,
+        quorum,
+        max_lag_seconds: config.max_replication_lag_seconds,
+        dry_run: config.dry_run,
+        convergence_deadline_seconds: config
+            .convergence_deadline_seconds
+            .unwrap_or(inputs.default_deadline.as_secs_f64()),
+    };
+    let fit = snapshot.and_then(|s| quota::tightest(&s.quotas, &s.cluster.cost));
+    let status = facts.and_then(|f| f.status);
+    // Instances that exist (and so are in the quota's usage) plus those that still fit.
+    let existing = status.map_or(current, |s| s.instances);
+    let now = inputs
+        .now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let observation = Observation {
+        current,
+        // CNPG omits zero rows, so no load series while instances exist means no load.
+        load: load.unwrap_or(0.0),
+        max_lag_seconds: parts.get(part::LAG).copied(),
+        primary_writing: wal.is_some_and(|rate| rate > 0.0),
+        quota: fit.as_ref().map(|f| QuotaCeiling {
+            instances: existing.saturating_add(f.more),
+            resource: f.resource,
+        }),
+        convergence: status.map(|s| Convergence {
+            ready: s.ready,
+            not_ready_seconds: s
+                .not_ready_since
+                .filter(|_| current > s.ready)
+                // A clock behind the API server's counts as just now, never as negative.
+                .map(|since| now.saturating_sub(u64::try_from(since).unwrap_or(0)) as f64),
+        }),
+    };
+    let decision = decision::decide(&policy, &observation);
+    Ok(Evaluation {
+        namespace: namespace.to_owned(),
+        cluster: config.cluster.clone(),
+        metric: config.metric.as_str(),
+        topology: inputs.topology,
+        instance_series,
+        load_series_present: load.is_some(),
+        wal_bytes_per_second: wal,
+        cluster_spec: facts,
+        quota: fit,
+        current_source,
+        quorum_source,
+        summary: decision.summary(&policy, &observation),
+        policy,
+        observation,
+        decision,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::facts_from;
+    use crate::decision::Reason;
+    use crate::metadata::parse;
+    use crate::quota::Quota;
+    use serde_json::json;
+
+    /// 2026-11-30T19:10:00Z.
+    const NOW: u64 = 1_796_065_800;
+
+    fn inputs(topology: &'static str) -> Inputs {
+        Inputs {
+            topology,
+            default_deadline: Duration::from_secs(600),
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(NOW),
+        }
+    }
+
+    fn snapshot(cluster: serde_json::Value, quotas: Vec<Quota>) -> Snapshot {
+        Snapshot {
+            cluster: facts_from(&cluster).unwrap(),
+            quotas,
+        }
+    }
+
+    fn config(extra: &[(&str, &str)]) -> ScalerConfig {
+        let mut md: HashMap<String, String> = [("target", "5"), ("maxReplicas", "6")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        md.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        parse("pg", &md).unwrap()
+    }
+
+    fn parts(pairs: &[(&str, f64)]) -> HashMap<String, f64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn no_instance_series_is_an_error_not_zero() {
+        let err = evaluate(
+            "ns",
+            &config(&[]),
+            &inputs("metrics"),
+            &parts(&[("load", 9.0)]),
+            None,
+        );
+        assert!(matches!(err, Err(EvaluateError::NoInstances { .. })));
+        let err = evaluate(
+            "ns",
+            &config(&[]),
+            &inputs("metrics"),
+            &parts(&[("instances", 0.0)]),
+            None,
+        );
+        assert!(matches!(err, Err(EvaluateError::NoInstances { .. })));
+    }
+
+    #[test]
+    fn missing_load_series_means_zero_load() {
+        let e = evaluate(
+            "ns",
+            &config(&[]),
+            &inputs("metrics"),
+            &parts(&[("instances", 3.0)]),
+            None,
+        )
+        .unwrap();
+        assert_eq!((e.observation.load, e.load_series_present), (0.0, false));
+        assert_eq!(
+            (e.observation.current, e.current_source),
+            (3, CurrentSource::InstanceSeries)
+        );
+        assert_eq!((e.decision.desired, e.decision.reason), (2, Reason::Floor));
+    }
+
+    #[test]
+    fn cluster_spec_gives_current_and_quorum_unless_metadata_says_otherwise() {
+        let snapshot = snapshot(
+            json!({"spec": {"instances": 4, "maxSyncReplicas": 3}}),
+            vec![],
+        );
+        let facts = Some(&snapshot);
+        let e = evaluate(
+            "ns",
+            &config(&[]),
+            &inputs("kube"),
+            &parts(&[("instances", 3.0), ("load", 5.0)]),
+            facts,
+        )
+        .unwrap();
+        assert_eq!(
+            (e.observation.current, e.current_source),
+            (4, CurrentSource::ClusterSpec)
+        );
+        assert_eq!(
+            (e.policy.quorum, e.quorum_source),
+            (3, QuorumSource::ClusterSpec)
+        );
+        assert_eq!((e.decision.desired, e.decision.reason), (4, Reason::Quorum));
+        let e = evaluate(
+            "ns",
+            &config(&[("maxSyncReplicas", "1")]),
+            &inputs("kube"),
+            &parts(&[("instances", 3.0), ("load", 12.0)]),
+            facts,
+        )
+        .unwrap();
+        assert_eq!(
+            (e.policy.quorum, e.quorum_source),
+            (1, QuorumSource::Metadata)
+        );
+        assert_eq!((e.decision.desired, e.decision.reason), (4, Reason::Load));
+    }
+
+    #[test]
+    fn missing_cpu_series_on_replicas_is_an_error_not_zero_load() {
+        let cfg = config(&[("metric", "ReadCPUUtilization")]);
+        let answer = |pods: f64| {
+            parts(&[
+                ("instances", 3.0),
+                ("replicas", 2.0),
+                ("load_pods", pods),
+                ("load", 300.0),
+            ])
+        };
+        assert!(matches!(
+            evaluate("ns", &cfg, &inputs("metrics"), &answer(1.0), None),
+            Err(EvaluateError::MissingCpuSeries {
+                replicas: 2,
+                with_series: 1,
+                ..
+            })
+        ));
+        assert_eq!(
+            evaluate("ns", &cfg, &inputs("metrics"), &answer(2.0), None)
+                .unwrap()
+                .observation
+                .load,
+            300.0
+        );
+        // A lone primary has no replicas and so no replica CPU: zero load, not an error.
+        let lone = parts(&[("instances", 1.0)]);
+        assert_eq!(
+            evaluate("ns", &cfg, &inputs("metrics"), &lone, None)
+                .unwrap()
+                .observation
+                .load,
+            0.0
+        );
+    }
+
+    #[test]
+    fn wal_rate_gates_the_brake() {
+        let cfg = config(&[("maxReplicationLagSeconds", "10")]);
+        let lagging = |wal: f64| {
+            parts(&[
+                ("instances", 3.0),
+                ("load", 30.0),
+                ("lag", 60.0),
+                ("wal", wal),
+            ])
+        };
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &lagging(1000.0), None).unwrap();
+        assert_eq!((e.decision.desired, e.decision.reason), (3, Reason::Brake));
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &lagging(0.0), None).unwrap();
+        assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Max));
+    }
+
+    #[test]
+    fn the_quota_caps_growth_at_existing_instances_plus_what_fits() {
+        // 3 instances exist at 500m each; the quota has 1 CPU left: two more fit.
+        let q = Quota::parse(
+            "tenant",
+            false,
+            [("requests.cpu", "2500m")],
+            Some([("requests.cpu", "1500m")]),
+        )
+        .unwrap();
+        let cluster = json!({
+            "spec": {"instances": 3, "resources": {"requests": {"cpu": "500m"}}},
+            "status": {"instances": 3, "readyInstances": 3},
+        });
+        let snap = snapshot(cluster, vec![q]);
+        // Load 40 / target 5 wants 9; max 6 would allow 6; the quota stops it at 5.
+        let e = evaluate(
+            "ns",
+            &config(&[]),
+            &inputs("kube"),
+            &parts(&[("instances", 3.0), ("load", 40.0)]),
+            Some(&snap),
+        )
+        .unwrap();
+        assert_eq!((e.decision.desired, e.decision.reason), (5, Reason::Quota));
+        let fit = e.quota.unwrap();
+        assert_eq!(
+            (fit.more, fit.resource, fit.quota.as_str()),
+            (2, "requests.cpu", "tenant")
+        );
+        // Without quotas the ceiling is absent.
+        let free = snapshot(json!({"spec": {"instances": 3}}), vec![]);
+        let e = evaluate(
+            "ns",
+            &config(&[]),
+            &inputs("kube"),
+            &parts(&[("instances", 3.0), ("load", 40.0)]),
+            Some(&free),
+        )
+        .unwrap();
+        assert_eq!(
+            (e.decision.desired, e.decision.reason, e.quota),
+            (6, Reason::Max, None)
+        );
+    }
+
+    #[test]
+    fn not_ready_since_the_condition_turned_false_decides_the_hold() {
+        let cluster = |since: &str| {
+            json!({
+                "spec": {"instances": 5},
+                "status": {"instances": 5, "readyInstances": 3, "conditions": [
+                    {"type": "Ready", "status": "False", "lastTransitionTime": since}]},
+            })
+        };
+        let eval = |since: &str, extra: &[(&str, &str)]| {
+            evaluate(
+                "ns",
+                &config(extra),
+                &inputs("kube"),
+                &parts(&[("instances", 5.0), ("load", 30.0)]),
+                Some(&snapshot(cluster(since), vec![])),
+            )
+            .unwrap()
+        };
+        // 5 minutes: within the default 10-minute deadline.
+        let e = eval("2026-11-30T19:05:00Z", &[]);
+        assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Max));
+        assert_eq!(
+            e.observation.convergence.unwrap().not_ready_seconds,
+            Some(300.0)
+        );
+        // 10 minutes: hold at the 3 ready instances.
+        let e = eval("2026-11-30T19:00:00Z", &[]);
+        assert_eq!((e.decision.desired, e.decision.reason), (3, Reason::Stuck));
+        // The metadata deadline wins over the server's default.
+        let e = eval(
+            "2026-11-30T19:08:30Z",
+            &[("convergenceDeadlineSeconds", "60")],
+        );
+        assert_eq!(e.decision.reason, Reason::Stuck);
+        // 300 s with a 60 s deadline: hold 1×, retry, hold 2× are over; a retry asks again.
+        let e = eval(
+            "2026-11-30T19:05:00Z",
+            &[("convergenceDeadlineSeconds", "60")],
+        );
+        assert_eq!(e.decision.reason, Reason::Max);
+        // A condition time ahead of our clock counts as just now.
+        let e = eval(
+            "2026-11-30T20:00:00Z",
+            &[("convergenceDeadlineSeconds", "60")],
+        );
+        assert_eq!(e.decision.reason, Reason::Max);
+    }
+}
