@@ -25,7 +25,7 @@ const DEFAULT_FLUX: &str = concat!(
     about = "Generates autoscaling, Flux shard and package chart pieces from minijinja templates"
 )]
 pub struct Cli {
-    /// Directory the minijinja templates are loaded from (nothing outside it is read as a template).
+    /// Directory of the sources: minijinja templates (app/) and the package chart (package/).
     #[arg(long, global = true, env = "CHARTGEN_TEMPLATES", default_value = DEFAULT_TEMPLATES)]
     templates: PathBuf,
     #[command(subcommand)]
@@ -209,7 +209,7 @@ impl Cli {
                 Ok(code)
             }
             Command::Package(p) => {
-                let plan = package::plan(&p.out, &p.flux_deployment, &Renderer::new(&templates)?)?;
+                let plan = package::plan(&p.out, &p.flux_deployment, &templates)?;
                 finish(&plan, p.check)
             }
             Command::Shards(s) => s.run(),
@@ -245,10 +245,11 @@ impl ShardsArgs {
             events_addr: self.events_addr,
             source_controller: self.source_controller_address,
         };
+        let base = shards::sanitise(&flux, cfg.events_addr.as_deref())
+            .with_context(|| format!("in '{}'", self.flux_deployment.display()))?;
         let mut docs = Vec::new();
-        for i in 0..count {
-            let d = shards::build_shard(&flux, &i.to_string(), &cfg)
-                .with_context(|| format!("in '{}'", self.flux_deployment.display()))?;
+        for i in 0..u32::try_from(count)? {
+            let d = shards::instantiate(&base, i, &cfg);
             docs.push(format!("---\n{}", serde_norway::to_string(&d)?));
         }
         let yaml = docs.concat();

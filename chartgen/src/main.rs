@@ -1,5 +1,5 @@
 //! chartgen: renders KEDA autoscaling into app charts, helm-controller shard Deployments and
-//! the platform package chart from the minijinja templates in `templates/`.
+//! the platform package chart (the app pieces from minijinja templates in `templates/`).
 #![forbid(unsafe_code)]
 
 mod app;

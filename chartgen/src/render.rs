@@ -1,4 +1,4 @@
-//! The minijinja environment every generated file goes through.
+//! The minijinja environment `chartgen app` renders through.
 //!
 //! Delimiters are `[[ ]]`, `[% %]` and `[# #]` so Helm's `{{ }}` passes through untouched;
 //! undefined variables are errors (a typo must never render as an empty string); templates
@@ -14,7 +14,6 @@ use serde::Serialize;
 
 pub struct Renderer {
     env: Environment<'static>,
-    dir: std::path::PathBuf,
 }
 
 impl Renderer {
@@ -42,15 +41,7 @@ impl Renderer {
         env.set_loader(minijinja::path_loader(dir));
         env.add_filter("yaml", yaml_filter);
         env.add_filter("json", json_filter);
-        Ok(Self {
-            env,
-            dir: dir.to_path_buf(),
-        })
-    }
-
-    /// The templates directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+        Ok(Self { env })
     }
 
     /// Renders template `name` (a path relative to the templates directory).

@@ -1,15 +1,24 @@
 //! helm-controller shard Deployments cloned from the flux-aio Deployment and sanitised the
 //! way Cozystack's flux-shard-operator does (docs/design.md §S7).
 //!
-//! Pure: a parsed Deployment in, shard Deployments out. The shard id and `--concurrent` are
-//! strings so the package chart can pass Helm expressions (`{{ $i }}`) through.
+//! Pure: a parsed Deployment in, shard Deployments out, in two steps. [`sanitise`] gives what
+//! every shard shares, with the per-shard flags left as bare slots; [`instantiate`] fills one
+//! shard in. `chartgen shards` runs both; the package chart gets the sanitised Deployment as data
+//! and fills the slots with a Helm `range` (templates/package/chart/templates/shards.yaml).
 
+use placement::shard::{SHARD_KEY_LABEL, ShardIndex, ShardName};
 use serde_json::{Map, Value, json};
 
 /// The container that is cloned.
 pub const HELM_CONTROLLER: &str = "helm-controller";
 /// Shard selector key on HelmReleases (docs/design.md §S1).
-pub const SHARD_KEY: &str = "sharding.fluxcd.io/key";
+pub const SHARD_KEY: &str = SHARD_KEY_LABEL;
+/// Bare in a sanitised Deployment's args where each shard's `--watch-label-selector=KEY=shard<i>` goes.
+pub const SELECTOR_SLOT: &str = "--watch-label-selector";
+/// Bare in a sanitised Deployment's args where each shard's `--concurrent=N` goes.
+pub const CONCURRENT_SLOT: &str = "--concurrent";
+/// The env var a shard reads the source-controller's artifact address from.
+const SOURCE_CONTROLLER_ENV: &str = "SOURCE_CONTROLLER_LOCALHOST";
 
 /// Environment the shard must not inherit: localhost artifact and KubePrism overrides only
 /// work inside the hostNetwork flux pod, and proxies are per-installation (#3546).
@@ -51,8 +60,16 @@ pub struct ShardConfig {
     pub source_controller: Option<String>,
 }
 
-/// Builds Deployment `helm-controller-shard<id>`.
-pub fn build_shard(flux: &Value, id: &str, cfg: &ShardConfig) -> Result<Value, ShardError> {
+/// Name of shard `id`'s Deployment.
+pub fn deployment_name(id: ShardIndex) -> String {
+    format!("helm-controller-{}", ShardName(id))
+}
+
+/// What every shard shares: the flux-aio helm-controller alone in its pod, sanitised, as a
+/// Deployment without name or namespace. Its args hold [`SELECTOR_SLOT`] and
+/// [`CONCURRENT_SLOT`] bare, in the position the flux-aio args had them; its env has no
+/// source-controller address; its labels and selector lack the per-shard name.
+pub fn sanitise(flux: &Value, events_addr: Option<&str>) -> Result<Value, ShardError> {
     let pod = flux
         .pointer("/spec/template/spec")
         .ok_or(ShardError::Missing("spec.template.spec"))?;
@@ -64,9 +81,8 @@ pub fn build_shard(flux: &Value, id: &str, cfg: &ShardConfig) -> Result<Value, S
         .iter()
         .find(|c| c.get("name").and_then(Value::as_str) == Some(HELM_CONTROLLER))
         .ok_or(ShardError::NoHelmController(HELM_CONTROLLER))?;
-    let container = shard_container(source, id, cfg)?;
+    let container = shard_container(source, events_addr)?;
 
-    let name = format!("helm-controller-shard{id}");
     let mut pod_spec = pod.as_object().cloned().unwrap_or_default();
     let volumes = mounted_volumes(&pod_spec, &container);
     pod_spec.insert("containers".into(), json!([container]));
@@ -81,7 +97,6 @@ pub fn build_shard(flux: &Value, id: &str, cfg: &ShardConfig) -> Result<Value, S
     };
 
     let mut labels = Map::new();
-    labels.insert("app.kubernetes.io/name".into(), json!(name));
     labels.insert("app.kubernetes.io/part-of".into(), json!("flux"));
     labels.insert("sharding.fluxcd.io/role".into(), json!("shard"));
     if let Some(v) = flux.pointer("/metadata/labels/app.kubernetes.io~1version") {
@@ -90,15 +105,14 @@ pub fn build_shard(flux: &Value, id: &str, cfg: &ShardConfig) -> Result<Value, S
     Ok(json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "namespace": cfg.namespace, "labels": labels},
+        "metadata": {"labels": labels},
         "spec": {
             "replicas": 1,
             // Leader election is off in flux-aio's helm-controller: two pods must never overlap.
             "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {
                 "metadata": {
-                    "labels": {"app.kubernetes.io/name": name, "sharding.fluxcd.io/role": "shard"},
+                    "labels": {"sharding.fluxcd.io/role": "shard"},
                     "annotations": {
                         "cluster-autoscaler.kubernetes.io/safe-to-evict": "true",
                         "prometheus.io/scrape": "true",
@@ -110,9 +124,44 @@ pub fn build_shard(flux: &Value, id: &str, cfg: &ShardConfig) -> Result<Value, S
     }))
 }
 
-fn shard_container(source: &Value, id: &str, cfg: &ShardConfig) -> Result<Value, ShardError> {
-    let mut c = source.as_object().cloned().unwrap_or_default();
-    let args: Vec<String> = c
+/// Shard `id` of a [`sanitise`]d Deployment: name, namespace and name labels set, the arg slots
+/// filled, the source-controller address appended to the env when configured.
+pub fn instantiate(base: &Value, id: ShardIndex, cfg: &ShardConfig) -> Value {
+    let name = deployment_name(id);
+    let mut d = base.clone();
+    let mut labels = Map::new();
+    labels.insert("app.kubernetes.io/name".into(), json!(name));
+    if let Some(shared) = base.pointer("/metadata/labels").and_then(Value::as_object) {
+        labels.extend(shared.clone());
+    }
+    d["metadata"] = json!({"name": name, "namespace": cfg.namespace, "labels": labels});
+    d["spec"]["selector"] = json!({"matchLabels": {"app.kubernetes.io/name": name}});
+    d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] = json!(name);
+    if let Some(c) = d
+        .pointer_mut("/spec/template/spec/containers/0")
+        .and_then(Value::as_object_mut)
+    {
+        let slots = string_args(c);
+        c.insert(
+            "args".into(),
+            json!(fill_slots(&slots, id, &cfg.concurrent)),
+        );
+        if let Some(addr) = &cfg.source_controller {
+            let entry = json!({"name": SOURCE_CONTROLLER_ENV, "value": addr});
+            match c.get_mut("env").and_then(Value::as_array_mut) {
+                Some(env) => env.push(entry),
+                None => {
+                    c.insert("env".into(), json!([entry]));
+                }
+            }
+        }
+    }
+    d
+}
+
+/// A container's args (non-strings skipped).
+fn string_args(container: &Map<String, Value>) -> Vec<String> {
+    container
         .get("args")
         .and_then(Value::as_array)
         .map(|a| {
@@ -120,10 +169,15 @@ fn shard_container(source: &Value, id: &str, cfg: &ShardConfig) -> Result<Value,
                 .filter_map(|v| v.as_str().map(str::to_owned))
                 .collect()
         })
-        .unwrap_or_default();
-    c.insert("args".into(), json!(shard_args(&args, id, cfg)?));
+        .unwrap_or_default()
+}
 
-    let mut env: Vec<Value> = c
+fn shard_container(source: &Value, events_addr: Option<&str>) -> Result<Value, ShardError> {
+    let mut c = source.as_object().cloned().unwrap_or_default();
+    let args = string_args(&c);
+    c.insert("args".into(), json!(arg_slots(&args, events_addr)?));
+
+    let env: Vec<Value> = c
         .get("env")
         .and_then(Value::as_array)
         .map(|e| {
@@ -135,9 +189,6 @@ fn shard_container(source: &Value, id: &str, cfg: &ShardConfig) -> Result<Value,
                 .collect()
         })
         .unwrap_or_default();
-    if let Some(addr) = &cfg.source_controller {
-        env.push(json!({"name": "SOURCE_CONTROLLER_LOCALHOST", "value": addr}));
-    }
     if env.is_empty() {
         c.remove("env");
     } else {
@@ -163,17 +214,12 @@ fn shard_container(source: &Value, id: &str, cfg: &ShardConfig) -> Result<Value,
     Ok(Value::Object(c))
 }
 
-/// Rewrites the helm-controller args: `--events-addr` dropped or replaced, the watch selector
-/// and `--concurrent` written canonically (`--flag=value`; the leader-election ID hashes the
-/// selector string, so its spelling matters), everything else kept in order.
-pub fn shard_args(args: &[String], id: &str, cfg: &ShardConfig) -> Result<Vec<String>, ShardError> {
-    const HANDLED: &[&str] = &["--events-addr", "--watch-label-selector", "--concurrent"];
-    let selector = format!("--watch-label-selector={SHARD_KEY}=shard{id}");
-    let concurrent = format!("--concurrent={}", cfg.concurrent);
-    let events = cfg
-        .events_addr
-        .as_ref()
-        .map(|a| format!("--events-addr={a}"));
+/// The args every shard shares: `--events-addr` dropped or replaced, the watch selector and
+/// `--concurrent` reduced to one bare slot each (where the first of them stood, else appended),
+/// everything else kept in order.
+fn arg_slots(args: &[String], events_addr: Option<&str>) -> Result<Vec<String>, ShardError> {
+    const HANDLED: &[&str] = &["--events-addr", SELECTOR_SLOT, CONCURRENT_SLOT];
+    let events = events_addr.map(|a| format!("--events-addr={a}"));
     let (mut seen_selector, mut seen_concurrent, mut seen_events) = (false, false, false);
     let mut out = Vec::with_capacity(args.len() + 2);
     let mut it = args.iter().peekable();
@@ -196,25 +242,37 @@ pub fn shard_args(args: &[String], id: &str, cfg: &ShardConfig) -> Result<Vec<St
             }
         }
         let (seen, replacement) = match flag {
-            "--watch-label-selector" => (&mut seen_selector, Some(&selector)),
-            "--concurrent" => (&mut seen_concurrent, Some(&concurrent)),
-            _ => (&mut seen_events, events.as_ref()),
+            SELECTOR_SLOT => (&mut seen_selector, Some(SELECTOR_SLOT.to_owned())),
+            CONCURRENT_SLOT => (&mut seen_concurrent, Some(CONCURRENT_SLOT.to_owned())),
+            _ => (&mut seen_events, events.clone()),
         };
         if !*seen && let Some(r) = replacement {
-            out.push(r.clone());
+            out.push(r);
         }
         *seen = true;
     }
     if !seen_selector {
-        out.push(selector);
+        out.push(SELECTOR_SLOT.to_owned());
     }
     if !seen_concurrent {
-        out.push(concurrent);
+        out.push(CONCURRENT_SLOT.to_owned());
     }
     if let (false, Some(e)) = (seen_events, events) {
         out.push(e);
     }
     Ok(out)
+}
+
+/// The slots of [`arg_slots`] filled for shard `id`.
+fn fill_slots(slots: &[String], id: ShardIndex, concurrent: &str) -> Vec<String> {
+    slots
+        .iter()
+        .map(|a| match a.as_str() {
+            SELECTOR_SLOT => format!("{SELECTOR_SLOT}={SHARD_KEY}={}", ShardName(id)),
+            CONCURRENT_SLOT => format!("{CONCURRENT_SLOT}={concurrent}"),
+            _ => a.clone(),
+        })
+        .collect()
 }
 
 /// Only the volumes the shard container mounts; `None` when it mounts none.

@@ -18,13 +18,35 @@ fn cfg() -> ShardConfig {
     }
 }
 
+/// Deployment `helm-controller-shard<id>`, as `chartgen shards` writes it.
+fn build_shard(flux: &Value, id: ShardIndex, cfg: &ShardConfig) -> Result<Value, ShardError> {
+    Ok(instantiate(
+        &sanitise(flux, cfg.events_addr.as_deref())?,
+        id,
+        cfg,
+    ))
+}
+
+/// The args shard `id` gets: the slots of `arg_slots` filled.
+fn shard_args(
+    args: &[String],
+    id: ShardIndex,
+    cfg: &ShardConfig,
+) -> Result<Vec<String>, ShardError> {
+    Ok(fill_slots(
+        &arg_slots(args, cfg.events_addr.as_deref())?,
+        id,
+        &cfg.concurrent,
+    ))
+}
+
 fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
 #[test]
 fn keeps_only_helm_controller_and_sanitises_pod() {
-    let d = build_shard(&fixture(), "2", &cfg()).unwrap();
+    let d = build_shard(&fixture(), 2, &cfg()).unwrap();
     assert_eq!(d["metadata"]["name"], "helm-controller-shard2");
     assert_eq!(d["metadata"]["namespace"], "cozy-fluxcd");
     assert_eq!(
@@ -71,7 +93,7 @@ fn keeps_only_helm_controller_and_sanitises_pod() {
 
 #[test]
 fn args_are_canonical_and_others_kept_in_order() {
-    let d = build_shard(&fixture(), "0", &cfg()).unwrap();
+    let d = build_shard(&fixture(), 0, &cfg()).unwrap();
     let args: Vec<&str> = d["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
         .unwrap()
@@ -110,7 +132,7 @@ fn two_token_flags_are_consumed_and_rewritten() {
         concurrent: "7".into(),
         ..cfg()
     };
-    let out = shard_args(&args, "3", &c).unwrap();
+    let out = shard_args(&args, 3, &c).unwrap();
     assert_eq!(
         out,
         [
@@ -129,7 +151,7 @@ fn missing_flags_are_appended_and_events_replaced_when_configured() {
     };
     let out = shard_args(
         &strings(&["--log-level=info", "--events-addr=http://localhost:9690"]),
-        "1",
+        1,
         &c,
     )
     .unwrap();
@@ -151,7 +173,7 @@ fn duplicate_selectors_collapse_to_one() {
         "--watch-label-selector",
         "c=d",
     ]);
-    let out = shard_args(&args, "0", &cfg()).unwrap();
+    let out = shard_args(&args, 0, &cfg()).unwrap();
     assert_eq!(
         out,
         [
@@ -163,7 +185,7 @@ fn duplicate_selectors_collapse_to_one() {
 
 #[test]
 fn flag_without_value_is_an_error() {
-    let err = shard_args(&strings(&["--concurrent", "--log-level=info"]), "0", &cfg()).unwrap_err();
+    let err = shard_args(&strings(&["--concurrent", "--log-level=info"]), 0, &cfg()).unwrap_err();
     assert_eq!(err, ShardError::FlagWithoutValue("--concurrent".into()));
 }
 
@@ -182,7 +204,7 @@ fn lowercase_proxy_and_kubeprism_env_dropped_source_address_set() {
         source_controller: Some("source-controller.cozy-fluxcd.svc:80".into()),
         ..cfg()
     };
-    let d = build_shard(&flux, "0", &c).unwrap();
+    let d = build_shard(&flux, 0, &c).unwrap();
     let ctr = &d["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         ctr["env"],
@@ -201,7 +223,7 @@ fn lowercase_proxy_and_kubeprism_env_dropped_source_address_set() {
 fn missing_helm_controller_is_a_clear_error() {
     let flux =
         json!({"spec": {"template": {"spec": {"containers": [{"name": "source-controller"}]}}}});
-    let err = build_shard(&flux, "0", &cfg()).unwrap_err();
+    let err = build_shard(&flux, 0, &cfg()).unwrap_err();
     assert!(
         err.to_string().contains("no 'helm-controller' container"),
         "{err}"
@@ -210,8 +232,8 @@ fn missing_helm_controller_is_a_clear_error() {
 
 #[test]
 fn building_twice_is_identical() {
-    let a = build_shard(&fixture(), "1", &cfg()).unwrap();
-    let b = build_shard(&fixture(), "1", &cfg()).unwrap();
+    let a = build_shard(&fixture(), 1, &cfg()).unwrap();
+    let b = build_shard(&fixture(), 1, &cfg()).unwrap();
     assert_eq!(a, b);
 }
 
@@ -220,4 +242,35 @@ fn auto_count_uses_placement_autosizing() {
     assert_eq!(auto_count(946, 128), 10);
     assert_eq!(auto_count(250, 2), 2);
     assert_eq!(auto_count(0, 0), 1);
+}
+
+#[test]
+fn sanitised_deployment_leaves_only_the_per_shard_parts_open() {
+    let base = sanitise(&fixture(), None).unwrap();
+    assert!(base["metadata"].get("name").is_none());
+    assert!(base["metadata"].get("namespace").is_none());
+    assert!(base["spec"].get("selector").is_none());
+    let c = &base["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(args[6..8], [SELECTOR_SLOT, CONCURRENT_SLOT]);
+    assert!(
+        !c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "SOURCE_CONTROLLER_LOCALHOST")
+    );
+    let d = instantiate(&base, 4, &cfg());
+    assert_eq!(d["metadata"]["name"], "helm-controller-shard4");
+    let filled = &d["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(
+        filled[6],
+        "--watch-label-selector=sharding.fluxcd.io/key=shard4"
+    );
+    assert_eq!(filled[7], "--concurrent=5");
 }

@@ -1,18 +1,24 @@
 """The cozy-autoscaling package chart rendered by helm 3 and helm 4: every object schema-valid,
 and the scaler, webhook and shard pieces shaped as the contracts require."""
+import shutil
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import EXAMPLE, PACKAGE, REPO, one
+from conftest import EXAMPLE, FLUX_FIXTURE, PACKAGE, REPO, chartgen, docs, one
 from validate import validate
 
 NS = "cozy-autoscaling"
 
 
 def render(helm, sets=()):
-    return helm.render(PACKAGE, sets, keda=False, release=NS, namespace=NS)
+    return render_chart(helm, PACKAGE, sets)
+
+
+def render_chart(helm, chart, sets=()):
+    return helm.render(chart, sets, keda=False, release=NS, namespace=NS)
 
 
 def test_scaler_deployment_service_pdb_and_rbac(helm):
@@ -96,6 +102,65 @@ def test_shards_follow_the_count(helm):
         assert c["image"] == "ghcr.io/fluxcd/helm-controller:v1.5.0"
         assert {"name": "SOURCE_CONTROLLER_LOCALHOST", "value": "flux.flux-system.svc:80"} in c["env"]
         assert pod["hostNetwork"] is False and pod["dnsPolicy"] == "ClusterFirst"
+
+
+def test_chart_shards_equal_what_chartgen_shards_builds(helm, tmp_path):
+    """The chart's Helm range over the sanitised data and `chartgen shards` fill the same slots: for a
+    flux-aio variant with two-token flags, proxies and a reordered pod, every shard Deployment the
+    chart renders is the one the shards command prints (plus Helm's managed-by label)."""
+    flux = yaml.safe_load(FLUX_FIXTURE.read_text())
+    pod = flux["spec"]["template"]["spec"]
+    pod["containers"].reverse()
+    hc = next(c for c in pod["containers"] if c["name"] == "helm-controller")
+    hc["args"] = ["--log-level=debug", "--concurrent", "12", "--watch-all-namespaces",
+                  "--watch-label-selector", "!sharding.fluxcd.io/key", "--events-addr=http://localhost:9690"]
+    hc["env"] += [{"name": "https_proxy", "value": "http://proxy:3128"}, {"name": "EXTRA", "value": "kept"}]
+    variant = tmp_path / "flux.yaml"
+    variant.write_text(yaml.safe_dump(flux))
+    charts = tmp_path / "charts"
+    out = chartgen("package", "--out", charts, "--flux-deployment", variant)
+    assert out.returncode == 0, out.stderr
+    sets = ["shards.count=3", "shards.concurrent=9", "flux.namespace=flux-system"]
+    rendered = sorted((o for o in render_chart(helm, charts / PACKAGE.name, sets)
+                       if o["metadata"]["name"].startswith("helm-controller-shard")),
+                      key=lambda o: o["metadata"]["name"])
+    out = chartgen("shards", "--flux-deployment", variant, "--count", "3", "--concurrent", "9",
+                   "--flux-namespace", "flux-system", "--source-controller-address", "flux.flux-system.svc:80")
+    assert out.returncode == 0, out.stderr
+    expected = docs(out.stdout)
+    for d in expected:
+        d["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "Helm"
+    assert rendered == expected
+    args = rendered[2]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["--log-level=debug", "--concurrent=9", "--watch-all-namespaces",
+                    "--watch-label-selector=sharding.fluxcd.io/key=shard2"]
+
+
+def test_source_chart_is_plain_helm_and_its_generated_parts_are_guarded(tmp_path):
+    """templates/package/chart has no minijinja left; chartgen adds only the version and the shard
+    data, and --check notices when the shard data was edited by hand."""
+    source = REPO / "templates/package/chart"
+    for path in source.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert not any(d in text for d in ("[[", "[%", "[#")), f"{path} still holds minijinja"
+    generated = {p.relative_to(PACKAGE) for p in PACKAGE.rglob("*") if p.is_file()}
+    copied = {p.relative_to(source) for p in source.rglob("*") if p.is_file()}
+    assert generated - copied == {Path("files/flux-shard.yaml")}
+    charts = tmp_path / "charts"
+    shutil.copytree(PACKAGE.parent, charts, ignore=shutil.ignore_patterns("example-postgres"))
+    data = charts / PACKAGE.name / "files/flux-shard.yaml"
+    data.write_text(data.read_text().replace("--concurrent", "--concurrent=1"))
+    out = chartgen("package", "--out", charts, "--check")
+    assert out.returncode == 1 and "flux-shard.yaml" in out.stderr
+
+
+def test_a_chart_without_its_shard_data_fails_clearly(helm, tmp_path):
+    chart = tmp_path / PACKAGE.name
+    shutil.copytree(PACKAGE, chart)
+    (chart / "files/flux-shard.yaml").unlink()
+    out = helm.template(chart, keda=False)
+    assert out.returncode != 0 and "run chartgen package" in out.stderr
 
 
 @pytest.mark.parametrize("scrape,kind", [("ServiceMonitor", "ServiceMonitor"), ("VMServiceScrape", "VMServiceScrape"),

@@ -43,3 +43,18 @@ securityContext:
     drop:
       - ALL
 {{- end }}
+
+{{/* The shard data chartgen generates (files/flux-shard.yaml): the shard key and the sanitised
+flux-aio helm-controller Deployment, as YAML; callers parse it with fromYaml. */}}
+{{- define "cozy-autoscaling.fluxShard" -}}
+{{- $data := .Files.Get "files/flux-shard.yaml" }}
+{{- if not $data }}
+{{- fail "files/flux-shard.yaml is missing: the chart is incomplete, run chartgen package" }}
+{{- end }}
+{{- $data }}
+{{- end }}
+
+{{/* The HelmRelease label that names a release's shard (sharding.fluxcd.io/key). */}}
+{{- define "cozy-autoscaling.shardKey" -}}
+{{ (include "cozy-autoscaling.fluxShard" . | fromYaml).shardKey }}
+{{- end }}
