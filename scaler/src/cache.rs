@@ -119,8 +119,7 @@ impl<E: Evaluate> Cache<E> {
                 } else {
                     debug!(namespace = %key.namespace, scaledobject = %key.name, desired = d.desired, reason = %d.reason, "decision unchanged");
                 }
-                self.metrics
-                    .decision(&object_labels(key), &evaluation.decision);
+                self.metrics.decision(&object_labels(key), &evaluation);
                 state.good = Some((now, evaluation.clone()));
                 state.attempt = Some((now, None));
                 Ok(evaluation)

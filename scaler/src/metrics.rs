@@ -10,6 +10,11 @@
 //! | `scaler_decision_desired_instances` | gauge | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_recommended_instances` | gauge | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_reason` | gauge (1 for the current reason) | `namespace`, `scaledobject`, `cluster`, `reason` |
+//! | `scaler_decision_current_instances` | gauge | `namespace`, `scaledobject`, `cluster` |
+//! | `scaler_decision_load` | gauge | `namespace`, `scaledobject`, `cluster` |
+//! | `scaler_decision_target` | gauge | `namespace`, `scaledobject`, `cluster` |
+//! | `scaler_decision_replication_lag_seconds` | gauge (absent when unknown) | `namespace`, `scaledobject`, `cluster` |
+//! | `scaler_decision_brake` | gauge (1 for the current brake state) | `namespace`, `scaledobject`, `cluster`, `state` |
 //! | `scaler_decision_quota_ceiling_instances` | gauge (absent without a limiting quota) | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_convergence_backoff` | gauge (hold number past the deadline, 0 otherwise) | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_cache_entries` | gauge | – |
@@ -21,7 +26,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use scaler_core::decision::{ConvergencePhase, Decision, Reason};
+use std::sync::atomic::AtomicU64;
+
+use scaler_core::decision::{Brake, ConvergencePhase, Reason};
+use scaler_core::evaluate::Evaluation;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RpcLabels {
@@ -61,7 +69,16 @@ struct ObjectReasonLabels {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectBrakeLabels {
+    namespace: String,
+    scaledobject: String,
+    cluster: String,
+    state: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Handles to every metric; cheap to clone (all `Arc` inside).
 #[derive(Clone, Debug)]
@@ -76,6 +93,11 @@ pub struct Metrics {
     reason: Family<ObjectReasonLabels, Gauge>,
     quota_ceiling: Family<ObjectLabels, Gauge>,
     convergence_backoff: Family<ObjectLabels, Gauge>,
+    current: Family<ObjectLabels, Gauge>,
+    load: Family<ObjectLabels, FloatGauge>,
+    target: Family<ObjectLabels, FloatGauge>,
+    lag: Family<ObjectLabels, FloatGauge>,
+    brake: Family<ObjectBrakeLabels, Gauge>,
     pub cache_entries: Gauge,
     pub active_streams: Gauge,
 }
@@ -104,6 +126,11 @@ impl Metrics {
             reason: Family::default(),
             quota_ceiling: Family::default(),
             convergence_backoff: Family::default(),
+            current: Family::default(),
+            load: Family::default(),
+            target: Family::default(),
+            lag: Family::default(),
+            brake: Family::default(),
             cache_entries: Gauge::default(),
             active_streams: Gauge::default(),
         };
@@ -159,6 +186,31 @@ impl Metrics {
             this.convergence_backoff.clone(),
         );
         r.register(
+            "decision_current_instances",
+            "Instance count the decision started from (the Cluster's, else the instance series')",
+            this.current.clone(),
+        );
+        r.register(
+            "decision_load",
+            "Read load over the replicas the decision used, in the trigger metric's unit",
+            this.load.clone(),
+        );
+        r.register(
+            "decision_target",
+            "Load per replica the decision aims for (trigger metadata target)",
+            this.target.clone(),
+        );
+        r.register(
+            "decision_replication_lag_seconds",
+            "Largest replica lag over 5 minutes the decision saw; absent when unknown",
+            this.lag.clone(),
+        );
+        r.register(
+            "decision_brake",
+            "1 for the lag brake's current state (off, clear, idle-lag, engaged) per ScaledObject",
+            this.brake.clone(),
+        );
+        r.register(
             "cache_entries",
             "ScaledObject decisions held in the cache",
             this.cache_entries.clone(),
@@ -190,7 +242,28 @@ impl Metrics {
     }
 
     /// Publishes a fresh decision for one ScaledObject.
-    pub fn decision(&self, object: &ObjectLabels, decision: &Decision) {
+    pub fn decision(&self, object: &ObjectLabels, evaluation: &Evaluation) {
+        let decision = &evaluation.decision;
+        let observed = &evaluation.observation;
+        self.current
+            .get_or_create(object)
+            .set(i64::from(observed.current));
+        self.load.get_or_create(object).set(observed.load);
+        self.target
+            .get_or_create(object)
+            .set(evaluation.policy.target);
+        match observed.max_lag_seconds {
+            Some(lag) => _ = self.lag.get_or_create(object).set(lag),
+            None => _ = self.lag.remove(object),
+        }
+        for state in BRAKE_STATES {
+            let labels = brake_labels(object, state);
+            if state == decision.brake {
+                self.brake.get_or_create(&labels).set(1);
+            } else {
+                self.brake.remove(&labels);
+            }
+        }
         self.decisions
             .get_or_create(&ReasonLabels {
                 reason: decision.reason.as_str(),
@@ -231,6 +304,13 @@ impl Metrics {
         self.recommended.remove(object);
         self.quota_ceiling.remove(object);
         self.convergence_backoff.remove(object);
+        self.current.remove(object);
+        self.load.remove(object);
+        self.target.remove(object);
+        self.lag.remove(object);
+        for state in BRAKE_STATES {
+            self.brake.remove(&brake_labels(object, state));
+        }
         for reason in Reason::ALL {
             self.reason.remove(&reason_labels(object, reason));
         }
@@ -247,6 +327,23 @@ fn reason_labels(object: &ObjectLabels, reason: Reason) -> ObjectReasonLabels {
 }
 
 /// grpc-go's spelling of status codes, as `grpc_code` labels usually carry.
+const BRAKE_STATES: [Brake; 4] = [Brake::Off, Brake::Clear, Brake::IdleLag, Brake::Engaged];
+
+fn brake_labels(object: &ObjectLabels, state: Brake) -> ObjectBrakeLabels {
+    ObjectBrakeLabels {
+        namespace: object.namespace.clone(),
+        scaledobject: object.scaledobject.clone(),
+        cluster: object.cluster.clone(),
+        // Exhaustive: a new state fails to compile here until it has a label value.
+        state: match state {
+            Brake::Off => "off",
+            Brake::Clear => "clear",
+            Brake::IdleLag => "idle-lag",
+            Brake::Engaged => "engaged",
+        },
+    }
+}
+
 pub fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {

@@ -292,6 +292,15 @@ async fn idle_scaled_objects_are_evicted_with_their_gauges() {
     assert!(text.contains(gauge), "{text}");
     assert!(text.contains(r#"scaler_decision_reason{namespace="tenant-a",scaledobject="so-db",cluster="db",reason="load"} 1"#));
     assert!(text.contains("scaler_cache_entries 1"));
+    // The decision's inputs, for dashboards: load against target, the brake's state.
+    let object = r#"namespace="tenant-a",scaledobject="so-db",cluster="db""#;
+    for sample in [
+        format!("scaler_decision_load{{{object}}} 12.0"),
+        format!("scaler_decision_target{{{object}}} 5.0"),
+        format!(r#"scaler_decision_brake{{{object},state="off"}} 1"#),
+    ] {
+        assert!(text.contains(&sample), "{sample} missing from {text}");
+    }
     let start = Instant::now();
     loop {
         let text = running.metrics().await;
