@@ -1,4 +1,4 @@
-//! One sync of the placement controller, decided without I/O (cozystack-designs.md §2.5).
+//! One sync of the placement controller, decided without I/O (docs/design.md S4, S5).
 //!
 //! The controller observes tenants and shard health, and this module says which tenants to move
 //! where and why: tenants of removed shards (index ≥ K) and of shards down longer than the grace

@@ -17,9 +17,9 @@ enum Command {
     /// Serve the Flux shard-placement admission webhook.
     Webhook(webhook::Args),
     /// Run the shard placement controller: rescue stranded tenants, rebalance, paced.
-    ShardController(crate::shardctl::Args),
+    ShardController(webhook::controller::Args),
     /// Inspect shard placement (read-only).
-    Shards(crate::shardctl::report::Args),
+    Shards(webhook::controller::report::Args),
 }
 
 impl Cli {

@@ -1,11 +1,9 @@
-//! `scaler`: one binary (one image) for both servers: the KEDA external scaler (`serve`,
-//! `explain`, this crate) and the Flux shard-placement webhook (`webhook`, the webhook crate),
-//! plus the shard placement controller (`shard-controller`, `shards plan`: `shardctl`, which
-//! reuses the webhook crate's watch index).
+//! `scaler`: one binary (one image) for every job: the KEDA external scaler (`serve`, `explain`,
+//! this crate), and Flux shard placement (the webhook crate): the admission webhook (`webhook`)
+//! and the placement controller (`shard-controller`, `shards plan`).
 use clap::Parser;
 
 mod cli;
-mod shardctl;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

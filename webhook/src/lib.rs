@@ -1,4 +1,4 @@
-//! `scaler webhook`: the Flux shard-placement admission webhook (cozystack-designs.md §2.8).
+//! `scaler webhook`: the Flux shard-placement admission webhook (docs/design.md S8).
 //!
 //! `mutate` decides (pure), `assign` resolves a tenant's shard (index + namespace label),
 //! `watch` keeps the `index` current, `server` is the HTTPS shell, `metrics` the gauges.
@@ -19,6 +19,7 @@ use placement::shard::{ShardIndex, parse_shard_index};
 use runtime::{admin, conn, logging::LogArgs, shutdown, tls};
 
 pub mod assign;
+pub mod controller;
 pub mod index;
 pub mod metrics;
 pub mod mutate;
@@ -149,18 +150,13 @@ impl Args {
         };
         let tls = tls::Reloading::spawn(files, ALPN_HTTP1, shutdown.clone())
             .context("loading the webhook certificate")?;
-        let client = kube::Client::try_default()
-            .await
-            .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
-
-        let mut registry = Registry::default();
-        let metrics = metrics::Metrics::register(&mut registry);
-        let readiness = admin::Readiness::default();
-        admin::spawn(admin_listen, registry, readiness.clone(), shutdown.clone()).await?;
-
-        let index = index::Index::shared();
         let flux_ns = (!assume_shards_ready).then_some(flux_namespace.as_str());
-        watch::spawn(client.clone(), index.clone(), flux_ns);
+        let Started {
+            client,
+            metrics,
+            readiness,
+            index,
+        } = start(admin_listen, metrics::Metrics::register, flux_ns, &shutdown).await?;
         let policy = assign::Policy {
             shards,
             pinned: pins
@@ -216,6 +212,40 @@ impl Args {
         shutdown::drain(server, &shutdown, admission_deadline + DRAIN_SLACK).await;
         Ok(())
     }
+}
+
+/// What the webhook and the controller both start with.
+struct Started<M> {
+    client: kube::Client,
+    metrics: M,
+    readiness: admin::Readiness,
+    index: index::SharedIndex,
+}
+
+/// A Kubernetes client, the admin server (not ready yet) with the caller's metrics, and the
+/// watch index of HelmReleases, tenant Namespaces and, unless `flux_namespace` is `None`, the
+/// shard Deployments there.
+async fn start<M>(
+    admin_listen: SocketAddr,
+    register: impl FnOnce(&mut Registry) -> M,
+    flux_namespace: Option<&str>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Started<M>> {
+    let client = kube::Client::try_default()
+        .await
+        .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
+    let mut registry = Registry::default();
+    let metrics = register(&mut registry);
+    let readiness = admin::Readiness::default();
+    admin::spawn(admin_listen, registry, readiness.clone(), shutdown.clone()).await?;
+    let index = index::Index::shared();
+    watch::spawn(client.clone(), index.clone(), flux_namespace);
+    Ok(Started {
+        client,
+        metrics,
+        readiness,
+        index,
+    })
 }
 
 /// Refreshes the gauges and flips readiness once the watches have synced.

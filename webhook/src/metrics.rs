@@ -1,4 +1,4 @@
-//! Prometheus metrics of the webhook (cozystack-designs.md §2.10), served on the admin port.
+//! Prometheus metrics of the webhook (docs/design.md S9), served on the admin port.
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

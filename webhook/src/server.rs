@@ -26,7 +26,7 @@ use crate::mutate::{Admit, Outcome, Reason, admit};
 use crate::review::AdmissionReview;
 use runtime::tls::TlsConn;
 
-/// The webhook path (cozystack-designs.md §2.2).
+/// The webhook path (docs/design.md S1).
 pub const PATH: &str = "/mutate-helmrelease-shard";
 /// Largest accepted body: an object (≤ 1.5 MiB in etcd) plus oldObject and the envelope.
 const BODY_LIMIT: usize = 4 * 1024 * 1024;

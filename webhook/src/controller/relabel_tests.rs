@@ -1,8 +1,8 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::shardctl::mock::{self, ApiServer};
-use webhook::watch::helmrelease_resource;
+use crate::controller::mock::{self, ApiServer};
+use crate::watch::helmrelease_resource;
 
 const NS: &str = "/api/v1/namespaces/tenant-a";
 

@@ -1,4 +1,4 @@
-//! Prometheus metrics of the shard controller (cozystack-designs.md §2.10), on its admin port.
+//! Prometheus metrics of the shard controller (docs/design.md S9), on its admin port.
 //! Only the leader moves tenants; every replica reports what it observes.
 use std::sync::atomic::AtomicU64;
 

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::metrics::Metrics;
 use super::relabel::{Gate, Mode, Outcome, Relabeler, ReleaseRef};
-use webhook::index::{self, SharedIndex};
+use crate::index::{self, SharedIndex};
 
 /// Straggler heals per sync: each costs a read per release; bounded so a cluster-wide mislabel
 /// is healed over a few syncs instead of one burst of API calls.
@@ -335,11 +335,11 @@ fn gauge(n: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shardctl::mock;
+    use crate::controller::mock;
+    use crate::index::{Index, Release, TenantNamespace};
     use kube::runtime::events::Reporter;
     use placement::plan::ShardHealth;
     use std::collections::BTreeMap as Map;
-    use webhook::index::{Index, Release, TenantNamespace};
 
     /// An index with `n` tenants stranded on removed shard5 and two ready shards.
     fn stranded_index(n: usize) -> SharedIndex {
@@ -385,7 +385,7 @@ mod tests {
             stranded_index(12),
             Relabeler::new(
                 client.clone(),
-                webhook::watch::helmrelease_resource(),
+                crate::watch::helmrelease_resource(),
                 Duration::from_secs(1),
             ),
             Recorder::new(client, reporter),

@@ -11,7 +11,7 @@ use placement::shard::{ShardIndex, shard_name};
 
 use super::PlacementArgs;
 use super::sync::Snapshot;
-use webhook::{index, watch};
+use crate::{index, watch};
 
 /// How long to wait for the watches' first list.
 const LIST_TIMEOUT: Duration = Duration::from_secs(30);

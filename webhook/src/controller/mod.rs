@@ -1,5 +1,5 @@
 //! `scaler shard-controller` and `scaler shards plan`: the shard placement controller
-//! (cozystack-designs.md §2.5). It keeps the webhook's watch index (HelmRelease and Namespace
+//! (docs/design.md S5). It keeps the webhook's watch index (HelmRelease and Namespace
 //! metadata, shard Deployments), plans with `placement::plan`, and, as the holder of a Lease,
 //! moves tenants off removed or failed shards and evens out load, paced.
 //!
@@ -9,17 +9,15 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::events::{Recorder, Reporter};
 use placement::plan::Policy;
-use prometheus_client::registry::Registry;
 use tokio::sync::watch as channel;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
 
-use runtime::{admin, logging::LogArgs, shutdown as signals};
-use webhook::{Pin, index, watch};
+use crate::{Pin, index, watch};
+use runtime::{logging::LogArgs, shutdown as signals};
 
 pub mod lease;
 pub mod metrics;
@@ -153,21 +151,18 @@ impl Args {
         );
         let identity = identity.unwrap_or_else(default_identity);
         let shutdown = CancellationToken::new();
-        let client = kube::Client::try_default()
-            .await
-            .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
-
-        let mut registry = Registry::default();
-        let metrics = metrics::Metrics::register(&mut registry);
-        let readiness = admin::Readiness::default();
-        admin::spawn(admin_listen, registry, readiness.clone(), shutdown.clone()).await?;
-
-        let index = index::Index::shared();
-        watch::spawn(
-            client.clone(),
-            index.clone(),
+        let crate::Started {
+            client,
+            metrics,
+            readiness,
+            index,
+        } = crate::start(
+            admin_listen,
+            metrics::Metrics::register,
             Some(placement.flux_namespace.as_str()),
-        );
+            &shutdown,
+        )
+        .await?;
         let (leader_tx, leader) = channel::channel(false);
         let election = (!dry_run).then(|| {
             let elector = lease::Elector::new(
