@@ -10,3 +10,4 @@ pub mod hpa;
 pub mod metadata;
 pub mod promql;
 pub mod quota;
+pub mod replay;

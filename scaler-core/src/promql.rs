@@ -6,7 +6,7 @@
 //! scoped to the request's namespace and to the cluster's own instance pods
 //! (`pod=~"<cluster>-[1-9][0-9]*"`, so `pg` never matches `pg-archive-1`). Replicas are the pods
 //! whose `cnpg_pg_replication_in_recovery` is 1, the primary the one where it is 0.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -159,32 +159,25 @@ pub enum QueryError {
 }
 
 #[derive(Deserialize)]
-struct Response {
+struct Response<T> {
     status: String,
-    #[serde(default)]
-    data: Option<Data>,
+    #[serde(default = "Option::default")]
+    data: Option<Data<T>>,
     #[serde(default)]
     error: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Data {
+struct Data<T> {
     result_type: String,
-    result: Vec<VectorSample>,
+    result: Vec<T>,
 }
 
-#[derive(Deserialize)]
-struct VectorSample {
-    metric: HashMap<String, String>,
-    value: (f64, String),
-}
-
-/// Parses a `/api/v1/query` answer into `part` → value; anything unexpected is an error.
-/// Every piece of the answer quoted in an error is a bounded, escaped [`echo`].
-pub fn parse_parts(body: &[u8]) -> Result<HashMap<String, f64>, QueryError> {
+/// The `result` of a successful answer of `result_type` `want`; anything else is an error.
+fn result<T: serde::de::DeserializeOwned>(body: &[u8], want: &str) -> Result<Vec<T>, QueryError> {
     let garbage = |m: String| QueryError::Garbage(m);
-    let response: Response = serde_json::from_slice(body).map_err(|e| {
+    let response: Response<T> = serde_json::from_slice(body).map_err(|e| {
         garbage(format!(
             "not a Prometheus API answer: {}",
             echo(&e.to_string())
@@ -198,42 +191,104 @@ pub fn parse_parts(body: &[u8]) -> Result<HashMap<String, f64>, QueryError> {
         )));
     }
     let data = response.data.ok_or_else(|| garbage("no data".into()))?;
-    if data.result_type != "vector" {
+    if data.result_type != want {
         return Err(garbage(format!(
-            "result type {}, want vector",
+            "result type {}, want {want}",
             echo(&data.result_type)
         )));
     }
-    let mut parts = HashMap::with_capacity(data.result.len());
-    for sample in data.result {
+    Ok(data.result)
+}
+
+#[derive(Deserialize)]
+struct VectorSample {
+    metric: HashMap<String, String>,
+    value: (f64, String),
+}
+
+/// Parses a `/api/v1/query` answer into `part` → value; anything unexpected is an error.
+/// Every piece of the answer quoted in an error is a bounded, escaped [`echo`].
+pub fn parse_parts(body: &[u8]) -> Result<HashMap<String, f64>, QueryError> {
+    let garbage = |m: String| QueryError::Garbage(m);
+    let result: Vec<VectorSample> = result(body, "vector")?;
+    let mut parts = HashMap::with_capacity(result.len());
+    for sample in result {
         let name = sample
             .metric
             .get("part")
             .ok_or_else(|| garbage("a sample without a part label".into()))?;
-        let value: f64 = sample.value.1.parse().map_err(|_| {
-            garbage(format!(
-                "{}: value {} is not a number",
-                echo(name),
-                echo(&sample.value.1)
-            ))
-        })?;
-        if !value.is_finite() || !(0.0..=MAX_VALUE).contains(&value) {
-            return Err(garbage(format!(
-                "{}: value {value} is out of range (a number from 0 to {MAX_VALUE:e})",
-                echo(name)
-            )));
-        }
-        if COUNT_PARTS.contains(&name.as_str()) && (value.fract() != 0.0 || value > MAX_COUNT) {
-            return Err(garbage(format!(
-                "{}: value {value} is not a pod count (a whole number from 0 to {MAX_COUNT})",
-                echo(name)
-            )));
-        }
+        let value = checked_value(name, &sample.value.1)?;
         if parts.insert(name.clone(), value).is_some() {
             return Err(garbage(format!("{}: more than one sample", echo(name))));
         }
     }
     Ok(parts)
+}
+
+/// A part's value, parsed and range-checked like every answer (counts are whole numbers).
+fn checked_value(name: &str, text: &str) -> Result<f64, QueryError> {
+    let garbage = |m: String| QueryError::Garbage(m);
+    let value: f64 = text.parse().map_err(|_| {
+        garbage(format!(
+            "{}: value {} is not a number",
+            echo(name),
+            echo(text)
+        ))
+    })?;
+    if !value.is_finite() || !(0.0..=MAX_VALUE).contains(&value) {
+        return Err(garbage(format!(
+            "{}: value {value} is out of range (a number from 0 to {MAX_VALUE:e})",
+            echo(name)
+        )));
+    }
+    if COUNT_PARTS.contains(&name) && (value.fract() != 0.0 || value > MAX_COUNT) {
+        return Err(garbage(format!(
+            "{}: value {value} is not a pod count (a whole number from 0 to {MAX_COUNT})",
+            echo(name)
+        )));
+    }
+    Ok(value)
+}
+
+#[derive(Deserialize)]
+struct MatrixSeries {
+    metric: HashMap<String, String>,
+    values: Vec<(f64, String)>,
+}
+
+/// Parses a `/api/v1/query_range` answer of [`decision_query`] into, per evaluation time (Unix
+/// seconds), `part` → value: what [`parse_parts`] gives for an instant query at that time.
+pub fn parse_matrix(body: &[u8]) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
+    let garbage = |m: String| QueryError::Garbage(m);
+    let result: Vec<MatrixSeries> = result(body, "matrix")?;
+    let mut steps: BTreeMap<i64, HashMap<String, f64>> = BTreeMap::new();
+    for series in result {
+        let name = series
+            .metric
+            .get("part")
+            .ok_or_else(|| garbage("a series without a part label".into()))?;
+        for (time, text) in series.values {
+            if !time.is_finite() || time.fract() != 0.0 {
+                return Err(garbage(format!(
+                    "{}: timestamp {time} is not a whole second: use a whole-second --step",
+                    echo(name)
+                )));
+            }
+            let value = checked_value(name, &text)?;
+            if steps
+                .entry(time as i64)
+                .or_default()
+                .insert(name.clone(), value)
+                .is_some()
+            {
+                return Err(garbage(format!(
+                    "{}: more than one sample at {time}",
+                    echo(name)
+                )));
+            }
+        }
+    }
+    Ok(steps)
 }
 
 #[cfg(test)]
@@ -295,6 +350,25 @@ mod tests {
         let parts = parse_parts(body).unwrap();
         assert_eq!(parts.get("instances"), Some(&3.0));
         assert_eq!(parts.get("load"), Some(&42.5));
+    }
+
+    #[test]
+    fn parses_a_range_answer_per_evaluation_time() {
+        let body = br#"{"status":"success","data":{"resultType":"matrix","result":[
+            {"metric":{"part":"instances"},"values":[[60,"3"],[120,"4"]]},
+            {"metric":{"part":"load"},"values":[[120,"42.5"]]}]}}"#;
+        let steps = parse_matrix(body).unwrap();
+        assert_eq!(steps.len(), 2);
+        assert_eq!(steps[&60].get("load"), None);
+        assert_eq!((steps[&120]["instances"], steps[&120]["load"]), (4.0, 42.5));
+        for bad in [
+            &br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#[..],
+            br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"part":"instances"},"values":[[60,"2.5"]]}]}}"#,
+            br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"part":"load"},"values":[[60.5,"1"]]}]}}"#,
+            br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[60,"1"]]}]}}"#,
+        ] {
+            assert!(matches!(parse_matrix(bad), Err(QueryError::Garbage(_))), "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     /// A local HTTP server answering every query after `delay`, recording peak concurrency.

@@ -1,0 +1,129 @@
+//! The backtest's pure loop: each evaluation time's query answer (fetched by the caller) goes
+//! through the same [`evaluate`] as `serve` in metrics-only topology, and the answers drive a
+//! simulated HPA ([`crate::hpa`]).
+//!
+//! The HPA syncs every `sync_period` seconds from the first evaluation time; a sync between two
+//! evaluation times uses the latest answer (KEDA would have asked again: with `--step` equal to
+//! the sync period there is exactly one evaluation per sync). The decision's `current` is the
+//! observed instance count of that time, as in metrics-only `serve`: history is not rewritten by
+//! what the simulated HPA would have done.
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::decision::Reason;
+use crate::evaluate::{Inputs, evaluate};
+use crate::hpa::{Behavior, Hpa};
+use crate::metadata::ScalerConfig;
+
+/// The HPA KEDA creates for the ScaledObject.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HpaSpec {
+    /// `minReplicaCount` (KEDA's HPA minimum is at least 1).
+    pub min_replicas: u32,
+    /// `maxReplicaCount`.
+    pub max_replicas: u32,
+    pub behavior: Behavior,
+    /// The controller's `--horizontal-pod-autoscaler-sync-period` in seconds.
+    pub sync_period_seconds: u32,
+}
+
+/// One evaluation time of the backtest.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// Unix seconds.
+    pub time: i64,
+    /// Σ read load (connections or CPU millicores); `None` when the evaluation failed.
+    pub load: Option<f64>,
+    /// The count the scaler would have answered; `None` when it would have answered an error.
+    pub recommended: Option<u32>,
+    pub reason: Option<Reason>,
+    /// The count the simulated HPA had set after its sync at this time.
+    pub simulated: u32,
+    /// Instance series seen at this time: the real count then.
+    pub observed: Option<u32>,
+    /// The scaler's error, as `serve` would have reported it.
+    pub error: Option<String>,
+}
+
+/// The replay's state between evaluation times.
+pub struct Replay {
+    namespace: String,
+    config: ScalerConfig,
+    spec: HpaSpec,
+    /// Created at the first evaluation time, with the count observed then.
+    hpa: Option<Hpa>,
+    /// The latest answer and when the next sync is due.
+    held: Option<u32>,
+    next_sync: i64,
+}
+
+impl Replay {
+    pub fn new(namespace: &str, config: ScalerConfig, spec: HpaSpec) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            config,
+            spec,
+            hpa: None,
+            held: None,
+            next_sync: i64::MIN,
+        }
+    }
+
+    /// Evaluates the answer at `time` (later than every earlier call) and runs the HPA's syncs up
+    /// to it. An empty `parts` is an answer without any series (a gap in the history).
+    pub fn step(&mut self, time: i64, parts: &HashMap<String, f64>) -> Row {
+        let inputs = Inputs {
+            topology: "metrics",
+            // Only read with a Cluster's status, which metrics-only topology has not.
+            default_deadline: Duration::ZERO,
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(time).unwrap_or(0)),
+        };
+        let evaluation = evaluate(&self.namespace, &self.config, &inputs, parts, None);
+        let observed = parts
+            .get(crate::promql::part::INSTANCES)
+            .map(|n| *n as u32)
+            .filter(|n| *n > 0);
+        let period = i64::from(self.spec.sync_period_seconds.max(1));
+        let hpa = self.hpa.get_or_insert_with(|| {
+            Hpa::new(
+                self.spec.behavior.clone(),
+                self.spec.min_replicas,
+                self.spec.max_replicas,
+                observed.unwrap_or(self.spec.min_replicas),
+                time,
+            )
+        });
+        if self.next_sync == i64::MIN {
+            self.next_sync = time;
+        }
+        // Syncs before this time act on the previous answer.
+        while self.next_sync < time {
+            hpa.sync(self.next_sync, self.held);
+            self.next_sync += period;
+        }
+        self.held = evaluation.as_ref().ok().map(|e| e.decision.desired);
+        if self.next_sync == time {
+            hpa.sync(time, self.held);
+            self.next_sync += period;
+        }
+        let (load, reason, error) = match &evaluation {
+            Ok(e) => (Some(e.observation.load), Some(e.decision.reason), None),
+            Err(e) => (None, None, Some(e.to_string())),
+        };
+        Row {
+            time,
+            load,
+            recommended: self.held,
+            reason,
+            simulated: hpa.replicas(),
+            observed,
+            error,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "replay_tests.rs"]
+mod tests;

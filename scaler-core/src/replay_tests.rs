@@ -1,0 +1,128 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::metadata::parse;
+
+fn replay(behavior: Behavior) -> Replay {
+    let md: HashMap<String, String> = [
+        ("target", "10"),
+        ("minReplicas", "2"),
+        ("maxReplicas", "10"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let spec = HpaSpec {
+        min_replicas: 2,
+        max_replicas: 10,
+        behavior,
+        sync_period_seconds: 15,
+    };
+    Replay::new("ns", parse("pg", &md).unwrap(), spec)
+}
+
+fn parts(instances: f64, load: f64) -> HashMap<String, f64> {
+    [("instances", instances), ("load", load)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect()
+}
+
+/// Load 50 (6 instances at target 10) from 600 s to 1200 s, else none; 2 instances observed.
+fn step_load(t: i64) -> f64 {
+    if (600..1200).contains(&t) { 50.0 } else { 0.0 }
+}
+
+#[test]
+fn a_load_step_scales_up_at_once_and_down_after_the_window() {
+    let mut r = replay(Behavior::default());
+    let rows: Vec<Row> = (0..=1800)
+        .step_by(15)
+        .map(|t| r.step(t, &parts(2.0, step_load(t))))
+        .collect();
+    for row in &rows {
+        let high = (600..1200).contains(&row.time);
+        assert_eq!(row.recommended, Some(if high { 6 } else { 2 }), "{row:?}");
+        assert_eq!(
+            row.reason,
+            Some(if high { Reason::Load } else { Reason::Floor })
+        );
+        // The last proposal of 6 is at 1185 s; the 300 s scale-down window ends at 1485 s.
+        let simulated = if (600..1485).contains(&row.time) {
+            6
+        } else {
+            2
+        };
+        assert_eq!(row.simulated, simulated, "{row:?}");
+        assert_eq!(row.observed, Some(2));
+    }
+}
+
+#[test]
+fn syncs_between_coarse_steps_use_the_latest_answer() {
+    // 60 s steps: the syncs at +15, +30, +45 act on the answer of the step before.
+    let mut r = replay(Behavior::default());
+    let mut at = |t: i64, load: f64| r.step(t, &parts(2.0, load)).simulated;
+    assert_eq!(at(0, 0.0), 2);
+    // 100 load wants 11, capped at 10 by maxReplicas: 2 → 6 at once, then 6 → 10 at +15 s.
+    assert_eq!(at(60, 100.0), 6);
+    assert_eq!(at(120, 100.0), 10);
+}
+
+#[test]
+fn gaps_and_scaler_errors_hold_the_simulated_count() {
+    let mut r = replay(Behavior::default());
+    assert_eq!(r.step(0, &parts(3.0, 40.0)).simulated, 5);
+    let gap = r.step(15, &HashMap::new());
+    assert_eq!(
+        (gap.recommended, gap.observed, gap.simulated),
+        (None, None, 5)
+    );
+    assert!(
+        gap.error.unwrap().contains("no instance"),
+        "the error names the cause"
+    );
+    assert_eq!(
+        r.step(1800, &HashMap::new()).simulated,
+        5,
+        "held through the gap"
+    );
+    // Failed syncs recorded no proposal: the window holds nothing above 2 any more.
+    let row = r.step(1815, &parts(3.0, 0.0));
+    assert_eq!((row.recommended, row.simulated), (Some(2), 2));
+}
+
+#[test]
+fn the_hpa_starts_from_the_first_observed_count() {
+    let mut r = replay(Behavior::default());
+    let row = r.step(0, &parts(4.0, 0.0));
+    // Observed 4, the scaler wants 2: the new HPA's scale-down window holds 4.
+    assert_eq!((row.recommended, row.simulated), (Some(2), 4));
+}
+
+proptest! {
+    /// Whatever the history, the simulated count stays within the HPA's bounds and between the
+    /// starting count and the scaler's answers: the HPA never invents a count.
+    #[test]
+    fn simulated_counts_stay_in_bounds_and_follow_the_answers(
+        steps in proptest::collection::vec((0u32..12, 0.0f64..200.0, any::<bool>()), 1..150),
+        step in 15i64..120,
+    ) {
+        let mut r = replay(Behavior::default());
+        let mut seen: Vec<u32> = Vec::new();
+        for (i, (instances, load, gap)) in steps.into_iter().enumerate() {
+            let p = if gap { HashMap::new() } else { parts(f64::from(instances), load) };
+            let row = r.step(step * i as i64, &p);
+            if i == 0 {
+                seen.push(row.simulated);
+            }
+            prop_assert!((2..=10).contains(&row.simulated), "{row:?}");
+            let (low, high) = (*seen.iter().min().unwrap(), *seen.iter().max().unwrap());
+            prop_assert!((low..=high).contains(&row.simulated) || row.recommended.is_some(),
+                "{} outside the answers {seen:?}", row.simulated);
+            seen.extend(row.recommended);
+            let (low, high) = (*seen.iter().min().unwrap(), *seen.iter().max().unwrap());
+            prop_assert!((low..=high).contains(&row.simulated), "{} outside {seen:?}", row.simulated);
+        }
+    }
+}
