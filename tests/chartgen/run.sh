@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # chartgen suite: generated charts are up to date, lint clean with Helm 3 and Helm 4, and every
-# mode, guard and shard variant renders to schema-valid objects (pytest, parsed YAML).
+# mode, guard and shard variant renders to schema-valid objects (pytest, parsed YAML); the package's
+# Grafana dashboard queries return data from the real binaries' metrics (needs the scaler binary).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib/pytest.sh
 
-cargo build --quiet -p chartgen
+cargo build --quiet -p chartgen -p scaler
 export CHARTGEN_BIN="$PWD/target/debug/chartgen"
 
 echo "-- chartgen package --check / app --check"

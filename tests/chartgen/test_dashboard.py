@@ -1,0 +1,258 @@
+"""The package chart's Grafana dashboard, checked against what the binaries really export.
+
+The dashboard is taken from the ConfigMap the chart renders (Helm 3 and 4) and checked for the shape
+Grafana loads. Then the real binaries run: `scaler serve` in front of a real VictoriaMetrics holding
+the scaler suite's CNPG data set, called like KEDA; `scaler webhook` and `scaler shard-controller`
+against the webhook suite's in-memory Kubernetes API (kmock, a stand-in for kube-apiserver: enough
+for placements, a move and a blocked move). Their /metrics pages are scraped twice, a minute apart
+in sample time, and imported into VictoriaMetrics (/api/v1/import/prometheus). Every dashboard query
+then runs there with its template variables substituted, and must return series carrying every
+label its grouping and legend use."""
+import json
+import re
+import sys
+import time
+
+import pytest
+import requests
+
+from conftest import PACKAGE, REPO, one
+
+sys.path[:0] = [str(REPO / "tests/scaler"), str(REPO / "tests/webhook")]  # their launchers and data
+import scenarios  # noqa: E402
+from cnpg_series import render as cnpg_text  # noqa: E402
+from keda import Keda, code_of, metadata  # noqa: E402
+from scaler_proc import Scaler  # noqa: E402
+from testkit import Proc, free_port, wait_until  # noqa: E402
+from vm import VictoriaMetrics  # noqa: E402
+from webhook_harness import SCALER, Emulator, Webhook, hr, review  # noqa: E402
+
+NS = "cozy-autoscaling"
+FLUX = "cozy-fluxcd"
+RATE_INTERVAL = "2m"  # what $__rate_interval becomes; the two scrapes are 60 s apart
+METRIC = re.compile(r"\b(?:scaler|cozy_flux_shard)_[a-z_]+\b")
+
+
+def dashboard_of(helm, sets=()):
+    objs = helm.render(PACKAGE, ["monitoring.dashboard.enabled=true", *sets], keda=False, release=NS,
+                       namespace=NS)
+    cm = one(objs, "ConfigMap", "cozy-autoscaling-dashboard")
+    [(key, text)] = cm["data"].items()
+    assert key == "cozy-autoscaling.json"
+    return cm, json.loads(text)
+
+
+def panels(dash):
+    return [p for p in dash["panels"] if p["type"] != "row"]
+
+
+def targets(dash):
+    return [(p["title"], t) for p in panels(dash) for t in p["targets"]]
+
+
+def test_dashboard_is_off_by_default_and_a_sidecar_configmap_when_on(helm):
+    assert not [o for o in helm.render(PACKAGE, keda=False, release=NS, namespace=NS) if o["kind"] == "ConfigMap"]
+    cm, _ = dashboard_of(helm)
+    assert cm["metadata"]["namespace"] == NS
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "db"}
+    cm, _ = dashboard_of(helm, ["monitoring.dashboard.namespace=monitoring",
+                                "monitoring.dashboard.labels.grafana_dashboard=", "monitoring.dashboard.labels.team=dba"])
+    assert cm["metadata"]["namespace"] == "monitoring" and cm["metadata"]["labels"]["team"] == "dba"
+    bad = helm.template(PACKAGE, ["monitoring.dashboard.enabled=true", "monitoring.dashboard.labels.grafana_dashboard=1"],
+                        keda=False)
+    assert bad.returncode != 0 and "grafana_dashboard" in bad.stderr, "an unquoted label value is refused"
+
+
+def test_dashboard_has_the_shape_grafana_loads(helm):
+    _, dash = dashboard_of(helm)
+    assert dash["uid"] == "cozy-autoscaling" and len(dash["uid"]) <= 40
+    assert dash["title"] and isinstance(dash["schemaVersion"], int)
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids are unique"
+    cells = set()
+    for p in dash["panels"]:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & mine, f"{p['title']} overlaps another panel"
+        cells |= mine
+    for p in panels(dash):
+        assert p["type"] in ("timeseries", "table"), p["title"]
+        assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+        assert p["targets"], p["title"]
+        refs = [t["refId"] for t in p["targets"]]
+        assert len(refs) == len(set(refs)), p["title"]
+        for t in p["targets"]:
+            assert t["datasource"] == p["datasource"] and t["expr"].strip(), p["title"]
+    for name in ("namespace", "cluster"):
+        assert variables[name]["datasource"]["uid"] == "${datasource}"
+    titles = " ".join(p["title"] for p in panels(dash))
+    for wanted in ("desired", "reason", "target", "lag", "brake", "gRPC errors", "gRPC latency", "per shard"):
+        assert wanted in titles, wanted
+
+
+# --- against the real binaries ------------------------------------------------------------------
+
+
+def with_timestamp(text: str, ms: int) -> str:
+    """The scraped text with every sample stamped at `ms` (VictoriaMetrics takes Prometheus text
+    timestamps in milliseconds)."""
+    return "".join(f"{line} {ms}\n" for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def metrics_of(url: str) -> str:
+    r = requests.get(url + "/metrics", timeout=5)
+    r.raise_for_status()
+    return r.text
+
+
+class Stack:
+    """VictoriaMetrics, the scaler, the webhook and the shard controller, with KEDA-like calls made."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.vm = VictoriaMetrics(str(tmp / "vm")).start()
+        self.stopping = [self.vm.stop]
+        self.vm.import_and_wait(
+            cnpg_text(scenarios.BASE, time.time()),
+            'count(cnpg_pg_replication_in_recovery{namespace="tenant-c",pod=~"busy-lag-[0-9]+"})',
+            expect=lambda n: n == scenarios.LAG_CLUSTER_INSTANCES)
+        self.scaler = Scaler(str(tmp), self.vm.url).start()
+        self.stopping.append(self.scaler.stop)
+        self.keda = Keda(self.scaler.address)
+        self.stopping.append(self.keda.close)
+        self.emulator = Emulator(tmp)
+        self.stopping.append(self.emulator.stop)
+        self.shards()
+        self.webhook = Webhook(tmp, self.emulator, shards=3)
+        self.stopping.append(self.webhook.stop)
+        admin = free_port()
+        self.controller_admin = f"http://127.0.0.1:{admin}"
+        self.controller = Proc([str(SCALER), "shard-controller", "--shards", "3", "--flux-namespace", FLUX,
+                                "--lease-namespace", FLUX, "--admin-listen", f"127.0.0.1:{admin}",
+                                "--sync-interval", "1s", "--grace", "1s"],
+                               tmp / "shard-controller.log", env={"KUBECONFIG": str(self.emulator.kubeconfig)})
+        self.stopping.append(self.controller.stop)
+
+    def shards(self):
+        """Three ready shards; tenant-old sits on removed shard5 (the controller moves it);
+        tenant-gone too, but one of its releases is being deleted (the move is blocked)."""
+        for i in range(3):
+            self.emulator.shard_deployment(FLUX, i, ready=1)
+        self.emulator.namespace("tenant-new")
+        self.emulator.namespace("tenant-old", "shard5")
+        self.emulator.helmrelease("tenant-old", "pg", "shard5")
+        self.emulator.namespace("tenant-gone", "shard5")
+        self.emulator.helmrelease("tenant-gone", "pg", "shard5")
+        deleting = hr("tenant-gone", "redis", {"sharding.fluxcd.io/key": "shard5"})
+        deleting["metadata"].update({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["helm"]})
+        self.emulator.create("/apis/helm.toolkit.fluxcd.io/v2/namespaces/tenant-gone/helmreleases", deleting)
+
+    def keda_round(self, i: int):
+        """One polling round of four ScaledObjects (load, floor, brake engaged, idle-lag), plus one
+        with invalid metadata (an InvalidArgument error)."""
+        objects = [("tenant-a", "pg", {}), ("tenant-b", "quiet", {}),
+                   ("tenant-c", "busy-lag", {"maxReplicationLagSeconds": "30"}),
+                   ("tenant-c", "idle-lag", {"maxReplicationLagSeconds": "30"})]
+        for ns, cluster, extra in objects:
+            self.keda.scale_loop_poll(self.keda.ref(ns, f"so-{cluster}", metadata(cluster, target="2", **extra)))
+        bad = self.keda.ref("tenant-a", "so-bad", metadata("pg", target="-1"))
+        assert code_of(lambda: self.keda.spec(bad)).name == "INVALID_ARGUMENT"
+        self.webhook.review(review("CREATE", "tenant-new", hr("tenant-new", f"app-{i}", {"sharding.fluxcd.io/key": "tenants"})))
+
+    def scrape(self) -> dict:
+        return {"scaler": metrics_of(self.scaler.admin), "webhook": metrics_of(self.webhook.admin),
+                "shard-controller": metrics_of(self.controller_admin)}
+
+    def stop(self):
+        for stop in reversed(self.stopping):
+            stop()
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """The VictoriaMetrics holding two scrapes of each binary, and the scraped texts."""
+    stack = Stack(tmp_path_factory.mktemp("dashboard"))
+    try:
+        stack.keda_round(0)
+        wait_until(lambda: 'cozy_flux_shard_moves_total{reason="shard_removed"}' in metrics_of(stack.controller_admin)
+                   and "cozy_flux_shard_blocked_moves_total" in metrics_of(stack.controller_admin),
+                   timeout=30, what="the shard controller's move and blocked move", proc=stack.controller)
+        first = stack.scrape()
+        stack.keda_round(1)
+        second = stack.scrape()
+        now_ms = int(time.time() * 1000)
+        for texts, ms in ((first, now_ms - 60_000), (second, now_ms)):
+            for job, text in texts.items():
+                r = requests.post(f"{stack.vm.url}/api/v1/import/prometheus", params={"extra_label": f"job={job}"},
+                                  data=with_timestamp(text, ms).encode(), timeout=30)
+                r.raise_for_status()
+        requests.get(f"{stack.vm.url}/internal/force_flush", timeout=10).raise_for_status()
+        wait_until(lambda: stack.vm.scalar('count(count_over_time(scaler_grpc_requests_total[2m]) >= 2)'),
+                   timeout=20, what="both scrapes searchable")
+        yield stack.vm, "\n".join(second.values())
+    finally:
+        stack.stop()
+
+
+def label_values(vm, label, match):
+    r = requests.get(f"{vm.url}/api/v1/label/{label}/values", params={"match[]": match}, timeout=5)
+    r.raise_for_status()
+    return r.json()["data"]
+
+
+def substitute(expr: str, variables: dict) -> str:
+    for name, value in variables.items():
+        expr = expr.replace(f"${name}", value)
+    assert "$" not in expr, f"unsubstituted variable in {expr}"
+    return expr
+
+
+def test_every_query_uses_exported_names_and_returns_data(helm, imported):
+    vm, scraped = imported
+    _, dash = dashboard_of(helm)
+    exported = {line.split("{")[0].split(" ")[0] for line in scraped.splitlines() if line and not line.startswith("#")}
+
+    # The variables' own queries (label_values(metric{...}, label)) run like Grafana runs them.
+    variables = {"__rate_interval": RATE_INTERVAL}
+    for v in dash["templating"]["list"]:
+        if v["type"] != "query":
+            continue
+        m = re.fullmatch(r"label_values\((.+), (\w+)\)", v["query"]["query"])
+        assert m, v["query"]["query"]
+        match = substitute(m.group(1), variables)
+        values = label_values(vm, m.group(2), match)
+        assert values, f"variable {v['name']} has no values"
+        variables[v["name"]] = "|".join(values)  # Grafana's multi-value "All" expansion
+    assert {"tenant-a", "tenant-b", "tenant-c"} <= set(variables["namespace"].split("|"))
+    assert {"pg", "quiet", "busy-lag", "idle-lag"} <= set(variables["cluster"].split("|"))
+
+    results = {}
+    for title, t in targets(dash):
+        for name in METRIC.findall(t["expr"]):
+            assert name in exported, f"{title}: {name} is not exported by any binary"
+        result = vm.query(substitute(t["expr"], variables))
+        assert result, f"{title} ({t['refId']}) returned no data: {t['expr']}"
+        grouping = re.findall(r"by \(([^)]*)\)", t["expr"])
+        needed = {label.strip() for g in grouping for label in g.split(",")} - {"le"}
+        needed |= set(re.findall(r"\{\{(\w+)\}\}", t.get("legendFormat", "")))
+        for series in result:
+            missing = needed - set(series["metric"])
+            assert not missing, f"{title} ({t['refId']}): series {series['metric']} lack {missing}"
+        results[(title, t["refId"])] = [s["metric"] for s in result]
+
+    # What the panels show is what the scenario did.
+    reasons = {(m["namespace"], m["cluster"]): m["reason"] for m in results[("Current reason", "A")]}
+    assert reasons[("tenant-c", "busy-lag")] == "brake" and reasons[("tenant-a", "pg")] == "load"
+    brakes = {(m["namespace"], m["cluster"]): m["state"] for m in results[("Lag brake state", "A")]}
+    # The idle primary's lag is discounted by the scaler's query, so that brake reads clear.
+    assert brakes[("tenant-c", "busy-lag")] == "engaged" and brakes[("tenant-c", "idle-lag")] == "clear"
+    assert brakes[("tenant-a", "pg")] == "off"
+    assert {"code": "InvalidArgument", "rpc": "GetMetricSpec"} in [
+        {"code": m["code"], "rpc": m["rpc"]} for m in results[("gRPC errors", "A")]]
+    assert {m["shard"] for m in results[("Tenant HelmReleases per shard", "A")]} == {"shard0", "shard1", "shard2"}
+    assert {m["reason"] for m in results[("Tenant moves", "A")]} == {"shard_removed"}
+    assert {m["reason"] for m in results[("Tenant moves", "B")]} == {"deleting"}
