@@ -18,6 +18,7 @@ import ssl
 from pathlib import Path
 
 import requests
+import promtext
 from helm import Helm, package_chart
 from rig import POLL, keda
 from testkit import CA, Pair, free_port, wait_until
@@ -165,9 +166,8 @@ class SecuredScaler:
 
     def ok_requests(self) -> float:
         """gRPC requests this process answered with OK (its /metrics)."""
-        text = requests.get(f"{self.admin}/metrics", timeout=2).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("scaler_grpc_requests_total{") and 'code="OK"' in line)
+        return promtext.total(promtext.scrape(f"{self.admin}/metrics", timeout=2),
+                              "scaler_grpc_requests_total", code="OK")
 
     def client_context(self, cert: Path | None = None, key: Path | None = None,
                        ca: Path | None = None) -> ssl.SSLContext:

@@ -19,6 +19,7 @@ import pytest
 import requests
 import yaml
 
+import promtext
 from chartsource import ChartServer
 from rig import POLL, REPO, binary
 from rig.flux import container_args, start_controller
@@ -126,12 +127,7 @@ class ShardController:
                    timeout=60, interval=POLL, what=f"{name} /readyz", proc=self.proc)
 
     def metric(self, name: str) -> float:
-        text = requests.get(f"http://127.0.0.1:{self.admin}/metrics", timeout=2).text
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name) and line[len(name)] in " {":
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+        return promtext.total(promtext.scrape(f"http://127.0.0.1:{self.admin}/metrics", timeout=2), name)
 
     def stop(self, sig=signal.SIGTERM):
         if sig == signal.SIGTERM:

@@ -20,7 +20,8 @@ if [[ ! -x "$COZY_TOOLS/venv/bin/python" ]]; then
   python3 -m venv "$COZY_TOOLS/venv"
 fi
 "$COZY_TOOLS/venv/bin/pip" install -q --disable-pip-version-check \
-  grpcio grpcio-tools grpcio-health-checking pytest requests pyyaml kubernetes-validate jsonschema jsonpatch
+  grpcio grpcio-tools grpcio-health-checking pytest requests pyyaml kubernetes-validate jsonschema jsonpatch \
+  prometheus-client
 
 # Upstream CRDs and data files, from the Go module cache at pinned versions.
 "$(dirname "$0")/upstream.sh"

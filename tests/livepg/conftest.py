@@ -7,7 +7,7 @@ import sys
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parents[0] / "scaler")]  # keda.py, vm.py, scaler_proc.py
+sys.path[:0] = [str(HERE), str(HERE.parents[0] / "scaler")]  # keda.py, scaler_proc.py
 
 from rig import Rig  # noqa: E402
 

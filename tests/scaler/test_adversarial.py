@@ -4,7 +4,6 @@ sockets, bounded in time and loopback only, and would fail on the binary before 
 Each probe also records its figures (testkit.record_figure, $TEST_FIGURES) for the tables in
 docs/scaler-tests.md."""
 import json
-import os
 import socket
 import threading
 import time

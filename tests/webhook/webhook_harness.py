@@ -11,6 +11,7 @@ import requests
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "lib"))  # testkit
+import promtext  # noqa: E402
 from testkit import CA, REPO, Proc, free_port, wait_until  # noqa: E402
 
 SCALER = pathlib.Path(os.environ.get("SCALER_BIN", REPO / "target" / "debug" / "scaler"))
@@ -163,14 +164,10 @@ class Webhook:
         return reply["response"]
 
     def metrics(self) -> dict:
-        """Samples of the OpenMetrics text as {'name{labels}': value}."""
-        text = requests.get(self.admin + "/metrics", timeout=5).text
-        samples = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                key, _, value = line.rpartition(" ")
-                samples[key] = float(value)
-        return samples
+        """Samples as {'name{labels}': value}, labels in the order the webhook writes them."""
+        def key(name: str, labels: dict) -> str:
+            return name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+        return {key(name, labels): value for name, labels, value in promtext.scrape(self.admin + "/metrics")}
 
 
 def hr(ns: str, name: str, labels: dict | None) -> dict:

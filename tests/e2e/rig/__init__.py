@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from testkit import TOOLS, crd_files as upstream_crd_files, versions, wait_until
+from vm import VictoriaMetrics
 
 from . import keda
 from .cnpg import CnpgStandIn
 from .controlplane import Binaries, ControlPlane
 from .kube import Kube, load_yaml_docs
-from .metrics import Feeder, VictoriaMetrics
+from .metrics import Feeder
 from .procs import POLL, Group
 
 REPO = Path(__file__).resolve().parents[3]
@@ -73,7 +74,7 @@ class Rig:
         install_crds(self.kube, crd_files())
         self.cnpg = CnpgStandIn(self.kube).start()
         keda.start(self.cp, *self._keda_bins, self.group)
-        self.vm = VictoriaMetrics(self.dir, self.group).start()
+        self.vm = VictoriaMetrics(self.dir, spawn=self.group.start).start()
         self.feeder = Feeder(self.vm, self.cnpg).start()
         return self
 

@@ -1,21 +1,18 @@
-"""A real VictoriaMetrics plus a feeder that pushes synthetic CNPG series every second, shaped by the
+"""A feeder that pushes synthetic CNPG series every second, shaped by the
 Cluster's current spec.instances (pod <cluster>-1 is the primary, the rest are standbys) and by a
 load model the scenario changes while the loop runs."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import requests
 
-from .cnpg import CnpgStandIn
-from testkit import Proc, free_port, wait_until
+from vm import VictoriaMetrics
 
-from .procs import POLL, Group
+from .cnpg import CnpgStandIn
 
 
 @dataclass
@@ -23,44 +20,6 @@ class Load:
     connections: int = 0        # active client sessions, spread over the standbys
     lag_seconds: float = 0.0    # replication lag reported by every standby
     wal_bytes_per_s: float = 0  # primary's WAL write rate (0 = idle primary)
-
-
-class VictoriaMetrics:
-    def __init__(self, workdir: Path, group: Group):
-        self.data = workdir / "vmdata"
-        self.group = group
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: Proc | None = None
-
-    def start(self) -> "VictoriaMetrics":
-        binary = shutil.which("victoria-metrics")
-        if binary is None:
-            raise RuntimeError("victoria-metrics is not installed: run tests/lib/setup.sh")
-        self.proc = self.group.start("victoria-metrics", [
-            binary, f"-httpListenAddr=127.0.0.1:{self.port}", f"-storageDataPath={self.data}",
-            "-retentionPeriod=100y", "-search.latencyOffset=0s", "-loggerLevel=WARN"])
-        wait_until(lambda: requests.get(f"{self.url}/health", timeout=1).text.strip() == "OK",
-                   timeout=20, interval=POLL, what="VictoriaMetrics /health", proc=self.proc)
-        return self
-
-    def stop(self) -> None:
-        if self.proc:
-            self.proc.stop()
-
-    def push(self, text: str) -> None:
-        requests.post(f"{self.url}/api/v1/import/prometheus", data=text.encode(),
-                      timeout=5).raise_for_status()
-        requests.get(f"{self.url}/internal/force_flush", timeout=5).raise_for_status()
-
-    def delete_series(self, match: str) -> None:
-        requests.post(f"{self.url}/api/v1/admin/tsdb/delete_series", data={"match[]": match},
-                      timeout=5).raise_for_status()
-
-    def query(self, promql: str) -> list[dict]:
-        r = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
-        r.raise_for_status()
-        return r.json()["data"]["result"]
 
 
 def _labels(**kv) -> str:
@@ -99,7 +58,7 @@ class Feeder:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self.vm.push(self.render(time.time()))
+                self.vm.import_prom(self.render(time.time()))
             except requests.RequestException:
                 self.failures += 1
 

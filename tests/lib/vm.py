@@ -1,28 +1,38 @@
-"""A real VictoriaMetrics on loopback: start, import Prometheus text, flush, poll until visible."""
+"""The one VictoriaMetrics launcher of every suite: a real VictoriaMetrics on loopback; start,
+import Prometheus text, flush, poll until visible, count the queries it served."""
 import os
 import shutil
 import time
+from typing import Callable
 
 import requests
 
+import promtext
 from testkit import Proc, free_port, wait_until
+
+# (name, argv) -> a started Proc; e.g. the e2e rig's process group, which stops everything together.
+Spawn = Callable[[str, list], Proc]
 
 
 class VictoriaMetrics:
-    def __init__(self, workdir: str, port: int | None = None, extra_args: tuple[str, ...] = ()):
+    def __init__(self, workdir, port: int | None = None, extra_args: tuple[str, ...] = (),
+                 spawn: Spawn | None = None):
         self.extra_args = tuple(extra_args)  # e.g. -promscrape.config for a scraping instance
         os.makedirs(workdir, exist_ok=True)
-        self.workdir = workdir
-        self.data = os.path.join(workdir, "vmdata")
+        self.workdir = str(workdir)
+        self.data = os.path.join(self.workdir, "vmdata")
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.spawn = spawn or (lambda name, argv: Proc(argv, os.path.join(self.workdir, f"{name}.log")))
         self.proc = None
 
     def start(self):
+        """Starts (or restarts, on the same port and data) and waits for /health."""
         binary = shutil.which("victoria-metrics")
         if binary is None:
             raise RuntimeError("victoria-metrics not on PATH: run tests/lib/setup.sh")
-        self.proc = Proc(
+        self.proc = self.spawn(
+            "victoria-metrics",
             [
                 binary,
                 f"-httpListenAddr=127.0.0.1:{self.port}",
@@ -33,7 +43,6 @@ class VictoriaMetrics:
                 "-loggerLevel=WARN",
                 *self.extra_args,
             ],
-            os.path.join(self.workdir, "vm.log"),
         )
         wait_until(self._healthy, 15, what="VictoriaMetrics /health")
         return self
@@ -51,6 +60,10 @@ class VictoriaMetrics:
         r = requests.post(f"{self.url}/api/v1/import/prometheus", data=text.encode(), timeout=30)
         r.raise_for_status()
         requests.get(f"{self.url}/internal/force_flush", timeout=10).raise_for_status()
+
+    def delete_series(self, match: str):
+        requests.post(f"{self.url}/api/v1/admin/tsdb/delete_series", data={"match[]": match},
+                      timeout=5).raise_for_status()
 
     def query(self, promql: str) -> list:
         r = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
@@ -70,10 +83,6 @@ class VictoriaMetrics:
         """Instant and range queries served so far, from VictoriaMetrics' own /metrics.
         VictoriaMetrics refreshes that page about once a second: wait so the count is complete."""
         time.sleep(1.1)
-        total = 0.0
-        for line in requests.get(f"{self.url}/metrics", timeout=5).text.splitlines():
-            if line.startswith("vm_http_requests_total{") and (
-                'path="/api/v1/query"' in line or 'path="/api/v1/query_range"' in line
-            ):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+        samples = promtext.scrape(f"{self.url}/metrics")
+        return sum(promtext.total(samples, "vm_http_requests_total", path=path)
+                   for path in ("/api/v1/query", "/api/v1/query_range"))
