@@ -2,7 +2,7 @@
 //! time (the timeout covers the wait for a slot, the body and the parse), in size (answers are read
 //! while streaming and abandoned past the cap) and in concurrency. The query itself and the parsing
 //! of the answer are pure and live in [`crate::promql`].
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
-use scaler_core::promql::{QueryError, parse_parts};
+use scaler_core::promql::{QueryError, parse_matrix, parse_parts};
 
 /// Default `--max-response-bytes`: a decision's answer is a few hundred bytes.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 << 20;
@@ -21,6 +21,7 @@ const ERROR_BODY_PREFIX: usize = 300;
 pub struct Client {
     http: reqwest::Client,
     query_url: String,
+    range_url: String,
     timeout: Duration,
     /// Bounds concurrent queries so a slow backend is not buried under retries.
     in_flight: Arc<Semaphore>,
@@ -66,6 +67,7 @@ impl Client {
         Ok(Self {
             http,
             query_url: format!("{}/api/v1/query", base.trim_end_matches('/')),
+            range_url: format!("{}/api/v1/query_range", base.trim_end_matches('/')),
             timeout,
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
             max_response_bytes,
@@ -75,6 +77,39 @@ impl Client {
 
     /// Runs one instant query and returns the value of each `part` label, bounded by the timeout.
     pub async fn parts(&self, query: &str) -> Result<HashMap<String, f64>, QueryError> {
+        let params = [("query", query.to_owned())];
+        self.bounded(
+            "decision",
+            self.fetch(&self.query_url, &params, parse_parts),
+        )
+        .await
+    }
+
+    /// Runs one range query (`/api/v1/query_range`, Unix seconds) and returns, per evaluation
+    /// time, the value of each `part` label; bounded like [`Client::parts`].
+    pub async fn range_parts(
+        &self,
+        query: &str,
+        start: i64,
+        end: i64,
+        step_seconds: u64,
+    ) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
+        let params = [
+            ("query", query.to_owned()),
+            ("start", start.to_string()),
+            ("end", end.to_string()),
+            ("step", format!("{step_seconds}s")),
+        ];
+        self.bounded("range", self.fetch(&self.range_url, &params, parse_matrix))
+            .await
+    }
+
+    /// Waits for a slot and runs `fetch`, all within the timeout, and counts the outcome.
+    async fn bounded<T>(
+        &self,
+        name: &'static str,
+        fetch: impl Future<Output = Result<T, QueryError>>,
+    ) -> Result<T, QueryError> {
         let start = Instant::now();
         let bounded = async {
             let _slot = self
@@ -82,7 +117,7 @@ impl Client {
                 .acquire()
                 .await
                 .map_err(|_| QueryError::Unreachable("client closed".into()))?;
-            self.fetch(query).await
+            fetch.await
         };
         let result = tokio::time::timeout(self.timeout, bounded)
             .await
@@ -93,18 +128,23 @@ impl Client {
             Err(_) => "error",
         };
         self.metrics
-            .backend("decision", outcome, start.elapsed().as_secs_f64());
+            .backend(name, outcome, start.elapsed().as_secs_f64());
         result
     }
 
     /// Sends the query, reads the answer while streaming (never past the cap) and parses it on
     /// the blocking pool, so a big answer never holds up an async worker and other rpcs.
-    async fn fetch(&self, query: &str) -> Result<HashMap<String, f64>, QueryError> {
+    async fn fetch<T: Send + 'static>(
+        &self,
+        url: &str,
+        params: &[(&str, String)],
+        parse: fn(&[u8]) -> Result<T, QueryError>,
+    ) -> Result<T, QueryError> {
         let unreachable = |e: reqwest::Error| QueryError::Unreachable(error_chain(&e));
         let mut response = self
             .http
-            .get(&self.query_url)
-            .query(&[("query", query)])
+            .get(url)
+            .query(params)
             .send()
             .await
             .map_err(unreachable)?;
@@ -128,7 +168,7 @@ impl Client {
         if !complete {
             return Err(QueryError::TooLarge { limit });
         }
-        tokio::task::spawn_blocking(move || parse_parts(&body))
+        tokio::task::spawn_blocking(move || parse(&body))
             .await
             .unwrap_or_else(|e| Err(QueryError::Garbage(format!("parser failed: {e}"))))
     }

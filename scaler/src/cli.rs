@@ -14,6 +14,8 @@ enum Command {
     Serve(scaler::serve::Args),
     /// Print one decision with every input and guard that shaped it.
     Explain(scaler::explain::Args),
+    /// Replay the decision and a simulated HPA over history: table and plot.
+    Backtest(scaler::backtest::Args),
     /// Serve the Flux shard-placement admission webhook.
     Webhook(webhook::Args),
     /// Run the shard placement controller: rescue stranded tenants, rebalance, paced.
@@ -27,6 +29,7 @@ impl Cli {
         match self.command {
             Command::Serve(args) => args.run().await,
             Command::Explain(args) => args.run().await,
+            Command::Backtest(args) => args.run().await,
             Command::Webhook(args) => args.run().await,
             Command::ShardController(args) => args.run().await,
             Command::Shards(args) => args.run().await,

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod backtest;
 pub mod cache;
 pub mod explain;
 pub mod grpc;

@@ -1,0 +1,253 @@
+//! Reads what the backtest replays from a ScaledObject as helm or chartgen renders it: the
+//! external trigger's metadata, `minReplicaCount`/`maxReplicaCount` and the HPA behaviour.
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use serde::Deserialize as _;
+use serde_norway::Value;
+
+use names::echo;
+use scaler_core::hpa::{Behavior, BehaviorSpec};
+
+/// A rendered chart is a few KiB; refuse to parse anything far larger.
+const MAX_FILE_BYTES: u64 = 4 << 20;
+/// KEDA's `maxReplicaCount` when the ScaledObject does not set one.
+const KEDA_DEFAULT_MAX: u32 = 100;
+
+/// The parts of one ScaledObject the backtest needs.
+#[derive(Debug)]
+pub struct ScaledObject {
+    pub name: String,
+    pub metadata: HashMap<String, String>,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub behavior: Behavior,
+}
+
+/// Reads the ScaledObject called `name` (or the only one) from a YAML file of one or more
+/// documents, e.g. `helm template` output. Errors name the field and the fix.
+pub fn read(path: &Path, name: Option<&str>) -> anyhow::Result<ScaledObject> {
+    let shown = path.display();
+    let size = std::fs::metadata(path)
+        .with_context(|| format!("--scaled-object {shown}"))?
+        .len();
+    if size > MAX_FILE_BYTES {
+        bail!(
+            "--scaled-object {shown}: {size} bytes is above {MAX_FILE_BYTES}; a rendered ScaledObject is a few KiB"
+        );
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("--scaled-object {shown}"))?;
+    let mut found = Vec::new();
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let value = Value::deserialize(document)
+            .with_context(|| format!("--scaled-object {shown}: not YAML"))?;
+        if value.get("kind").and_then(Value::as_str) == Some("ScaledObject") {
+            found.push(value);
+        }
+    }
+    let names: Vec<String> = found
+        .iter()
+        .map(|v| object_name(v).unwrap_or_default().to_owned())
+        .collect();
+    let index = match name {
+        Some(wanted) => names.iter().position(|n| n == wanted).with_context(|| {
+            format!(
+                "--scaled-object {shown}: no ScaledObject named {}; found: {}",
+                echo(wanted),
+                names.join(", ")
+            )
+        })?,
+        None if found.len() == 1 => 0,
+        None if found.is_empty() => {
+            bail!("--scaled-object {shown}: no document of kind ScaledObject")
+        }
+        None => bail!(
+            "--scaled-object {shown}: {} ScaledObjects ({}); choose one with --name",
+            found.len(),
+            names.join(", ")
+        ),
+    };
+    parse(&found[index]).with_context(|| format!("--scaled-object {shown}"))
+}
+
+fn object_name(object: &Value) -> Option<&str> {
+    object.get("metadata")?.get("name")?.as_str()
+}
+
+/// One ScaledObject document → its settings.
+pub fn parse(object: &Value) -> anyhow::Result<ScaledObject> {
+    let name = object_name(object)
+        .context("metadata.name: missing; a ScaledObject has a name")?
+        .to_owned();
+    let spec = object.get("spec").context("spec: missing")?;
+    let metadata = external_metadata(spec)?;
+    let count = |field: &str, default: u32| -> anyhow::Result<u32> {
+        match spec.get(field) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .with_context(|| format!("spec.{field}: {} is not a whole number >= 0", render(v))),
+        }
+    };
+    let min_replicas = count("minReplicaCount", 0)?;
+    let max_replicas = count("maxReplicaCount", KEDA_DEFAULT_MAX)?;
+    if min_replicas > max_replicas {
+        bail!(
+            "spec.minReplicaCount ({min_replicas}) is above spec.maxReplicaCount ({max_replicas})"
+        );
+    }
+    const BEHAVIOR: &str = "spec.advanced.horizontalPodAutoscalerConfig.behavior";
+    let behavior = match spec
+        .get("advanced")
+        .and_then(|a| a.get("horizontalPodAutoscalerConfig"))
+        .and_then(|h| h.get("behavior"))
+    {
+        None | Some(Value::Null) => BehaviorSpec::default(),
+        Some(v) => serde_norway::from_value(v.clone()).context(BEHAVIOR)?,
+    };
+    let behavior = behavior
+        .resolve()
+        .map_err(|e| anyhow::anyhow!("spec.advanced.horizontalPodAutoscalerConfig.{e}"))?;
+    Ok(ScaledObject {
+        name,
+        metadata,
+        min_replicas,
+        max_replicas,
+        behavior,
+    })
+}
+
+/// The metadata of the one `external` trigger; KEDA's metadata values are strings only.
+fn external_metadata(spec: &Value) -> anyhow::Result<HashMap<String, String>> {
+    let triggers = spec
+        .get("triggers")
+        .and_then(Value::as_sequence)
+        .context("spec.triggers: missing or not a list")?;
+    let external: Vec<(usize, &Value)> = triggers
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.get("type").and_then(Value::as_str) == Some("external"))
+        .collect();
+    let (index, trigger) = match external.as_slice() {
+        [one] => *one,
+        [] => bail!("spec.triggers: no trigger of type external (the scaler's)"),
+        _ => bail!(
+            "spec.triggers: {} triggers of type external; the backtest replays one",
+            external.len()
+        ),
+    };
+    let field = format!("spec.triggers[{index}].metadata");
+    let map = trigger
+        .get("metadata")
+        .and_then(Value::as_mapping)
+        .with_context(|| format!("{field}: missing or not a mapping"))?;
+    map.iter()
+        .map(|(k, v)| {
+            let key = k
+                .as_str()
+                .with_context(|| format!("{field}: key {} is not a string", render(k)))?;
+            let value = v.as_str().with_context(|| {
+                format!(
+                    "{field}.{}: {} is not a string; KEDA's trigger metadata is strings only (quote it)",
+                    key.chars().take(64).collect::<String>().escape_debug(),
+                    render(v)
+                )
+            })?;
+            Ok((key.to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
+/// A value as YAML, bounded and escaped for an error message.
+fn render(value: &Value) -> String {
+    let yaml = serde_norway::to_string(value).unwrap_or_default();
+    let short: String = yaml.trim().chars().take(64).collect();
+    short.escape_debug().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scaler_core::hpa::{PolicyType, ScalingPolicy};
+
+    fn object(text: &str) -> anyhow::Result<ScaledObject> {
+        parse(&serde_norway::from_str(text).unwrap())
+    }
+
+    const BASE: &str = r#"
+kind: ScaledObject
+metadata: {name: pg}
+spec:
+  minReplicaCount: 2
+  maxReplicaCount: 6
+  advanced:
+    horizontalPodAutoscalerConfig:
+      behavior:
+        scaleDown:
+          policies: [{periodSeconds: 600, type: Pods, value: 1}]
+          tolerance: "0"
+  triggers:
+    - type: cpu
+      metadata: {value: "50"}
+    - type: external
+      metadata: {scalerAddress: "s:6000", target: "150"}
+"#;
+
+    #[test]
+    fn reads_the_external_trigger_bounds_and_behavior() {
+        let so = object(BASE).unwrap();
+        assert_eq!(
+            (so.name.as_str(), so.min_replicas, so.max_replicas),
+            ("pg", 2, 6)
+        );
+        assert_eq!(so.metadata["target"], "150");
+        assert_eq!(
+            so.behavior.scale_down.policies,
+            [ScalingPolicy {
+                kind: PolicyType::Pods,
+                value: 1,
+                period_seconds: 600
+            }]
+        );
+        assert_eq!(so.behavior.scale_down.tolerance, 0.0);
+        assert_eq!(so.behavior.scale_up.tolerance, 0.1);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        for (from, to, field) in [
+            (
+                r#"target: "150""#,
+                "target: 150",
+                "spec.triggers[1].metadata.target",
+            ),
+            (
+                "maxReplicaCount: 6",
+                "maxReplicaCount: -1",
+                "spec.maxReplicaCount",
+            ),
+            (
+                "minReplicaCount: 2",
+                "minReplicaCount: 7",
+                "spec.minReplicaCount (7)",
+            ),
+            ("type: Pods", "type: Replicas", "behavior"),
+            (
+                "periodSeconds: 600",
+                "periodSeconds: 0",
+                "behavior.scaleDown.policies[0].periodSeconds",
+            ),
+            (
+                "type: external",
+                "type: prometheus",
+                "no trigger of type external",
+            ),
+        ] {
+            let text = BASE.replace(from, to);
+            let err = format!("{:#}", object(&text).unwrap_err());
+            assert!(err.contains(field), "{to}: {err}");
+        }
+    }
+}
