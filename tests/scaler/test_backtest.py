@@ -71,9 +71,9 @@ def backtest(vm_url: str, *args: str, timeout=120) -> subprocess.CompletedProces
                            *args], capture_output=True, text=True, timeout=timeout)
 
 
-def run_day(vm_url: str, out: pathlib.Path, scaled_object: pathlib.Path, *extra: str) -> dict[int, dict]:
+def run_day(vm_url: str, out: pathlib.Path, scaled_object: pathlib.Path, *extra: str, step=STEP) -> dict[int, dict]:
     result = backtest(vm_url, "--scaled-object", str(scaled_object), "--from", str(DAY),
-                      "--to", str(DAY + 86_400), "--step", f"{STEP}s", "--csv", str(out / "day.csv"),
+                      "--to", str(DAY + 86_400), "--step", f"{step}s", "--csv", str(out / "day.csv"),
                       "--json", str(out / "day.json"), "--plot", str(out / "day.svg"), *extra)
     assert result.returncode == 0, result.stderr
     with open(out / "day.csv", newline="") as f:
@@ -116,6 +116,25 @@ def test_a_day_replays_into_table_json_and_plot_in_seconds(history_vm, tmp_path)
     svg = (tmp_path / "day.svg").read_text()
     assert svg.startswith("<svg") and "simulated (HPA)" in svg and "observed instances" in svg
     assert not list(tmp_path.glob(".*.partial")), "temporary files are renamed or removed"
+
+
+def test_chunked_range_queries_replay_like_one(history_vm, tmp_path):
+    """At a 5 s step the day is 17,281 evaluations: two range queries (10,000 per query, below
+    VictoriaMetrics' 30,000 points per series). The samples change only on the minute, so the
+    HPA syncs (every 15 s in both runs) see the same answers: the simulated counts must match the
+    one-query 60 s run at every minute, with no evaluation lost or repeated at the chunk border."""
+    coarse = run_day(history_vm.url, tmp_path, FIXTURE)
+    fine_dir = tmp_path / "fine"
+    fine_dir.mkdir()
+    before = history_vm.query_requests()
+    fine = run_day(history_vm.url, fine_dir, FIXTURE, step=5)
+    assert history_vm.query_requests() - before == 2, "two range queries"
+    assert sorted(fine) == list(range(DAY, DAY + 86_400 + 1, 5))
+    differ = [t for t in coarse if not GAP[0] - 300 <= t < GAP[1] + 300
+              and fine[t]["simulated"] != coarse[t]["simulated"]]
+    assert not differ, [(t - DAY, fine[t], coarse[t]) for t in differ[:3]]
+    border = DAY + 10_000 * 5
+    assert fine[border - 5]["error"] == fine[border]["error"] == "" and fine[border]["recommended"] == "2"
 
 
 def helm_binary() -> str:
