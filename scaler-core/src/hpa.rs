@@ -14,6 +14,12 @@
 //!    of each policy's period (`selectPolicy` Max takes the policy allowing the larger change, Min
 //!    the smaller, Disabled forbids the direction), and `[min, max]` bound it.
 //!
+//! An HPA without `behavior` (a ScaledObject without `advanced.horizontalPodAutoscalerConfig.behavior`:
+//! KEDA then sets none, and the API server defaults none) takes the controller's older fixed rules
+//! instead of 3 and 4: the count goes to the highest proposal of the last 300 s
+//! (`--horizontal-pod-autoscaler-downscale-stabilization`), at most `max(2 × current, 4)`, within
+//! `[min, max]`, with the default tolerance.
+//!
 //! Not simulated: pod readiness and missing pods (they only matter for Resource and Pods metrics),
 //! the controller's own restarts (which forget the windows), and KEDA's fallback replicas.
 use std::collections::VecDeque;
@@ -27,6 +33,9 @@ pub const DEFAULT_TOLERANCE: f64 = 0.1;
 pub const MAX_WINDOW_SECONDS: u32 = 3600;
 /// Longest policy period the API accepts (30 minutes).
 pub const MAX_PERIOD_SECONDS: u32 = 1800;
+/// The controller's `--horizontal-pod-autoscaler-downscale-stabilization` default, the window of
+/// an HPA without `behavior`.
+pub const LEGACY_WINDOW_SECONDS: u32 = 300;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 pub enum PolicyType {
@@ -238,7 +247,8 @@ pub struct Sync {
 /// The HPA's memory for one ScaledObject: its count, past proposals and past scale events.
 #[derive(Debug, Clone)]
 pub struct Hpa {
-    behavior: Behavior,
+    /// `None`: the HPA has no `behavior`, the controller's fixed rules apply.
+    behavior: Option<Behavior>,
     min: u32,
     max: u32,
     replicas: u32,
@@ -252,7 +262,7 @@ pub struct Hpa {
 impl Hpa {
     /// An HPA created at `now` over a target with `replicas`; `min ≥ 1` (KEDA turns a
     /// `minReplicaCount` of 0 into an HPA minimum of 1) and `min ≤ max`.
-    pub fn new(behavior: Behavior, min: u32, max: u32, replicas: u32, now: i64) -> Self {
+    pub fn new(behavior: Option<Behavior>, min: u32, max: u32, replicas: u32, now: i64) -> Self {
         let min = min.max(1);
         Self {
             behavior,
@@ -281,8 +291,16 @@ impl Hpa {
             (self.min, None)
         } else if let Some(desired) = desired {
             let proposal = self.tolerate(current, desired);
-            let stabilized = self.stabilize(now, current, proposal);
-            (self.limit_rate(now, current, stabilized), Some(proposal))
+            let next = if self.behavior.is_some() {
+                let stabilized = self.stabilize(now, current, proposal);
+                self.limit_rate(now, current, stabilized)
+            } else {
+                let stabilized = self.stabilize_legacy(now, proposal);
+                // At most doubling (and at least 4), within [min, max].
+                let up_limit = current.saturating_mul(2).max(4);
+                stabilized.min(self.max.min(up_limit)).max(self.min)
+            };
+            (next, Some(proposal))
         } else {
             (current, None)
         };
@@ -305,10 +323,12 @@ impl Hpa {
             return desired;
         }
         let ratio = f64::from(desired) / f64::from(current);
-        let (up, down) = (
-            self.behavior.scale_up.tolerance,
-            self.behavior.scale_down.tolerance,
-        );
+        let (up, down) = self
+            .behavior
+            .as_ref()
+            .map_or((DEFAULT_TOLERANCE, DEFAULT_TOLERANCE), |b| {
+                (b.scale_up.tolerance, b.scale_down.tolerance)
+            });
         if (1.0 - down) <= ratio && ratio <= (1.0 + up) {
             current
         } else {
@@ -316,9 +336,25 @@ impl Hpa {
         }
     }
 
+    /// The highest proposal of the last [`LEGACY_WINDOW_SECONDS`], its start included.
+    fn stabilize_legacy(&mut self, now: i64, proposal: u32) -> u32 {
+        let cutoff = now - i64::from(LEGACY_WINDOW_SECONDS);
+        let highest = self
+            .proposals
+            .iter()
+            .filter(|(at, _)| *at >= cutoff)
+            .map(|(_, p)| *p)
+            .fold(proposal, u32::max);
+        self.proposals.push_back((now, proposal));
+        highest
+    }
+
     fn stabilize(&mut self, now: i64, current: u32, proposal: u32) -> u32 {
-        let up_cutoff = now - i64::from(self.behavior.scale_up.stabilization_window_seconds);
-        let down_cutoff = now - i64::from(self.behavior.scale_down.stabilization_window_seconds);
+        let Some(b) = &self.behavior else {
+            return proposal;
+        };
+        let up_cutoff = now - i64::from(b.scale_up.stabilization_window_seconds);
+        let down_cutoff = now - i64::from(b.scale_down.stabilization_window_seconds);
         let (mut up, mut down) = (proposal, proposal);
         for &(at, p) in &self.proposals {
             if at > up_cutoff {
@@ -333,15 +369,14 @@ impl Hpa {
     }
 
     fn limit_rate(&self, now: i64, current: u32, stabilized: u32) -> u32 {
+        let Some(b) = &self.behavior else {
+            return stabilized;
+        };
         if stabilized > current {
-            let limit = self
-                .limit(now, current, &self.behavior.scale_up, 1)
-                .max(current);
+            let limit = self.limit(now, current, &b.scale_up, 1).max(current);
             stabilized.min(self.max.min(limit))
         } else if stabilized < current {
-            let limit = self
-                .limit(now, current, &self.behavior.scale_down, -1)
-                .min(current);
+            let limit = self.limit(now, current, &b.scale_down, -1).min(current);
             stabilized.max(self.min.max(limit))
         } else {
             stabilized
@@ -381,34 +416,36 @@ impl Hpa {
         u32::try_from(furthest.unwrap_or(i64::from(current)).max(0)).unwrap_or(u32::MAX)
     }
 
-    /// Drops proposals older than both windows and events older than every period: they can no
-    /// longer count, and this keeps the memory bounded.
+    /// Drops proposals no window counts any more and events older than every period: this
+    /// keeps the memory bounded (a window is at most an hour, a period 30 minutes).
     fn forget(&mut self, now: i64) {
-        let b = &self.behavior;
-        let window = b
-            .scale_up
-            .stabilization_window_seconds
-            .max(b.scale_down.stabilization_window_seconds);
-        let period = b
-            .scale_up
-            .policies
-            .iter()
-            .chain(&b.scale_down.policies)
-            .map(|p| p.period_seconds)
-            .max()
-            .unwrap_or(0);
-        let keep_from = |span: u32| now - i64::from(span);
-        let window_start = keep_from(window);
+        // The fixed rules count a proposal at the window's start; `behavior` only after it.
+        let (window, period) = match &self.behavior {
+            None => (i64::from(LEGACY_WINDOW_SECONDS) + 1, 0),
+            Some(b) => (
+                i64::from(
+                    b.scale_up
+                        .stabilization_window_seconds
+                        .max(b.scale_down.stabilization_window_seconds),
+                ),
+                b.scale_up
+                    .policies
+                    .iter()
+                    .chain(&b.scale_down.policies)
+                    .map(|p| i64::from(p.period_seconds))
+                    .max()
+                    .unwrap_or(0),
+            ),
+        };
         while self
             .proposals
             .front()
-            .is_some_and(|(at, _)| *at <= window_start)
+            .is_some_and(|(at, _)| *at <= now - window)
         {
             self.proposals.pop_front();
         }
-        let period_start = keep_from(period);
         for events in [&mut self.ups, &mut self.downs] {
-            while events.front().is_some_and(|(at, _)| *at <= period_start) {
+            while events.front().is_some_and(|(at, _)| *at <= now - period) {
                 events.pop_front();
             }
         }

@@ -97,7 +97,7 @@ fn invalid_behavior_names_the_field() {
 
 #[test]
 fn defaults_scale_up_at_once_and_down_after_the_window() {
-    let mut hpa = Hpa::new(Behavior::default(), 2, 10, 2, 0);
+    let mut hpa = Hpa::new(Some(Behavior::default()), 2, 10, 2, 0);
     // +4 pods or +100 %, the larger: 2 → 6 in the first sync, then 6 → 10.
     assert_eq!(hpa.sync(0, Some(10)).replicas, 6);
     assert_eq!(hpa.sync(15, Some(10)).replicas, 10);
@@ -113,7 +113,7 @@ fn defaults_scale_up_at_once_and_down_after_the_window() {
 
 #[test]
 fn a_new_hpa_does_not_scale_down_within_its_first_window() {
-    let mut hpa = Hpa::new(Behavior::default(), 2, 10, 6, 1000);
+    let mut hpa = Hpa::new(Some(Behavior::default()), 2, 10, 6, 1000);
     let counts = run(&mut hpa, 1015, 1300, 2);
     assert!(
         counts
@@ -125,11 +125,11 @@ fn a_new_hpa_does_not_scale_down_within_its_first_window() {
 
 #[test]
 fn tolerance_keeps_small_changes_out() {
-    let mut hpa = Hpa::new(Behavior::default(), 2, 20, 10, 0);
+    let mut hpa = Hpa::new(Some(Behavior::default()), 2, 20, 10, 0);
     assert_eq!(hpa.sync(0, Some(11)).replicas, 10);
     assert_eq!(hpa.sync(15, Some(12)).replicas, 12);
     let exact = behavior(json!({"scaleUp": {"tolerance": "0"}}));
-    let mut hpa = Hpa::new(exact, 2, 20, 10, 0);
+    let mut hpa = Hpa::new(Some(exact), 2, 20, 10, 0);
     assert_eq!(hpa.sync(0, Some(11)).replicas, 11);
 }
 
@@ -137,7 +137,7 @@ fn tolerance_keeps_small_changes_out() {
 fn pods_policy_paces_scale_down_per_period() {
     let b = behavior(json!({"scaleDown": {"stabilizationWindowSeconds": 0,
         "policies": [{"type": "Pods", "value": 1, "periodSeconds": 600}]}}));
-    let mut hpa = Hpa::new(b, 2, 10, 6, 0);
+    let mut hpa = Hpa::new(Some(b), 2, 10, 6, 0);
     let counts = run(&mut hpa, 0, 1800, 2);
     let at = |t: i64| counts.iter().find(|(s, _)| *s == t).unwrap().1;
     assert_eq!(
@@ -151,7 +151,7 @@ fn select_policy_min_and_disabled() {
     let b = behavior(
         json!({"scaleUp": {"selectPolicy": "Min"}, "scaleDown": {"selectPolicy": "Disabled"}}),
     );
-    let mut hpa = Hpa::new(b, 2, 100, 2, 0);
+    let mut hpa = Hpa::new(Some(b), 2, 100, 2, 0);
     // Min of +4 pods and +100 %: 2 → 4.
     assert_eq!(hpa.sync(0, Some(50)).replicas, 4);
     let counts = run(&mut hpa, 15, 3600, 2);
@@ -163,7 +163,7 @@ fn select_policy_min_and_disabled() {
 
 #[test]
 fn outside_the_bounds_goes_to_the_bound_and_errors_hold() {
-    let mut hpa = Hpa::new(Behavior::default(), 2, 6, 9, 0);
+    let mut hpa = Hpa::new(Some(Behavior::default()), 2, 6, 9, 0);
     assert_eq!(
         hpa.sync(0, Some(9)),
         Sync {
@@ -172,12 +172,32 @@ fn outside_the_bounds_goes_to_the_bound_and_errors_hold() {
         }
     );
     assert_eq!(hpa.sync(15, None).replicas, 6);
-    let mut hpa = Hpa::new(Behavior::default(), 0, 6, 0, 0);
+    let mut hpa = Hpa::new(Some(Behavior::default()), 0, 6, 0, 0);
     assert_eq!(
         hpa.sync(0, None).replicas,
         1,
         "KEDA's minimum of 0 is an HPA minimum of 1"
     );
+}
+
+#[test]
+fn without_behavior_the_fixed_rules_apply() {
+    let mut hpa = Hpa::new(None, 2, 20, 2, 0);
+    // Up: at most doubling, at least to 4, per sync.
+    assert_eq!(hpa.sync(0, Some(12)).replicas, 4);
+    assert_eq!(hpa.sync(15, Some(12)).replicas, 8);
+    assert_eq!(hpa.sync(30, Some(12)).replicas, 12);
+    // Down: the highest proposal of the last 300 s, its start included; then all at once.
+    let counts = run(&mut hpa, 45, 345, 3);
+    assert!(
+        counts
+            .iter()
+            .all(|&(t, n)| n == if t <= 330 { 12 } else { 3 }),
+        "{counts:?}"
+    );
+    // The default 10 % tolerance.
+    let mut hpa = Hpa::new(None, 2, 20, 10, 0);
+    assert_eq!(hpa.sync(0, Some(11)).replicas, 10);
 }
 
 fn any_rules() -> impl Strategy<Value = RulesSpec> {
@@ -225,7 +245,7 @@ proptest! {
         };
         let b = BehaviorSpec { scale_up: Some(up), scale_down: Some(down) }.resolve().unwrap();
         let max = min + span;
-        let mut hpa = Hpa::new(b, min, max, min, 0);
+        let mut hpa = Hpa::new(Some(b), min, max, min, 0);
         // (time, change) of every sync.
         let mut changes: Vec<(i64, i64)> = Vec::new();
         let mut before = min;
@@ -254,7 +274,7 @@ proptest! {
         let disabled = (desired > start && b.scale_up.select_policy == SelectPolicy::Disabled)
             || (desired < start && b.scale_down.select_policy == SelectPolicy::Disabled);
         let (up_tol, down_tol) = (b.scale_up.tolerance, b.scale_down.tolerance);
-        let mut hpa = Hpa::new(b, 1, 30, start, 0);
+        let mut hpa = Hpa::new(Some(b), 1, 30, start, 0);
         let mut n = start;
         for i in 1..=2000 {
             n = hpa.sync(15 * i, Some(desired)).replicas;

@@ -24,7 +24,9 @@ pub struct HpaSpec {
     pub min_replicas: u32,
     /// `maxReplicaCount`.
     pub max_replicas: u32,
-    pub behavior: Behavior,
+    /// `None`: the ScaledObject sets no behaviour, so the HPA has none and the controller's fixed
+    /// rules apply.
+    pub behavior: Option<Behavior>,
     /// The controller's `--horizontal-pod-autoscaler-sync-period` in seconds.
     pub sync_period_seconds: u32,
 }

@@ -3,7 +3,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::metadata::parse;
 
-fn replay(behavior: Behavior) -> Replay {
+fn replay(behavior: Option<Behavior>) -> Replay {
     let md: HashMap<String, String> = [
         ("target", "10"),
         ("minReplicas", "2"),
@@ -35,7 +35,7 @@ fn step_load(t: i64) -> f64 {
 
 #[test]
 fn a_load_step_scales_up_at_once_and_down_after_the_window() {
-    let mut r = replay(Behavior::default());
+    let mut r = replay(Some(Behavior::default()));
     let rows: Vec<Row> = (0..=1800)
         .step_by(15)
         .map(|t| r.step(t, &parts(2.0, step_load(t))))
@@ -61,7 +61,7 @@ fn a_load_step_scales_up_at_once_and_down_after_the_window() {
 #[test]
 fn syncs_between_coarse_steps_use_the_latest_answer() {
     // 60 s steps: the syncs at +15, +30, +45 act on the answer of the step before.
-    let mut r = replay(Behavior::default());
+    let mut r = replay(Some(Behavior::default()));
     let mut at = |t: i64, load: f64| r.step(t, &parts(2.0, load)).simulated;
     assert_eq!(at(0, 0.0), 2);
     // 100 load wants 11, capped at 10 by maxReplicas: 2 → 6 at once, then 6 → 10 at +15 s.
@@ -71,7 +71,7 @@ fn syncs_between_coarse_steps_use_the_latest_answer() {
 
 #[test]
 fn gaps_and_scaler_errors_hold_the_simulated_count() {
-    let mut r = replay(Behavior::default());
+    let mut r = replay(Some(Behavior::default()));
     assert_eq!(r.step(0, &parts(3.0, 40.0)).simulated, 5);
     let gap = r.step(15, &HashMap::new());
     assert_eq!(
@@ -94,7 +94,7 @@ fn gaps_and_scaler_errors_hold_the_simulated_count() {
 
 #[test]
 fn the_hpa_starts_from_the_first_observed_count() {
-    let mut r = replay(Behavior::default());
+    let mut r = replay(Some(Behavior::default()));
     let row = r.step(0, &parts(4.0, 0.0));
     // Observed 4, the scaler wants 2: the new HPA's scale-down window holds 4.
     assert_eq!((row.recommended, row.simulated), (Some(2), 4));
@@ -108,7 +108,7 @@ proptest! {
         steps in proptest::collection::vec((0u32..12, 0.0f64..200.0, any::<bool>()), 1..150),
         step in 15i64..120,
     ) {
-        let mut r = replay(Behavior::default());
+        let mut r = replay(Some(Behavior::default()));
         let mut seen: Vec<u32> = Vec::new();
         for (i, (instances, load, gap)) in steps.into_iter().enumerate() {
             let p = if gap { HashMap::new() } else { parts(f64::from(instances), load) };

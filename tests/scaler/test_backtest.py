@@ -118,6 +118,21 @@ def test_a_day_replays_into_table_json_and_plot_in_seconds(history_vm, tmp_path)
     assert not list(tmp_path.glob(".*.partial")), "temporary files are renamed or removed"
 
 
+def test_without_behavior_the_controllers_fixed_rules_apply(history_vm, tmp_path):
+    """A ScaledObject without `advanced`: KEDA's HPA has no behavior, so the controller doubles at
+    most (at least to 4) per sync and scales down to the highest proposal of the last 300 s."""
+    text = FIXTURE.read_text()
+    start, end = text.index("  advanced:"), text.index("  triggers:")
+    so = tmp_path / "plain.yaml"
+    so.write_text(text[:start] + text[end:])
+    rows = run_day(history_vm.url, tmp_path, so)
+    sim = lambda t: int(rows[t]["simulated"])  # noqa: E731
+    assert [sim(hms(7, 59)), sim(hms(8)), sim(hms(8, 1))] == [2, 4, 6]
+    # The last 6 was proposed at 11:59:45; the window counts it up to 12:04:45 inclusive.
+    assert [sim(hms(12, m)) for m in range(7)] == [6, 6, 6, 6, 6, 2, 2]
+    assert json.loads((tmp_path / "day.json").read_text())["hpa"]["behavior"] is None
+
+
 def test_chunked_range_queries_replay_like_one(history_vm, tmp_path):
     """At a 5 s step the day is 17,281 evaluations: two range queries (10,000 per query, below
     VictoriaMetrics' 30,000 points per series). The samples change only on the minute, so the

@@ -22,7 +22,8 @@ pub struct ScaledObject {
     pub metadata: HashMap<String, String>,
     pub min_replicas: u32,
     pub max_replicas: u32,
-    pub behavior: Behavior,
+    /// `None` when the ScaledObject sets none.
+    pub behavior: Option<Behavior>,
 }
 
 /// Reads the ScaledObject called `name` (or the only one) from a YAML file of one or more
@@ -99,17 +100,22 @@ pub fn parse(object: &Value) -> anyhow::Result<ScaledObject> {
         );
     }
     const BEHAVIOR: &str = "spec.advanced.horizontalPodAutoscalerConfig.behavior";
+    // Absent: KEDA creates the HPA without behavior, and the controller's fixed rules apply.
     let behavior = match spec
         .get("advanced")
         .and_then(|a| a.get("horizontalPodAutoscalerConfig"))
         .and_then(|h| h.get("behavior"))
     {
-        None | Some(Value::Null) => BehaviorSpec::default(),
-        Some(v) => serde_norway::from_value(v.clone()).context(BEHAVIOR)?,
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            let written: BehaviorSpec = serde_norway::from_value(v.clone()).context(BEHAVIOR)?;
+            Some(
+                written.resolve().map_err(|e| {
+                    anyhow::anyhow!("spec.advanced.horizontalPodAutoscalerConfig.{e}")
+                })?,
+            )
+        }
     };
-    let behavior = behavior
-        .resolve()
-        .map_err(|e| anyhow::anyhow!("spec.advanced.horizontalPodAutoscalerConfig.{e}"))?;
     Ok(ScaledObject {
         name,
         metadata,
@@ -203,16 +209,19 @@ spec:
             ("pg", 2, 6)
         );
         assert_eq!(so.metadata["target"], "150");
+        let behavior = so.behavior.unwrap();
         assert_eq!(
-            so.behavior.scale_down.policies,
+            behavior.scale_down.policies,
             [ScalingPolicy {
                 kind: PolicyType::Pods,
                 value: 1,
                 period_seconds: 600
             }]
         );
-        assert_eq!(so.behavior.scale_down.tolerance, 0.0);
-        assert_eq!(so.behavior.scale_up.tolerance, 0.1);
+        assert_eq!(behavior.scale_down.tolerance, 0.0);
+        assert_eq!(behavior.scale_up.tolerance, 0.1);
+        let without = BASE.replace("advanced:", "unrelated:");
+        assert_eq!(object(&without).unwrap().behavior, None);
     }
 
     #[test]
