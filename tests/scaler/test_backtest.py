@@ -183,6 +183,7 @@ def test_the_example_charts_rendered_behaviour_paces_the_scale_down(history_vm, 
     (["--from", str(DAY + 100), "--to", str(DAY)], "--from"),
     (["--from", "yesterday"], "--from"),
     (["--step", "1s", "--from", str(DAY - 30 * 86_400)], "--step"),
+    (["--step", "1d", "--from", str(DAY - 3 * 365 * 86_400)], "--hpa-sync-period"),
 ])
 def test_malformed_flags_are_named(history_vm, tmp_path, args, names):
     base = {"--from": str(DAY), "--to": str(DAY + 3600), "--step": "60s"}

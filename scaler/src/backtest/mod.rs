@@ -28,6 +28,9 @@ mod scaled_object;
 pub const POINTS_PER_QUERY: i64 = 10_000;
 /// Evaluation times per backtest: bounds the table held for the plot (a month at 15 s).
 pub const MAX_STEPS: i64 = 200_000;
+/// HPA syncs per backtest: bounds the simulation's time when --step is far above the sync period
+/// (two years at 15 s).
+pub const MAX_SYNCS: i64 = 4_000_000;
 /// Default `--max-response-bytes`: a chunk's answer is a few MiB.
 const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 << 20;
 
@@ -140,6 +143,12 @@ impl Args {
         if total > MAX_STEPS {
             bail!(
                 "--from to --to at --step {step}s is {total} evaluations, above {MAX_STEPS}: raise --step or shorten the range"
+            );
+        }
+        let syncs = (to - from) / sync as i64 + 1;
+        if syncs > MAX_SYNCS {
+            bail!(
+                "--from to --to is {syncs} HPA syncs at --hpa-sync-period {sync}s, above {MAX_SYNCS}: shorten the range or raise --hpa-sync-period"
             );
         }
         let so = scaled_object::read(&self.scaled_object, self.name.as_deref())?;
