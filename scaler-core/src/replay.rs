@@ -58,7 +58,8 @@ pub struct Replay {
     hpa: Option<Hpa>,
     /// The latest answer and when the next sync is due.
     held: Option<u32>,
-    next_sync: i64,
+    /// `None` before the first evaluation time.
+    next_sync: Option<i64>,
 }
 
 impl Replay {
@@ -69,7 +70,7 @@ impl Replay {
             spec,
             hpa: None,
             held: None,
-            next_sync: i64::MIN,
+            next_sync: None,
         }
     }
 
@@ -97,19 +98,18 @@ impl Replay {
                 time,
             )
         });
-        if self.next_sync == i64::MIN {
-            self.next_sync = time;
-        }
+        let mut next = self.next_sync.unwrap_or(time);
         // Syncs before this time act on the previous answer.
-        while self.next_sync < time {
-            hpa.sync(self.next_sync, self.held);
-            self.next_sync += period;
+        while next < time {
+            hpa.sync(next, self.held);
+            next += period;
         }
         self.held = evaluation.as_ref().ok().map(|e| e.decision.desired);
-        if self.next_sync == time {
+        if next == time {
             hpa.sync(time, self.held);
-            self.next_sync += period;
+            next += period;
         }
+        self.next_sync = Some(next);
         let (load, reason, error) = match &evaluation {
             Ok(e) => (Some(e.observation.load), Some(e.decision.reason), None),
             Err(e) => (None, None, Some(e.to_string())),
