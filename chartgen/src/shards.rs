@@ -6,7 +6,7 @@
 //! shard in. `chartgen shards` runs both; the package chart gets the sanitised Deployment as data
 //! and fills the slots with a Helm `range` (templates/package/chart/templates/shards.yaml).
 
-use placement::shard::{SHARD_KEY_LABEL, ShardIndex, ShardName};
+use placement::shard::{SHARD_KEY_LABEL, ShardIndex, ShardName, deployment_name};
 use serde_json::{Map, Value, json};
 
 /// The container that is cloned.
@@ -58,11 +58,6 @@ pub struct ShardConfig {
     pub events_addr: Option<String>,
     /// `SOURCE_CONTROLLER_LOCALHOST` for the shard (host:port of a source-controller Service).
     pub source_controller: Option<String>,
-}
-
-/// Name of shard `id`'s Deployment.
-pub fn deployment_name(id: ShardIndex) -> String {
-    format!("helm-controller-{}", ShardName(id))
 }
 
 /// What every shard shares: the flux-aio helm-controller alone in its pod, sanitised, as a

@@ -54,6 +54,11 @@ pub fn shard_name(index: ShardIndex) -> String {
     ShardName(index).to_string()
 }
 
+/// The name of shard `index`'s helm-controller Deployment, `helm-controller-shard<i>`.
+pub fn deployment_name(index: ShardIndex) -> String {
+    format!("{DEPLOYMENT_PREFIX}{}", ShardName(index))
+}
+
 /// The shard index a Deployment named `helm-controller-shard<i>` serves, if it is one.
 pub fn shard_of_deployment(deployment: &str) -> Option<ShardIndex> {
     deployment
@@ -129,6 +134,7 @@ mod tests {
     #[test]
     fn deployment_names() {
         assert_eq!(shard_of_deployment("helm-controller-shard3"), Some(3));
+        assert_eq!(shard_of_deployment(&deployment_name(7)), Some(7));
         assert_eq!(shard_of_deployment("helm-controller-shard03"), None);
         assert_eq!(shard_of_deployment("helm-controller"), None);
         assert_eq!(shard_of_deployment("flux"), None);

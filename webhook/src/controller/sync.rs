@@ -312,7 +312,7 @@ impl Controller {
                 api_version: Some("apps/v1".into()),
                 kind: Some("Deployment".into()),
                 namespace: Some(self.flux_namespace.clone()),
-                name: Some(format!("helm-controller-{}", shard_name(m.to))),
+                name: Some(placement::shard::deployment_name(m.to)),
                 ..ObjectReference::default()
             }),
         };
