@@ -3,15 +3,21 @@
 //! 1. `raw = 1 + ceil(load / target)`: one primary plus the read replicas the load needs.
 //! 2. `floor = max(minReplicas, quorum + 1, 2)`; the quorum wins over `maxReplicas`.
 //! 3. `recommended = clamp(raw, floor, max(maxReplicas, floor))`.
-//! 4. Quota ceiling: a growing `recommended` is capped at the largest count the namespace's
-//!    ResourceQuotas fit, but never below the current count or the floor (quorum and floor win).
-//! 5. Convergence hold: when `spec.instances` has been above the ready count for longer than the
+//! 4. Schedule: an open window's floor raises it, capped at the ceiling (maxReplicas wins).
+//! 5. Quota ceiling: a growing `recommended` is capped at the largest count the namespace's
+//!    ResourceQuotas fit, but never below the current count or the floor (quorum and floor win;
+//!    the quota wins over a schedule).
+//! 6. Scale-in hold (`scaleIn: disabled`, or an open window that says so): never below
+//!    `min(current, ceiling)` (a lowered maxReplicas still wins).
+//! 7. Convergence hold: when `spec.instances` has been above the ready count for longer than the
 //!    deadline, a `recommended` above the ready count is held at `max(ready, floor)`, in back-off
 //!    windows (see [`convergence_phase`]).
-//! 6. Lag brake (threshold > 0, replica lag over 5 min above it, primary writing WAL) and dry-run
+//! 8. Lag brake (threshold > 0, replica lag over 5 min above it, primary writing WAL) and dry-run
 //!    both hold the current count, clamped into `[floor, ceiling]`.
 //!
-//! Precedence, strongest first: dry-run > stuck > brake > quota > quorum > minReplicas/maxReplicas.
+//! Precedence, strongest first: dry-run > stuck > brake > scale-in hold > quota > schedule >
+//! quorum > minReplicas/maxReplicas. The stuck hold wins over the scale-in hold: the instances it
+//! gives back never became ready, so they never served.
 use std::fmt;
 
 use serde::Serialize;
@@ -36,10 +42,14 @@ pub enum Reason {
     Quota,
     /// Held at the ready count: a scale-up did not converge within the deadline.
     Stuck,
+    /// Raised to the floor of an open schedule window.
+    Schedule,
+    /// Kept at the current count: scale-in is disabled (always, or by an open window).
+    ScaleInHold,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 10] = [
         Self::Load,
         Self::Floor,
         Self::Quorum,
@@ -48,6 +58,8 @@ impl Reason {
         Self::DryRun,
         Self::Quota,
         Self::Stuck,
+        Self::Schedule,
+        Self::ScaleInHold,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -60,6 +72,8 @@ impl Reason {
             Self::DryRun => "dry-run",
             Self::Quota => "quota",
             Self::Stuck => "stuck",
+            Self::Schedule => "schedule",
+            Self::ScaleInHold => "scale-in-hold",
         }
     }
 }
@@ -83,6 +97,10 @@ pub struct Policy {
     pub dry_run: bool,
     /// How long `spec.instances` may stay above the ready count before the hold; 0 = off.
     pub convergence_deadline_seconds: f64,
+    /// The floor of the open schedule windows at this instant; 0 = none.
+    pub schedule_floor: u32,
+    /// Scale-in is off (`scaleIn: disabled`, or an open window says so).
+    pub scale_in_disabled: bool,
 }
 
 /// The largest total instance count the namespace's ResourceQuotas fit, and the resource that
@@ -239,7 +257,7 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
         0
     };
     let raw = replicas_needed.saturating_add(1);
-    let (bounded, bound_reason) = if raw < floor {
+    let (loaded, load_reason) = if raw < floor {
         (floor, floor_reason)
     } else if raw > ceiling {
         // The ceiling exceeds maxReplicas only when the floor raised it: then the floor decided.
@@ -255,11 +273,25 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
     } else {
         (raw, Reason::Load)
     };
+    // A scheduled floor never goes above the ceiling: maxReplicas (or the quorum) bounds it.
+    let scheduled = policy.schedule_floor.min(ceiling);
+    let (bounded, bound_reason) = if loaded < scheduled {
+        (scheduled, Reason::Schedule)
+    } else {
+        (loaded, load_reason)
+    };
     // The quota only limits growth: never below the current count or the floor.
     let quota_ceiling = obs.quota.map(|q| q.instances.max(obs.current).max(floor));
-    let (recommended, bound_reason) = match quota_ceiling {
+    let (capped, bound_reason) = match quota_ceiling {
         Some(cap) if bounded > cap => (cap, Reason::Quota),
         _ => (bounded, bound_reason),
+    };
+    // The quota's cap is never below the current count, so it never conflicts with this hold.
+    let kept = obs.current.min(ceiling);
+    let (recommended, bound_reason) = if policy.scale_in_disabled && capped < kept {
+        (kept, Reason::ScaleInHold)
+    } else {
+        (capped, bound_reason)
     };
     let convergence = match obs.convergence {
         _ if policy.convergence_deadline_seconds <= 0.0 => ConvergencePhase::Unknown,
@@ -338,6 +370,14 @@ impl Decision {
                 policy.quorum, self.floor
             ),
             Reason::Max => format!("{load}; capped at maxReplicas {}", policy.max_replicas),
+            Reason::Schedule => format!(
+                "{load}; raised to {} by an open schedule window (its floor {})",
+                self.desired, policy.schedule_floor
+            ),
+            Reason::ScaleInHold => format!(
+                "{load}; scale-in is disabled: holding the current {} instances",
+                self.desired
+            ),
             Reason::Brake => format!(
                 "lag brake: replica lag {:?}s > {}s while the primary writes WAL; holding {} (recommended {})",
                 obs.max_lag_seconds.unwrap_or_default(),

@@ -11,6 +11,8 @@ fn policy() -> Policy {
         max_lag_seconds: 0.0,
         dry_run: false,
         convergence_deadline_seconds: 600.0,
+        schedule_floor: 0,
+        scale_in_disabled: false,
     }
 }
 
@@ -254,16 +256,22 @@ fn any_policy() -> impl Strategy<Value = Policy> {
         0u32..60,
         prop_oneof![Just(0.0), 0.0f64..100.0],
         any::<bool>(),
+        prop_oneof![Just(0), 1u32..60],
+        any::<bool>(),
     )
-        .prop_map(|(target, min, max, quorum, lag, dry_run)| Policy {
-            target,
-            min_replicas: min.min(max),
-            max_replicas: max,
-            quorum,
-            max_lag_seconds: lag,
-            dry_run,
-            convergence_deadline_seconds: 600.0,
-        })
+        .prop_map(
+            |(target, min, max, quorum, lag, dry_run, schedule_floor, scale_in_disabled)| Policy {
+                target,
+                min_replicas: min.min(max),
+                max_replicas: max,
+                quorum,
+                max_lag_seconds: lag,
+                dry_run,
+                convergence_deadline_seconds: 600.0,
+                schedule_floor,
+                scale_in_disabled,
+            },
+        )
 }
 
 fn any_obs() -> impl Strategy<Value = Observation> {
@@ -527,7 +535,110 @@ fn precedence_dry_run_then_stuck_then_brake_then_quota() {
     assert_eq!((d.desired, d.reason), (5, Reason::Quota));
 }
 
+#[test]
+fn a_schedule_window_raises_the_floor_up_to_max_only() {
+    let scheduled = |floor| Policy {
+        schedule_floor: floor,
+        ..policy()
+    };
+    // Load asks for 3; the window's floor 5 wins.
+    let d = decide(&scheduled(5), &obs(3, 300.0));
+    assert_eq!(
+        (d.desired, d.recommended, d.reason),
+        (5, 5, Reason::Schedule)
+    );
+    // Load above the window's floor: the load decides.
+    let d = decide(&scheduled(3), &obs(3, 600.0));
+    assert_eq!((d.desired, d.reason), (5, Reason::Load));
+    // A floor above maxReplicas (metadata refuses it, the quorum can lower nothing) stops at max.
+    let d = decide(&scheduled(9), &obs(3, 0.0));
+    assert_eq!((d.desired, d.reason), (6, Reason::Schedule));
+    // The quorum raised floor and ceiling to 8: the window's 9 stops there, the quorum decided.
+    let d = decide(
+        &Policy {
+            quorum: 7,
+            ..scheduled(9)
+        },
+        &obs(3, 0.0),
+    );
+    assert_eq!((d.ceiling, d.desired, d.reason), (8, 8, Reason::Quorum));
+    // The quota wins over the window: 4 fit.
+    let o = Observation {
+        quota: quota(4),
+        ..obs(3, 0.0)
+    };
+    let d = decide(&scheduled(6), &o);
+    assert_eq!((d.desired, d.reason), (4, Reason::Quota));
+    // dry-run publishes the window's count and holds.
+    let d = decide(
+        &Policy {
+            dry_run: true,
+            ..scheduled(5)
+        },
+        &obs(3, 0.0),
+    );
+    assert_eq!((d.desired, d.recommended, d.reason), (3, 5, Reason::DryRun));
+}
+
+#[test]
+fn scale_in_disabled_holds_the_current_count_but_lets_growth_through() {
+    let held = Policy {
+        scale_in_disabled: true,
+        ..policy()
+    };
+    let d = decide(&held, &obs(5, 150.0));
+    assert_eq!(
+        (d.desired, d.recommended, d.reason),
+        (5, 5, Reason::ScaleInHold)
+    );
+    let d = decide(&held, &obs(3, 600.0));
+    assert_eq!((d.desired, d.reason), (5, Reason::Load));
+    // Equal is no hold: the load decides.
+    let d = decide(&held, &obs(3, 300.0));
+    assert_eq!((d.desired, d.reason), (3, Reason::Load));
+    // A lowered maxReplicas still wins: 8 instances, max 6, held at 6.
+    let d = decide(&held, &obs(8, 0.0));
+    assert_eq!((d.desired, d.reason), (6, Reason::ScaleInHold));
+    // The stuck hold wins: the instances it gives back never became ready.
+    let d = decide(&held, &stuck(5, 800.0, 3, 700.0));
+    assert_eq!((d.desired, d.recommended, d.reason), (3, 6, Reason::Stuck));
+    let d = decide(&held, &stuck(5, 0.0, 3, 700.0));
+    assert_eq!((d.desired, d.reason), (3, Reason::Stuck));
+}
+
 proptest! {
+    #[test]
+    fn scale_in_disabled_never_recommends_fewer_than_current(p in any_policy(), o in any_obs()) {
+        let p = Policy { scale_in_disabled: true, ..p };
+        let d = decide(&p, &o);
+        let kept = o.current.min(d.ceiling);
+        prop_assert!(d.recommended >= kept);
+        if d.reason != Reason::Stuck {
+            prop_assert!(d.desired >= kept, "{:?}", d);
+        }
+    }
+
+    #[test]
+    fn a_schedule_floor_holds_unless_a_stronger_guard_decides(p in any_policy(), o in any_obs()) {
+        let d = decide(&p, &o);
+        prop_assert!(d.desired <= d.ceiling);
+        if !matches!(d.reason, Reason::Quota | Reason::Stuck | Reason::Brake | Reason::DryRun) {
+            prop_assert!(d.desired >= p.schedule_floor.min(d.ceiling), "{:?}", d);
+        }
+    }
+
+    #[test]
+    fn controls_that_do_not_bind_change_nothing(p in any_policy(), o in any_obs()) {
+        let plain = Policy { schedule_floor: 0, scale_in_disabled: false, ..p };
+        let base = decide(&plain, &o);
+        let quiet = Policy { schedule_floor: p.schedule_floor.min(base.floor), ..plain };
+        prop_assert_eq!(decide(&quiet, &o), base);
+        if base.recommended >= o.current.min(base.ceiling) {
+            let held = Policy { scale_in_disabled: true, ..plain };
+            prop_assert_eq!(decide(&held, &o), base);
+        }
+    }
+
     #[test]
     fn the_quota_never_lowers_the_count(p in any_policy(), o in any_obs(), q in 0u32..100) {
         let without = decide(&p, &Observation { quota: None, ..o });

@@ -10,6 +10,7 @@ use crate::decision::{self, Convergence, Decision, Observation, Policy, QuotaCei
 use crate::metadata::{Metric, ScalerConfig};
 use crate::promql::part;
 use crate::quota::{self, Fit};
+use crate::schedule;
 
 /// The answer lacks what a decision needs: an error, never a zero.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -72,6 +73,8 @@ pub struct Evaluation {
     pub quota: Option<Fit>,
     pub current_source: CurrentSource,
     pub quorum_source: QuorumSource,
+    /// The schedule windows open at `Inputs.now` and what they ask for.
+    pub schedule: schedule::Active,
     pub policy: Policy,
     pub observation: Observation,
     pub decision: Decision,
@@ -127,6 +130,10 @@ pub fn evaluate(
         (None, Some(q)) => (q, QuorumSource::ClusterSpec),
         (None, None) => (0, QuorumSource::Default),
     };
+    // The evaluation's clock, never the wall clock: a backtest replays schedules with it.
+    let schedule = jiff::Timestamp::try_from(inputs.now)
+        .map(|now| config.schedules.active(now))
+        .unwrap_or_default();
     let policy = Policy {
         target: config.target,
         min_replicas: config.min_replicas,
@@ -137,6 +144,8 @@ pub fn evaluate(
         convergence_deadline_seconds: config
             .convergence_deadline_seconds
             .unwrap_or(inputs.default_deadline.as_secs_f64()),
+        schedule_floor: schedule.floor,
+        scale_in_disabled: config.scale_in_disabled || schedule.scale_in_disabled,
     };
     let fit = snapshot.and_then(|s| quota::tightest(&s.quotas, &s.cluster.cost));
     let status = facts.and_then(|f| f.status);
@@ -178,6 +187,7 @@ pub fn evaluate(
         quota: fit,
         current_source,
         quorum_source,
+        schedule,
         summary: decision.summary(&policy, &observation),
         policy,
         observation,
@@ -399,6 +409,42 @@ mod tests {
         assert_eq!(
             (e.decision.desired, e.decision.reason, e.quota),
             (6, Reason::Max, None)
+        );
+    }
+
+    #[test]
+    fn schedules_are_evaluated_at_the_inputs_time() {
+        // NOW is Monday 2026-11-30 19:10 UTC = 20:10 in Berlin.
+        let answer = parts(&[("instances", 3.0), ("load", 4.0)]);
+        let eval = |schedules: &str, extra: &[(&str, &str)]| {
+            let mut md = vec![("schedules", schedules)];
+            md.extend_from_slice(extra);
+            evaluate("ns", &config(&md), &inputs("metrics"), &answer, None).unwrap()
+        };
+        let e = eval("0 20 * * 1-5 for 1h floor 5 in Europe/Berlin", &[]);
+        assert_eq!(
+            (e.decision.desired, e.decision.reason),
+            (5, Reason::Schedule)
+        );
+        assert_eq!(e.schedule.floor, 5);
+        assert_eq!(
+            e.schedule.windows[0].opened,
+            "2026-11-30T20:00:00+01:00[Europe/Berlin]"
+        );
+        // The same window in UTC opened at 20:00 UTC: not yet.
+        let e = eval("0 20 * * 1-5 for 1h floor 5", &[]);
+        assert_eq!((e.decision.desired, e.decision.reason), (2, Reason::Load));
+        assert!(e.schedule.windows.is_empty());
+        // Load 4 / target 5 asks for 2 of the 3 instances: a scale-in window holds 3.
+        let e = eval("0 19 * * * for 15m scaleIn disabled", &[]);
+        assert_eq!(
+            (e.decision.desired, e.decision.reason),
+            (3, Reason::ScaleInHold)
+        );
+        let e = eval("0 18 * * * for 15m floor 2", &[("scaleIn", "disabled")]);
+        assert_eq!(
+            (e.decision.desired, e.decision.reason),
+            (3, Reason::ScaleInHold)
         );
     }
 

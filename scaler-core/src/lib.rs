@@ -11,3 +11,4 @@ pub mod metadata;
 pub mod promql;
 pub mod quota;
 pub mod replay;
+pub mod schedule;

@@ -4,6 +4,8 @@ use std::fmt;
 
 use names::{echo, is_dns_label};
 
+use crate::schedule::{self, Schedules};
+
 /// Largest `maxReplicas` accepted; far above any sane cluster, low enough that
 /// `desired × target` stays exact in an `f64` and an `i64`.
 pub const MAX_REPLICAS_LIMIT: u32 = 1000;
@@ -14,7 +16,7 @@ pub const MAX_TARGET: f64 = 1e9;
 
 /// Keys KEDA itself reads from the same trigger metadata; accepted and ignored.
 const KEDA_KEYS: [&str; 3] = ["scalerAddress", "enableTLS", "unsafeSsl"];
-const OUR_KEYS: [&str; 9] = [
+const OUR_KEYS: [&str; 11] = [
     "cluster",
     "metric",
     "target",
@@ -24,6 +26,8 @@ const OUR_KEYS: [&str; 9] = [
     "maxReplicationLagSeconds",
     "dryRun",
     "convergenceDeadlineSeconds",
+    "scaleIn",
+    "schedules",
 ];
 
 /// The load signal summed over read replicas.
@@ -91,6 +95,10 @@ pub struct ScalerConfig {
     /// Seconds a scale-up may take to converge before the stuck hold; 0 turns the hold off;
     /// `None` means the server's `--convergence-deadline`.
     pub convergence_deadline_seconds: Option<f64>,
+    /// `scaleIn: disabled`: never recommend fewer than the current count.
+    pub scale_in_disabled: bool,
+    /// Windows that raise the floor or turn scale-in off; empty without `schedules`.
+    pub schedules: Schedules,
 }
 
 // Floats are validated finite and never -0.0, so equality is reflexive and bit-hashing agrees.
@@ -109,6 +117,8 @@ impl std::hash::Hash for ScalerConfig {
         self.convergence_deadline_seconds
             .map(f64::to_bits)
             .hash(state);
+        self.scale_in_disabled.hash(state);
+        self.schedules.hash(state);
     }
 }
 
@@ -145,6 +155,12 @@ pub enum MetadataError {
     /// `key` is a bounded [`echo`].
     #[error("unknown metadata key {key}; known keys: {}, and KEDA's {}", OUR_KEYS.join(", "), KEDA_KEYS.join(", "))]
     Unknown { key: String },
+    #[error("metadata key \"schedules\" is invalid: {0}; {syntax}", syntax = schedule::SYNTAX)]
+    Schedule(#[from] schedule::ScheduleError),
+    #[error(
+        "metadata key \"schedules\" window {window} has floor {floor} above \"maxReplicas\" ({max}): lower the floor or raise maxReplicas"
+    )]
+    ScheduleFloorAboveMax { window: usize, floor: u32, max: u32 },
     /// `name` is a bounded [`echo`].
     #[error(
         "metadata key \"cluster\" is not set and the ScaledObject name {name} is not a valid CNPG cluster name: set \"cluster\" to a lowercase DNS label"
@@ -161,6 +177,7 @@ const COUNT_ALLOWED: &str = "a whole number from 0 to 1000";
 const MAX_ALLOWED: &str = "a whole number from 1 to 1000 (total instances, primary included)";
 const LAG_ALLOWED: &str = "a number of seconds >= 0 (0 turns the lag brake off)";
 const BOOL_ALLOWED: &str = "true or false";
+const SCALE_IN_ALLOWED: &str = "enabled or disabled (disabled: never fewer than the current count)";
 const DEADLINE_ALLOWED: &str =
     "a number of seconds from 0 to 86400 (0 turns the convergence hold off)";
 /// Longest convergence deadline accepted: one day.
@@ -253,6 +270,29 @@ pub fn parse(
                 .ok_or_else(|| invalid("convergenceDeadlineSeconds", value, DEADLINE_ALLOWED))
         })
         .transpose()?;
+    let scale_in_disabled = match get("scaleIn") {
+        None => false,
+        Some(value) if value.eq_ignore_ascii_case("enabled") => false,
+        Some(value) if value.eq_ignore_ascii_case("disabled") => true,
+        Some(value) => return Err(invalid("scaleIn", value, SCALE_IN_ALLOWED)),
+    };
+    let schedules = get("schedules")
+        .map(Schedules::parse)
+        .transpose()?
+        .unwrap_or_default();
+    // A scheduled floor above maxReplicas could never be met: refuse it rather than clamp it.
+    if let Some((i, floor)) = schedules
+        .windows()
+        .iter()
+        .enumerate()
+        .find_map(|(i, w)| w.floor.filter(|f| *f > max_replicas).map(|f| (i, f)))
+    {
+        return Err(MetadataError::ScheduleFloorAboveMax {
+            window: i + 1,
+            floor,
+            max: max_replicas,
+        });
+    }
     Ok(ScalerConfig {
         cluster,
         metric,
@@ -263,6 +303,8 @@ pub fn parse(
         max_replication_lag_seconds,
         dry_run,
         convergence_deadline_seconds,
+        scale_in_disabled,
+        schedules,
     })
 }
 
@@ -320,6 +362,8 @@ mod tests {
                 max_replication_lag_seconds: 0.0,
                 dry_run: false,
                 convergence_deadline_seconds: None,
+                scale_in_disabled: false,
+                schedules: Schedules::default(),
             }
         );
         assert_eq!(cfg.metric_name(), "cnpg-pg-readconnections");
@@ -336,6 +380,8 @@ mod tests {
             ("maxReplicationLagSeconds", "30.5"),
             ("dryRun", "True"),
             ("convergenceDeadlineSeconds", "120"),
+            ("scaleIn", "Disabled"),
+            ("schedules", "0 8 * * 1-5 for 10h floor 4 in Europe/Berlin"),
             ("scalerAddress", "scaler:6000"),
             ("enableTLS", "true"),
             ("unsafeSsl", "false"),
@@ -348,6 +394,8 @@ mod tests {
         assert_eq!(cfg.max_replication_lag_seconds, 30.5);
         assert!(cfg.dry_run);
         assert_eq!(cfg.convergence_deadline_seconds, Some(120.0));
+        assert!(cfg.scale_in_disabled);
+        assert_eq!(cfg.schedules.windows()[0].floor, Some(4));
         assert_eq!(cfg.metric_name(), "cnpg-db-readcpuutilization");
     }
 
@@ -386,6 +434,14 @@ mod tests {
                 "convergenceDeadlineSeconds",
                 Some("86401"),
                 "convergenceDeadlineSeconds",
+            ),
+            ("scaleIn", Some("off"), "scaleIn"),
+            ("schedules", Some("0 8 * * * floor 4"), "schedules"),
+            ("schedules", Some("0 8 * * * for 1h floor 7"), "schedules"),
+            (
+                "schedules",
+                Some("0 8 * * * for 1h floor 2 in Nowhere"),
+                "schedules",
             ),
             ("cluster", Some("Bad_Name"), "cluster"),
             ("cluster", Some("pg.x"), "cluster"),

@@ -55,6 +55,13 @@ pub struct Args {
     /// Seconds spec.instances may stay above the ready count before the stuck hold; 0 = off.
     #[arg(long, default_value = "600")]
     pub convergence_deadline_seconds: String,
+    /// enabled, or disabled: never recommend fewer than the current count.
+    #[arg(long, default_value = "enabled")]
+    pub scale_in: String,
+    /// Schedule windows, as the `schedules` metadata, e.g.
+    /// "0 8 * * 1-5 for 10h floor 4 in Europe/Berlin; 0 22 * * * for 8h scaleIn disabled".
+    #[arg(long)]
+    pub schedules: Option<String>,
     #[arg(long, value_enum, default_value = "auto")]
     pub topology: topology::Mode,
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
@@ -93,12 +100,16 @@ impl Args {
                 "convergenceDeadlineSeconds",
                 self.convergence_deadline_seconds.clone(),
             ),
+            ("scaleIn", self.scale_in.clone()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
         if let Some(q) = &self.max_sync_replicas {
             md.insert("maxSyncReplicas".into(), q.clone());
+        }
+        if let Some(windows) = &self.schedules {
+            md.insert("schedules".into(), windows.clone());
         }
         let config = metadata::parse(&self.cluster, &md)?;
         let metrics = Metrics::register(&mut Registry::default());
@@ -255,6 +266,16 @@ fn text(report: &Report<'_>) -> String {
         ),
     };
     let _ = writeln!(s, "  lag brake             {brake}");
+    let _ = writeln!(s, "  schedule              {}", schedule_line(e));
+    let _ = writeln!(
+        s,
+        "  scale-in              {}",
+        if p.scale_in_disabled {
+            "disabled: never fewer than the current count"
+        } else {
+            "enabled"
+        }
+    );
     let _ = writeln!(s, "  quota ceiling         {}", quota_line(e));
     let _ = writeln!(s, "  convergence           {}", convergence_line(e));
     let _ = writeln!(
@@ -272,6 +293,23 @@ fn text(report: &Report<'_>) -> String {
         report.query.replace('\n', "\n  ")
     );
     s
+}
+
+fn schedule_line(e: &Evaluation) -> String {
+    if e.schedule.windows.is_empty() {
+        return "no open window".to_owned();
+    }
+    let open: Vec<String> = e
+        .schedule
+        .windows
+        .iter()
+        .map(|w| format!("`{}` ({} to {})", w.window, w.opened, w.closes))
+        .collect();
+    format!(
+        "floor {} from open windows: {}",
+        e.schedule.floor,
+        open.join(", ")
+    )
 }
 
 fn quota_line(e: &Evaluation) -> String {

@@ -144,3 +144,40 @@ def test_guard_boundaries_render(helm):
 def test_schema_rejects_unknown_metrics(helm):
     out = helm.template(EXAMPLE, ON + ["autoscaling.metric=Writes"])
     assert out.returncode != 0 and "metric" in out.stderr
+
+
+SCHEDULE = ["autoscaling.schedules[0].cron=0 8 * * 1-5", "autoscaling.schedules[0].duration=10h",
+            "autoscaling.schedules[0].floor=4", "autoscaling.schedules[0].timeZone=Europe/Berlin",
+            "autoscaling.schedules[1].cron=0 22 * * *", "autoscaling.schedules[1].duration=8h",
+            "autoscaling.schedules[1].scaleIn=disabled"]
+
+
+def test_schedules_and_scale_in_render_as_trigger_metadata(helm):
+    md = one(helm.render(EXAMPLE, ON + SCHEDULE + ["autoscaling.scaleIn=disabled"]),
+             "ScaledObject")["spec"]["triggers"][0]["metadata"]
+    assert md["scaleIn"] == "disabled"
+    assert md["schedules"] == "0 8 * * 1-5 for 10h floor 4 in Europe/Berlin; 0 22 * * * for 8h scaleIn disabled"
+    # Without them the trigger carries neither key: ScaledObjects render exactly as before.
+    md = one(helm.render(EXAMPLE, ON + ["autoscaling.scaleIn=enabled"]), "ScaledObject")["spec"]["triggers"][0]["metadata"]
+    assert "scaleIn" not in md and "schedules" not in md
+
+
+@pytest.mark.parametrize("bad,field", [
+    (["autoscaling.scaleIn=off"], "scaleIn"),
+    (["autoscaling.schedules[0].cron=0 8 * *", "autoscaling.schedules[0].duration=1h",
+      "autoscaling.schedules[0].floor=3"], "cron"),
+    (["autoscaling.schedules[0].cron=0 8 * * *", "autoscaling.schedules[0].duration=1 hour",
+      "autoscaling.schedules[0].floor=3"], "duration"),
+    (["autoscaling.schedules[0].cron=0 8 * * *", "autoscaling.schedules[0].duration=1h"], "schedules"),
+    (["autoscaling.schedules[0].cron=0 8 * * *", "autoscaling.schedules[0].duration=1h",
+      "autoscaling.schedules[0].floor=3", "autoscaling.schedules[0].until=9"], "until"),
+])
+def test_schema_rejects_malformed_controls(helm, bad, field):
+    out = helm.template(EXAMPLE, ON + bad)
+    assert out.returncode != 0 and field in out.stderr, out.stderr
+
+
+def test_a_schedule_floor_above_max_replicas_fails_the_render(helm):
+    out = helm.template(EXAMPLE, ON + SCHEDULE[:4] + ["autoscaling.maxReplicas=3"])
+    assert out.returncode != 0
+    assert "autoscaling.schedules entry 0: floor 4 is above autoscaling.maxReplicas (3)" in out.stderr, out.stderr

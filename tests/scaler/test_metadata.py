@@ -20,6 +20,15 @@ INVALID = [
     ("lag-not-a-number", {"maxReplicationLagSeconds": "1m"}, "maxReplicationLagSeconds"),
     ("lag-negative", {"maxReplicationLagSeconds": "-5"}, "maxReplicationLagSeconds"),
     ("dryrun-not-a-bool", {"dryRun": "maybe"}, "dryRun"),
+    ("scalein-unknown", {"scaleIn": "off"}, "scaleIn"),
+    ("schedule-no-duration", {"schedules": "0 8 * * 1-5 floor 4"}, "schedules"),
+    ("schedule-bad-cron", {"schedules": "0 25 * * * for 1h floor 4"}, "schedules"),
+    ("schedule-six-fields", {"schedules": "0 0 8 * * * for 1h floor 4"}, "schedules"),
+    ("schedule-never", {"schedules": "0 0 31 2 * for 1h floor 4"}, "schedules"),
+    ("schedule-bad-zone", {"schedules": "0 8 * * * for 1h floor 4 in Europe/Atlantis"}, "schedules"),
+    ("schedule-floor-above-max", {"schedules": "0 8 * * * for 1h floor 11"}, "schedules"),
+    ("schedule-does-nothing", {"schedules": "0 8 * * * for 1h"}, "schedules"),
+    ("schedule-second-window", {"schedules": "0 8 * * * for 1h floor 3; 0 9 * * * for 99d floor 3"}, "window 2"),
 ]
 
 

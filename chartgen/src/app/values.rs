@@ -22,6 +22,8 @@ pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
         ("target", json!(150)),
         ("maxReplicationLagSeconds", json!(0)),
         ("dryRun", json!(false)),
+        ("scaleIn", json!("enabled")),
+        ("schedules", json!([])),
         ("transition", json!(false)),
         ("tolerance", json!(0)),
         (

@@ -60,6 +60,29 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             expect: renders(true, true),
         },
         Case {
+            name: "controls: scale-in off and a schedule",
+            sets: on(&[
+                "autoscaling.scaleIn=disabled",
+                "autoscaling.schedules[0].cron=0 8 * * 1-5",
+                "autoscaling.schedules[0].duration=10h",
+                "autoscaling.schedules[0].floor=4",
+                "autoscaling.schedules[0].timeZone=Europe/Berlin",
+            ]),
+            keda: true,
+            expect: renders(true, false),
+        },
+        Case {
+            name: "guard: schedule floor > maxReplicas",
+            sets: on(&[
+                "autoscaling.schedules[0].cron=0 8 * * *",
+                "autoscaling.schedules[0].duration=1h",
+                "autoscaling.schedules[0].floor=7",
+                "autoscaling.maxReplicas=6",
+            ]),
+            keda: true,
+            expect: Expect::Fails("is above autoscaling.maxReplicas"),
+        },
+        Case {
             name: "guard: no KEDA API",
             sets: on(&[]),
             keda: false,

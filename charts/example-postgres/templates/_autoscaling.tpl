@@ -88,6 +88,22 @@ and keep the 10 %; a direction's own behavior tolerance wins; tolerance null ren
 {{- if $behavior }}{{ toYaml $behavior }}{{ end -}}
 {{- end }}
 
+{{/*
+The `schedules` trigger metadata: one `<cron> for <duration> [floor <n>] [scaleIn disabled]
+[in <zone>]` per window, joined by "; " (docs/scaler.md, "Schedules"); "" without windows.
+*/}}
+{{- define "example-postgres.autoscaling.schedules" -}}
+{{- $windows := list -}}
+{{- range $w := .Values.autoscaling.schedules -}}
+{{- $text := printf "%s for %s" $w.cron $w.duration -}}
+{{- if $w.floor }}{{ $text = printf "%s floor %d" $text (int $w.floor) }}{{ end -}}
+{{- if eq (toString $w.scaleIn) "disabled" }}{{ $text = printf "%s scaleIn disabled" $text }}{{ end -}}
+{{- if $w.timeZone }}{{ $text = printf "%s in %s" $text $w.timeZone }}{{ end -}}
+{{- $windows = append $windows $text -}}
+{{- end -}}
+{{- join "; " $windows -}}
+{{- end }}
+
 {{/* Render-time guards (cozystack-designs.md §1.3, §1.7): each fails with the fix in the message. */}}
 {{- define "example-postgres.autoscaling.guards" -}}
 {{- $a := .Values.autoscaling -}}
@@ -106,6 +122,11 @@ and keep the 10 %; a direction's own behavior tolerance wins; tolerance null ren
 {{- end -}}
 {{- if gt (int .Values.replicas) (int $a.maxReplicas) -}}
 {{- fail (printf "replicas (%d) is above autoscaling.maxReplicas (%d): the HPA would cut straight to maxReplicas, ignoring pause and pacing; raise maxReplicas or lower replicas first" (int .Values.replicas) (int $a.maxReplicas)) -}}
+{{- end -}}
+{{- range $i, $w := $a.schedules -}}
+{{- if gt (int $w.floor) (int $a.maxReplicas) -}}
+{{- fail (printf "autoscaling.schedules entry %d: floor %d is above autoscaling.maxReplicas (%d): the scaler would refuse the trigger; lower the floor or raise maxReplicas" $i (int $w.floor) (int $a.maxReplicas)) -}}
+{{- end -}}
 {{- end -}}
 {{- if gt (int $a.maxReplicas) 100 -}}
 {{- fail (printf "autoscaling.maxReplicas (%d) is above the hard ceiling of 100" (int $a.maxReplicas)) -}}

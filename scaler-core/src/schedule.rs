@@ -1,0 +1,372 @@
+//! Operator schedules (trigger metadata `schedules`): cron windows that, for a duration after
+//! each start, raise the floor and/or turn scale-in off, in a time zone.
+//!
+//! `0 8 * * 1-5 for 10h floor 4 in Europe/Berlin; 0 22 * * * for 8h scaleIn disabled`
+//!
+//! Pure: the time is an argument (the evaluation's `now`), never the wall clock, so a backtest
+//! replays it. The cron syntax is croner's five-field one (OCPS: `L`, `#`, `W`, names, `@daily`);
+//! time zones come from the tz database compiled into the binary (the image has no zoneinfo).
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use croner::Cron;
+use croner::parser::{CronParser, Seconds, Year};
+use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp, Zoned};
+use serde::Serialize;
+
+use names::echo;
+
+/// Most windows in one `schedules` value.
+pub const MAX_WINDOWS: usize = 16;
+/// Longest `schedules` value read (16 windows of a long time zone name fit easily).
+pub const MAX_LEN: usize = 4096;
+/// Shortest window: one minute, cron's resolution.
+pub const MIN_DURATION: SignedDuration = SignedDuration::from_secs(60);
+/// Longest window: 31 days (a monthly window); only the latest start is looked up, so a window
+/// is open exactly when its latest start is less than its duration ago.
+pub const MAX_DURATION: SignedDuration = SignedDuration::from_hours(31 * 24);
+/// The syntax, for error messages.
+pub const SYNTAX: &str = "windows separated by ';', each `<cron: 5 fields> for <duration: 30m, 10h, 2h30m> \
+     [floor <instances>] [scaleIn disabled] [in <IANA time zone, default UTC>]`";
+
+/// One window: when it opens (cron in a zone), for how long, and what it does.
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// The window as written, whitespace collapsed (its identity for equality and hashing).
+    text: String,
+    cron: Cron,
+    duration: SignedDuration,
+    zone: TimeZone,
+    /// Lowest total instance count while open.
+    pub floor: Option<u32>,
+    /// No scale-in while open.
+    pub scale_in_disabled: bool,
+}
+
+/// All windows of one trigger; empty when `schedules` is not set.
+#[derive(Debug, Clone, Default)]
+pub struct Schedules {
+    windows: Vec<Window>,
+}
+
+impl PartialEq for Schedules {
+    fn eq(&self, other: &Self) -> bool {
+        self.windows.len() == other.windows.len()
+            && self
+                .windows
+                .iter()
+                .zip(&other.windows)
+                .all(|(a, b)| a.text == b.text)
+    }
+}
+
+impl Eq for Schedules {}
+
+impl Hash for Schedules {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for w in &self.windows {
+            w.text.hash(state);
+        }
+    }
+}
+
+impl fmt::Display for Schedules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let texts: Vec<&str> = self.windows.iter().map(|w| w.text.as_str()).collect();
+        f.write_str(&texts.join("; "))
+    }
+}
+
+/// Why a `schedules` value was refused; `window` is 1-based, `text` a bounded [`echo`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("window {window} {text}: {problem}")]
+pub struct ScheduleError {
+    pub window: usize,
+    pub text: String,
+    pub problem: String,
+}
+
+/// A window that is open at the time asked about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpenWindow {
+    pub window: String,
+    /// When it opened and when it closes, RFC 3339 in the window's zone.
+    pub opened: String,
+    pub closes: String,
+}
+
+/// What the open windows ask for at one instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Active {
+    /// The highest floor of the open windows; 0 when none sets one.
+    pub floor: u32,
+    /// Some open window turns scale-in off.
+    pub scale_in_disabled: bool,
+    pub windows: Vec<OpenWindow>,
+}
+
+impl Schedules {
+    /// Parses `schedules`; every refusal names the window and the fix.
+    pub fn parse(value: &str) -> Result<Self, ScheduleError> {
+        let whole = |problem: String| ScheduleError {
+            window: 0,
+            text: echo(value),
+            problem,
+        };
+        if value.len() > MAX_LEN {
+            return Err(whole(format!("longer than {MAX_LEN} bytes")));
+        }
+        let entries: Vec<&str> = value
+            .split(';')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .collect();
+        if entries.len() > MAX_WINDOWS {
+            return Err(whole(format!(
+                "{} windows, at most {MAX_WINDOWS}",
+                entries.len()
+            )));
+        }
+        let windows = entries
+            .iter()
+            .enumerate()
+            .map(|(i, entry)| {
+                Window::parse(entry).map_err(|problem| ScheduleError {
+                    window: i + 1,
+                    text: echo(entry),
+                    problem,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { windows })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
+
+    pub fn windows(&self) -> &[Window] {
+        &self.windows
+    }
+
+    /// The windows open at `now` and what they ask for together.
+    pub fn active(&self, now: Timestamp) -> Active {
+        let mut active = Active::default();
+        for w in &self.windows {
+            if let Some(open) = w.open_at(now) {
+                active.floor = active.floor.max(w.floor.unwrap_or(0));
+                active.scale_in_disabled |= w.scale_in_disabled;
+                active.windows.push(open);
+            }
+        }
+        active
+    }
+}
+
+impl Window {
+    fn parse(entry: &str) -> Result<Self, String> {
+        let tokens: Vec<&str> = entry.split_whitespace().collect();
+        let at = tokens
+            .iter()
+            .position(|t| *t == "for")
+            .ok_or("no `for <duration>` after the cron expression")?;
+        let cron_text = tokens[..at].join(" ");
+        let cron = CronParser::builder()
+            .seconds(Seconds::Disallowed)
+            .year(Year::Disallowed)
+            .build()
+            .parse(&cron_text)
+            // croner's messages may quote the pattern: bounded and escaped like any echo.
+            .map_err(|e| format!("cron expression: {}", echo(&e.to_string())))?;
+        let duration_text = tokens.get(at + 1).ok_or("`for` needs a duration")?;
+        let duration = duration_text
+            .parse::<SignedDuration>()
+            .ok()
+            .filter(|d| (MIN_DURATION..=MAX_DURATION).contains(d))
+            .ok_or_else(|| {
+                format!(
+                    "duration {} is not one from 1m to 744h (e.g. 30m, 10h, 2h30m)",
+                    echo(duration_text)
+                )
+            })?;
+        let (mut floor, mut scale_in_disabled, mut zone) = (None, false, None);
+        let mut rest = tokens[at + 2..].iter();
+        while let Some(word) = rest.next() {
+            let arg = rest.next().ok_or_else(|| format!("{word} needs a value"))?;
+            match *word {
+                "floor" if floor.is_none() => {
+                    floor = Some(
+                        arg.parse::<u32>()
+                            .ok()
+                            .filter(|n| (1..=crate::metadata::MAX_REPLICAS_LIMIT).contains(n))
+                            .ok_or_else(|| {
+                                format!("floor {} is not a whole number from 1 to 1000", echo(arg))
+                            })?,
+                    );
+                }
+                "scaleIn" if !scale_in_disabled => {
+                    if *arg != "disabled" {
+                        return Err(format!("scaleIn {}: only `scaleIn disabled`", echo(arg)));
+                    }
+                    scale_in_disabled = true;
+                }
+                "in" if zone.is_none() => {
+                    zone = Some(TimeZone::get(arg).map_err(|_| {
+                        format!(
+                            "time zone {} is not in the tz database (e.g. UTC, Europe/Berlin)",
+                            echo(arg)
+                        )
+                    })?);
+                }
+                "floor" | "scaleIn" | "in" => return Err(format!("{word} is given twice")),
+                _ => {
+                    return Err(format!("{} is not floor, scaleIn or in", echo(word)));
+                }
+            }
+        }
+        if floor.is_none() && !scale_in_disabled {
+            return Err(
+                "the window does nothing: add `floor <n>` and/or `scaleIn disabled`".into(),
+            );
+        }
+        let zone = zone.unwrap_or(TimeZone::UTC);
+        let window = Self {
+            text: tokens.join(" "),
+            cron,
+            duration,
+            zone,
+            floor,
+            scale_in_disabled,
+        };
+        // A pattern that never matches (`0 0 31 2 *`) is a mistake, not a window.
+        let epoch = Timestamp::UNIX_EPOCH.to_zoned(window.zone.clone());
+        window
+            .cron
+            .find_next_occurrence(&epoch, true)
+            .map_err(|_| "the cron expression never matches".to_owned())?;
+        Ok(window)
+    }
+
+    /// The window's span around `now` when it is open: its latest start at or before `now` is
+    /// less than its duration ago.
+    fn open_at(&self, now: Timestamp) -> Option<OpenWindow> {
+        let here = now.to_zoned(self.zone.clone());
+        let start: Zoned = self.cron.find_previous_occurrence(&here, true).ok()?;
+        let end = start.timestamp().checked_add(self.duration).ok()?;
+        (now < end).then(|| OpenWindow {
+            window: self.text.clone(),
+            opened: start.to_string(),
+            closes: end.to_zoned(self.zone.clone()).to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(rfc3339: &str) -> Timestamp {
+        rfc3339.parse().unwrap()
+    }
+
+    #[test]
+    fn a_weekday_window_in_berlin_opens_and_closes_in_local_time() {
+        let s = Schedules::parse("0 8 * * 1-5 for 10h floor 4 in Europe/Berlin").unwrap();
+        // Monday 2026-11-30 08:00 CET is 07:00 UTC.
+        let open = s.active(at("2026-11-30T07:00:00Z"));
+        assert_eq!((open.floor, open.scale_in_disabled), (4, false));
+        assert_eq!(
+            open.windows[0].opened,
+            "2026-11-30T08:00:00+01:00[Europe/Berlin]"
+        );
+        assert_eq!(
+            open.windows[0].closes,
+            "2026-11-30T18:00:00+01:00[Europe/Berlin]"
+        );
+        assert_eq!(s.active(at("2026-11-30T06:59:59Z")), Active::default());
+        assert_eq!(s.active(at("2026-11-30T16:59:59Z")).floor, 4);
+        assert_eq!(s.active(at("2026-11-30T17:00:00Z")), Active::default());
+        // Saturday: no window.
+        assert_eq!(s.active(at("2026-12-05T09:00:00Z")), Active::default());
+        // Summer time: 08:00 CEST is 06:00 UTC.
+        assert_eq!(s.active(at("2026-07-01T06:00:00Z")).floor, 4);
+        assert_eq!(s.active(at("2026-07-01T05:59:00Z")).floor, 0);
+    }
+
+    #[test]
+    fn a_window_spanning_midnight_and_several_windows_combine() {
+        let s = Schedules::parse(
+            "0 22 * * * for 8h scaleIn disabled; 0 5 * * * for 3h floor 3 ;0 7 * * * for 1h floor 5",
+        )
+        .unwrap();
+        let night = s.active(at("2026-12-01T03:00:00Z"));
+        assert_eq!((night.floor, night.scale_in_disabled), (0, true));
+        let both = s.active(at("2026-12-01T05:30:00Z"));
+        assert_eq!((both.floor, both.scale_in_disabled), (3, true));
+        // Overlapping floors: the highest wins.
+        let peak = s.active(at("2026-12-01T07:10:00Z"));
+        assert_eq!(
+            (peak.floor, peak.scale_in_disabled, peak.windows.len()),
+            (5, false, 2)
+        );
+        assert_eq!(
+            s.to_string(),
+            "0 22 * * * for 8h scaleIn disabled; 0 5 * * * for 3h floor 3; 0 7 * * * for 1h floor 5"
+        );
+    }
+
+    #[test]
+    fn a_window_longer_than_its_period_stays_open() {
+        let s = Schedules::parse("*/5 * * * * for 1h floor 2").unwrap();
+        assert_eq!(s.active(at("2026-12-01T00:03:00Z")).floor, 2);
+        // Once a month, open for 3 days: from the 1st 00:00 to the 4th 00:00.
+        let s = Schedules::parse("0 0 1 * * for 71h60m floor 3").unwrap();
+        assert_eq!(s.active(at("2026-12-03T23:59:59Z")).floor, 3);
+        assert_eq!(s.active(at("2026-12-04T00:00:00Z")).floor, 0);
+    }
+
+    #[test]
+    fn refusals_name_the_window_and_the_problem() {
+        let cases = [
+            ("0 8 * * 1-5 floor 4", "no `for"),
+            ("0 8 * * for 10h floor 4", "cron expression"),
+            ("0 0 8 * * 1-5 for 10h floor 4", "cron expression"),
+            ("0 0 31 2 * for 1h floor 4", "never matches"),
+            ("0 8 * * * for 10 floor 4", "duration"),
+            ("0 8 * * * for 30s floor 4", "duration"),
+            ("0 8 * * * for 745h floor 4", "duration"),
+            ("0 8 * * * for 1h floor 0", "floor"),
+            ("0 8 * * * for 1h floor 1001", "floor"),
+            ("0 8 * * * for 1h floor four", "floor"),
+            ("0 8 * * * for 1h", "does nothing"),
+            ("0 8 * * * for 1h floor 3 floor 4", "twice"),
+            ("0 8 * * * for 1h floor 3 in Mars/Olympus", "time zone"),
+            ("0 8 * * * for 1h scaleIn off", "scaleIn"),
+            ("0 8 * * * for 1h floor", "needs a value"),
+            ("0 8 * * * for 1h floor 3 until 9", "is not floor"),
+        ];
+        for (text, problem) in cases {
+            let err = Schedules::parse(&format!("0 1 * * * for 1h floor 2; {text}")).unwrap_err();
+            assert_eq!(err.window, 2, "{text}: {err}");
+            assert!(err.to_string().contains(problem), "{text}: {err}");
+        }
+        let many = vec!["0 1 * * * for 1h floor 2"; MAX_WINDOWS + 1].join(";");
+        assert!(
+            Schedules::parse(&many)
+                .unwrap_err()
+                .problem
+                .contains("at most")
+        );
+        assert!(Schedules::parse(&"x".repeat(MAX_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn equality_follows_the_text_with_whitespace_collapsed() {
+        let a = Schedules::parse("0 8 * * *  for 1h floor 2;").unwrap();
+        let b = Schedules::parse(" 0 8 * * * for 1h   floor 2").unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, Schedules::parse("0 9 * * * for 1h floor 2").unwrap());
+        assert!(Schedules::parse("").unwrap().is_empty());
+    }
+}
