@@ -430,7 +430,7 @@ mod tests {
         assert!(!m.contains_key("custom"), "kept in the text, not rendered");
         let keys: Vec<&String> = m.keys().collect();
         assert_eq!(keys[0], "enabled");
-        assert_eq!(keys[11], "behavior");
+        assert_eq!(keys[13], "behavior");
     }
 
     #[test]
