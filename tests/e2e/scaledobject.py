@@ -13,7 +13,9 @@ DOWN_PERIOD = 6      # seconds per removed pod (the chart's default is 600)
 LAG_LIMIT = 30
 
 
-def cluster_and_scaledobject(rig, address: str, namespace: str, name: str) -> list[dict]:
+def cluster_and_scaledobject(rig, address: str, namespace: str, name: str,
+                             **autoscaling) -> list[dict]:
+    """`autoscaling` adds or overrides chart values of the block (e.g. schedules)."""
     values = {
         "replicas": FLOOR,
         "quorum": {"minSyncReplicas": MAX_SYNC, "maxSyncReplicas": MAX_SYNC},
@@ -25,6 +27,7 @@ def cluster_and_scaledobject(rig, address: str, namespace: str, name: str) -> li
                 "scaleUp": {"stabilizationWindowSeconds": 0},
                 "scaleDown": {"stabilizationWindowSeconds": 3, "policies": [
                     {"type": "Pods", "value": 1, "periodSeconds": DOWN_PERIOD}]}},
+            **autoscaling,
         },
     }
     docs = Helm(rig.cp.kubeconfig, rig.dir / "helm").template(name, example_chart(), namespace,
