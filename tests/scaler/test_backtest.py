@@ -133,6 +133,19 @@ def test_without_behavior_the_controllers_fixed_rules_apply(history_vm, tmp_path
     assert json.loads((tmp_path / "day.json").read_text())["hpa"]["behavior"] is None
 
 
+def test_schedule_windows_replay_at_each_evaluations_time(history_vm, tmp_path):
+    """A schedule window (trigger metadata, like every control) is evaluated at each evaluation's
+    time, not at the time the backtest runs: the floor of 4 holds from 14:00 to 16:00 UTC."""
+    so = tmp_path / "scheduled.yaml"
+    so.write_text(FIXTURE.read_text().replace(
+        'maxReplicas: "8"', 'maxReplicas: "8"\n        schedules: "0 14 * * * for 2h floor 4 in UTC"'))
+    rows = run_day(history_vm.url, tmp_path, so)
+    assert [(rows[t]["recommended"], rows[t]["reason"]) for t in (hms(13, 59), hms(14), hms(15, 59), hms(16))] == \
+        [("2", "load"), ("4", "schedule"), ("4", "schedule"), ("2", "load")]
+    sim = lambda t: int(rows[t]["simulated"])  # noqa: E731
+    assert [sim(hms(13, 59)), sim(hms(14)), sim(hms(16, 4)), sim(hms(16, 5))] == [2, 4, 4, 2]
+
+
 def test_chunked_range_queries_replay_like_one(history_vm, tmp_path):
     """At a 5 s step the day is 17,281 evaluations: two range queries (10,000 per query, below
     VictoriaMetrics' 30,000 points per series). The samples change only on the minute, so the
