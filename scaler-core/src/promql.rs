@@ -1,18 +1,21 @@
-//! The one PromQL query behind a decision, and the parsing of its answer: pure, no I/O (the
-//! client that runs it is [`crate::backend`]).
+//! The PromQL query behind decisions, its splitting into batches, and the parsing of its answer:
+//! pure, no I/O (the client that runs it is the scaler's `backend`).
 //!
-//! Every decision costs exactly one instant query: labelled parts joined with `or` (instances and
-//! load; replica lag and primary WAL rate only when the lag brake is on), each
-//! scoped to the request's namespace and to the cluster's own instance pods
-//! (`pod=~"<cluster>-[1-9][0-9]*"`, so `pg` never matches `pg-archive-1`). Replicas are the pods
-//! whose `cnpg_pg_replication_in_recovery` is 1, the primary the one where it is 0.
-use std::collections::{BTreeMap, HashMap};
+//! One instant query answers for a batch of CNPG clusters that share a [`Shape`] (the load metric,
+//! and whether the lag brake is on): labelled parts joined with `or` (instances and load; replica
+//! lag and primary WAL rate only with the brake), every selector scoped to the batch's namespaces
+//! and to their clusters' instance pods (`pod=~"(<cluster>|…)-[1-9][0-9]*"`). Every aggregation
+//! groups by `namespace` and by `cluster`, the pod name without its `-<n>` suffix; so an answer for
+//! namespace A never serves B, and `pg` never matches `pg-archive-1` (that pod's cluster is
+//! `pg-archive`). The single-cluster query is the batch of one. Replicas are the pods whose
+//! `cnpg_pg_replication_in_recovery` is 1, the primary the one where it is 0.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::metadata::Metric;
+use crate::metadata::{Metric, ScalerConfig};
 use names::echo;
 
 /// Users whose sessions are the platform's own, not client load.
@@ -22,6 +25,13 @@ pub const WINDOW: &str = "5m";
 /// Unreplayed WAL a replica may have and still miss no write: an idle primary's background records
 /// (running-xacts snapshots, checkpoints) are tens to hundreds of bytes; one WAL page is 8 KiB.
 pub const BACKGROUND_WAL_BYTES: u32 = 8192;
+/// Longest query a batch may have. VictoriaMetrics rejects queries above `-search.maxQueryLen`
+/// (16 KiB by default); the margin keeps proxies' URL and header limits out of reach too.
+pub const MAX_QUERY_BYTES: usize = 12 * 1024;
+/// A CNPG instance pod is `<cluster>-<n>`, `n` from 1 without leading zeros.
+const INSTANCE_SUFFIX: &str = "-[1-9][0-9]*";
+/// The cluster of an instance pod: everything before the last `-<n>` (unique: `n` has no `-`).
+const CLUSTER_OF_POD: &str = "(.+)-[1-9][0-9]*";
 
 /// Names of the labelled parts of [`decision_query`].
 pub mod part {
@@ -34,52 +44,80 @@ pub mod part {
     pub const WAL: &str = "wal";
 }
 
-/// Builds the decision query for `cluster` in `namespace`; `brake` adds the lag and WAL parts.
+/// One CNPG cluster a query answers for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Target {
+    pub namespace: String,
+    pub cluster: String,
+}
+
+/// What a query asks for besides its targets; every target of one query shares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shape {
+    pub metric: Metric,
+    /// The lag brake is on: the query adds replica lag and primary WAL rate.
+    pub brake: bool,
+}
+
+impl Shape {
+    pub fn of(config: &ScalerConfig) -> Self {
+        Self {
+            metric: config.metric,
+            brake: config.max_replication_lag_seconds > 0.0,
+        }
+    }
+}
+
+/// The parts of one cluster's answer: part name → value.
+pub type Parts = HashMap<String, f64>;
+
+/// Builds the decision query for `targets` (at least one).
 ///
 /// Series are reduced per pod (or per session identity) with `max by` before summing, so a pod
-/// scraped twice (two jobs, HA Prometheus pairs) does not count twice.
-pub fn decision_query(namespace: &str, cluster: &str, metric: Metric, brake: bool) -> String {
-    let pods = format!("{}-[1-9][0-9]*", regex_escape(cluster));
-    let sel = format!(
-        "namespace=\"{}\",pod=~\"{}\"",
-        string_escape(namespace),
-        string_escape(&pods)
-    );
+/// scraped twice (two jobs, HA Prometheus pairs) does not count twice; the `cluster` label is
+/// added only to such reduced vectors, so a scraped `cluster` label (an external label, say)
+/// can never collide with it.
+pub fn decision_query(targets: &[Target], shape: Shape) -> String {
+    let sel = selector(targets);
     let replicas = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 1)");
     let primary = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 0)");
     let mut parts = vec![(
         part::INSTANCES,
-        format!("count(count by (pod) (cnpg_pg_replication_in_recovery{{{sel}}}))"),
+        per_cluster(
+            "count",
+            &format!("count by (namespace,pod) (cnpg_pg_replication_in_recovery{{{sel}}})"),
+        ),
     )];
-    match metric {
+    match shape.metric {
         Metric::ReadConnections => parts.push((
             part::LOAD,
-            format!(
-                "sum(max by (namespace,pod,datname,usename,application_name,state) \
-                 (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
-                 and on(namespace,pod) {replicas})"
+            per_cluster(
+                "sum",
+                &format!(
+                    "max by (namespace,pod,datname,usename,application_name,state) \
+                     (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
+                     and on(namespace,pod) {replicas}"
+                ),
             ),
         )),
         Metric::ReadCpuUtilization => {
             // cAdvisor always exports a running container's counter, so replicas without it
             // mean a scrape gap (an error), unlike CNPG's omitted zero rows.
             let cpu = format!(
-                "max by (namespace,pod) (rate(container_cpu_usage_seconds_total{{{sel},container=\"postgres\"}}[{WINDOW}]))"
+                "max by (namespace,pod) (rate(container_cpu_usage_seconds_total{{{sel},container=\"postgres\"}}[{WINDOW}])) \
+                 and on(namespace,pod) {replicas}"
             );
             parts.extend([
+                (part::LOAD, format!("{} * 1000", per_cluster("sum", &cpu))),
                 (
-                    part::LOAD,
-                    format!("sum({cpu} and on(namespace,pod) {replicas}) * 1000"),
+                    part::REPLICAS,
+                    per_cluster("count", &format!("count by (namespace,pod) {replicas}")),
                 ),
-                (part::REPLICAS, format!("count(count by (pod) {replicas})")),
-                (
-                    part::LOAD_PODS,
-                    format!("count({cpu} and on(namespace,pod) {replicas})"),
-                ),
+                (part::LOAD_PODS, per_cluster("count", &cpu)),
             ]);
         }
     }
-    if brake {
+    if shape.brake {
         parts.extend([
             (
                 part::LAG,
@@ -88,17 +126,25 @@ pub fn decision_query(namespace: &str, cluster: &str, metric: Metric, brake: boo
                 // L1). A replica whose unreplayed WAL (the primary's pg_stat_replication, per
                 // standby pod) stayed within BACKGROUND_WAL_BYTES over the window misses no write:
                 // its lag is dropped. Without that series the lag counts as it is.
-                format!(
-                    "max((max_over_time(cnpg_pg_replication_lag{{{sel}}}[{WINDOW}]) and on(namespace,pod) {replicas}) \
-                     unless on(namespace,pod) (label_replace(max by (namespace,application_name) \
-                     (max_over_time(cnpg_pg_stat_replication_replay_diff_bytes{{{sel}}}[{WINDOW}])), \
-                     \"pod\", \"$1\", \"application_name\", \"(.*)\") <= {BACKGROUND_WAL_BYTES}))"
+                per_cluster(
+                    "max",
+                    &format!(
+                        "(max by (namespace,pod) (max_over_time(cnpg_pg_replication_lag{{{sel}}}[{WINDOW}])) \
+                         and on(namespace,pod) {replicas}) \
+                         unless on(namespace,pod) (label_replace(max by (namespace,application_name) \
+                         (max_over_time(cnpg_pg_stat_replication_replay_diff_bytes{{{sel}}}[{WINDOW}])), \
+                         \"pod\", \"$1\", \"application_name\", \"(.*)\") <= {BACKGROUND_WAL_BYTES})"
+                    ),
                 ),
             ),
             (
                 part::WAL,
-                format!(
-                    "max(rate(cnpg_collector_wal_bytes{{{sel}}}[{WINDOW}]) and on(namespace,pod) {primary})"
+                per_cluster(
+                    "max",
+                    &format!(
+                        "max by (namespace,pod) (rate(cnpg_collector_wal_bytes{{{sel}}}[{WINDOW}])) \
+                         and on(namespace,pod) {primary}"
+                    ),
                 ),
             ),
         ]);
@@ -114,6 +160,82 @@ pub fn decision_query(namespace: &str, cluster: &str, metric: Metric, brake: boo
         );
     }
     query
+}
+
+/// `agg` of a per-pod vector (labels `namespace`, `pod` and maybe more, never `cluster`) by
+/// namespace and cluster.
+fn per_cluster(agg: &str, per_pod: &str) -> String {
+    format!(
+        "{agg} by (namespace,cluster) (label_replace({per_pod}, \"cluster\", \"$1\", \"pod\", \"{CLUSTER_OF_POD}\"))"
+    )
+}
+
+/// The label matchers every selector of a batch carries: its namespaces, and the instance pods
+/// of its clusters (a namespace and a cluster of different targets may pair up: such extra
+/// groups are answered and ignored by [`parse_answer`]'s callers).
+fn selector(targets: &[Target]) -> String {
+    let namespaces: BTreeSet<&str> = targets.iter().map(|t| t.namespace.as_str()).collect();
+    let clusters: BTreeSet<&str> = targets.iter().map(|t| t.cluster.as_str()).collect();
+    // One name matches by equality (the batch of one reads like a hand-written query).
+    let namespace = match namespaces.len() {
+        1 => format!("namespace=\"{}\"", string_escape(&targets[0].namespace)),
+        _ => format!(
+            "namespace=~\"{}\"",
+            string_escape(&alternation(&namespaces))
+        ),
+    };
+    let pods = match clusters.len() {
+        1 => format!("{}{INSTANCE_SUFFIX}", alternation(&clusters)),
+        _ => format!("({}){INSTANCE_SUFFIX}", alternation(&clusters)),
+    };
+    format!("{namespace},pod=~\"{}\"", string_escape(&pods))
+}
+
+fn alternation(names: &BTreeSet<&str>) -> String {
+    let escaped: Vec<String> = names.iter().map(|n| regex_escape(n)).collect();
+    escaped.join("|")
+}
+
+/// One query and the clusters it answers for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub targets: Vec<Target>,
+    pub query: String,
+}
+
+/// Splits `targets` into queries of at most `max_targets` clusters and `max_bytes` bytes.
+/// Targets are sorted and deduplicated first, so the clusters of one namespace share queries
+/// (shorter selectors). A single cluster's query is kept whatever its length: names are DNS
+/// labels, so it is a few KiB at most.
+pub fn batches(
+    mut targets: Vec<Target>,
+    shape: Shape,
+    max_targets: usize,
+    max_bytes: usize,
+) -> Vec<Batch> {
+    targets.sort_unstable();
+    targets.dedup();
+    let mut out = Vec::new();
+    for chunk in targets.chunks(max_targets.max(1)) {
+        split_to_fit(chunk, shape, max_bytes, &mut out);
+    }
+    out
+}
+
+fn split_to_fit(targets: &[Target], shape: Shape, max_bytes: usize, out: &mut Vec<Batch>) {
+    let query = decision_query(targets, shape);
+    if query.len() <= max_bytes || targets.len() == 1 {
+        out.push(Batch {
+            targets: targets.to_vec(),
+            query,
+        });
+        return;
+    }
+    // The query grows about linearly with its targets: cut into that many pieces, then check.
+    let pieces = query.len().div_ceil(max_bytes).max(2);
+    for chunk in targets.chunks(targets.len().div_ceil(pieces)) {
+        split_to_fit(chunk, shape, max_bytes, out);
+    }
 }
 
 /// Escapes RE2 metacharacters so a name matches literally.
@@ -206,23 +328,33 @@ struct VectorSample {
     value: (f64, String),
 }
 
-/// Parses a `/api/v1/query` answer into `part` → value; anything unexpected is an error.
-/// Every piece of the answer quoted in an error is a bounded, escaped [`echo`].
-pub fn parse_parts(body: &[u8]) -> Result<HashMap<String, f64>, QueryError> {
+/// Parses a `/api/v1/query` answer into each cluster's parts; anything unexpected is an error
+/// for the whole answer. A cluster without samples is absent (its callers decide what that
+/// means: "no instance series"). Every piece of the answer quoted in an error is a bounded,
+/// escaped [`echo`].
+pub fn parse_answer(body: &[u8]) -> Result<HashMap<Target, Parts>, QueryError> {
     let garbage = |m: String| QueryError::Garbage(m);
     let result: Vec<VectorSample> = result(body, "vector")?;
-    let mut parts = HashMap::with_capacity(result.len());
-    for sample in result {
-        let name = sample
-            .metric
-            .get("part")
-            .ok_or_else(|| garbage("a sample without a part label".into()))?;
-        let value = checked_value(name, &sample.value.1)?;
-        if parts.insert(name.clone(), value).is_some() {
-            return Err(garbage(format!("{}: more than one sample", echo(name))));
+    let mut answer: HashMap<Target, Parts> = HashMap::new();
+    for mut sample in result {
+        let mut label = |name: &str| {
+            sample
+                .metric
+                .remove(name)
+                .ok_or_else(|| garbage(format!("a sample without a {name} label")))
+        };
+        let (name, namespace, cluster) = (label("part")?, label("namespace")?, label("cluster")?);
+        let value = checked_value(&name, &sample.value.1)?;
+        let parts = answer.entry(Target { namespace, cluster }).or_default();
+        if parts.contains_key(&name) {
+            return Err(garbage(format!(
+                "{}: more than one sample for one cluster",
+                echo(&name)
+            )));
         }
+        parts.insert(name, value);
     }
-    Ok(parts)
+    Ok(answer)
 }
 
 /// A part's value, parsed and range-checked like every answer (counts are whole numbers).
@@ -256,8 +388,9 @@ struct MatrixSeries {
     values: Vec<(f64, String)>,
 }
 
-/// Parses a `/api/v1/query_range` answer of [`decision_query`] into, per evaluation time (Unix
-/// seconds), `part` → value: what [`parse_parts`] gives for an instant query at that time.
+/// Parses a `/api/v1/query_range` answer of a one-cluster [`decision_query`] into, per evaluation
+/// time (Unix seconds), `part` → value: that cluster's parts in [`parse_answer`] for an instant
+/// query at that time.
 pub fn parse_matrix(body: &[u8]) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
     let garbage = |m: String| QueryError::Garbage(m);
     let result: Vec<MatrixSeries> = result(body, "matrix")?;
@@ -292,200 +425,5 @@ pub fn parse_matrix(body: &[u8]) -> Result<BTreeMap<i64, HashMap<String, f64>>, 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn query_scopes_every_selector_to_namespace_and_cluster_pods() {
-        let q = decision_query("tenant-a", "pg", Metric::ReadConnections, true);
-        let selectors = q.matches('{').count();
-        let scoped = q
-            .matches(r#"{namespace="tenant-a",pod=~"pg-[1-9][0-9]*""#)
-            .count();
-        assert_eq!(selectors, scoped, "{q}");
-        // Four parts, and the standby-to-pod mapping of the replay backlog.
-        assert_eq!(q.matches("label_replace(").count(), 5);
-        assert!(q.contains("max by (namespace,pod,datname,usename,application_name,state)"));
-        assert!(q.contains(r#"usename!~"cnpg_metrics_exporter|postgres|streaming_replica""#));
-        assert!(q.contains(r#"state="active""#));
-        assert!(!q.contains("container_cpu"));
-        assert!(
-            q.contains("max_over_time(cnpg_pg_replication_lag")
-                && q.contains("rate(cnpg_collector_wal_bytes")
-        );
-    }
-
-    #[test]
-    fn lag_and_wal_are_only_queried_for_the_brake() {
-        let q = decision_query("ns", "pg", Metric::ReadConnections, false);
-        assert_eq!(q.matches("label_replace(").count(), 2);
-        assert!(!q.contains("cnpg_pg_replication_lag") && !q.contains("wal_bytes"));
-    }
-
-    #[test]
-    fn cpu_query_reads_the_postgres_container_in_millicores() {
-        let q = decision_query("ns", "db", Metric::ReadCpuUtilization, false);
-        assert!(q.contains(r#"container_cpu_usage_seconds_total{namespace="ns",pod=~"db-[1-9][0-9]*",container="postgres"}[5m]"#));
-        assert!(q.contains("* 1000"));
-        assert!(q.contains(r#"label_replace(count(count by (pod) (cnpg_pg_replication_in_recovery{namespace="ns",pod=~"db-[1-9][0-9]*"} == 1)), "part", "replicas""#), "{q}");
-        assert!(q.contains(r#""part", "load_pods""#));
-        assert!(!q.contains("cnpg_backends_total"));
-    }
-
-    #[test]
-    fn names_are_escaped() {
-        assert_eq!(regex_escape("a.b+c"), r"a\.b\+c");
-        let q = decision_query("we\"ird", "a.b", Metric::ReadConnections, true);
-        assert!(
-            q.contains(r#"namespace="we\"ird",pod=~"a\\.b-[1-9][0-9]*""#),
-            "{q}"
-        );
-    }
-
-    #[test]
-    fn parses_labelled_parts() {
-        let body = br#"{"status":"success","data":{"resultType":"vector","result":[
-            {"metric":{"part":"instances"},"value":[1,"3"]},
-            {"metric":{"part":"load"},"value":[1,"42.5"]}]}}"#;
-        let parts = parse_parts(body).unwrap();
-        assert_eq!(parts.get("instances"), Some(&3.0));
-        assert_eq!(parts.get("load"), Some(&42.5));
-    }
-
-    #[test]
-    fn parses_a_range_answer_per_evaluation_time() {
-        let body = br#"{"status":"success","data":{"resultType":"matrix","result":[
-            {"metric":{"part":"instances"},"values":[[60,"3"],[120,"4"]]},
-            {"metric":{"part":"load"},"values":[[120,"42.5"]]}]}}"#;
-        let steps = parse_matrix(body).unwrap();
-        assert_eq!(steps.len(), 2);
-        assert_eq!(steps[&60].get("load"), None);
-        assert_eq!((steps[&120]["instances"], steps[&120]["load"]), (4.0, 42.5));
-        for bad in [
-            &br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#[..],
-            br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"part":"instances"},"values":[[60,"2.5"]]}]}}"#,
-            br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"part":"load"},"values":[[60.5,"1"]]}]}}"#,
-            br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[60,"1"]]}]}}"#,
-        ] {
-            assert!(matches!(parse_matrix(bad), Err(QueryError::Garbage(_))), "{}", String::from_utf8_lossy(bad));
-        }
-    }
-
-    /// A local HTTP server answering every query after `delay`, recording peak concurrency.
-    #[test]
-    fn out_of_range_values_are_garbage() {
-        let answer = |part: &str, value: &str| {
-            format!(
-                r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{"part":"{part}"}},"value":[1,"{value}"]}}]}}}}"#
-            )
-        };
-        for (part, value) in [
-            ("load", "1e308"),
-            ("lag", "1e16"),
-            ("instances", "4294967296"),
-            ("instances", "2.5"),
-            ("replicas", "1e6"),
-            ("load_pods", "-0.5"),
-        ] {
-            let result = parse_parts(answer(part, value).as_bytes());
-            assert!(
-                matches!(result, Err(QueryError::Garbage(_))),
-                "{part}={value}: {result:?}"
-            );
-        }
-        assert_eq!(
-            parse_parts(answer("load", "1e12").as_bytes()).unwrap()["load"],
-            1e12
-        );
-        assert_eq!(
-            parse_parts(answer("instances", "1000").as_bytes()).unwrap()["instances"],
-            1000.0
-        );
-    }
-
-    #[test]
-    fn errors_quote_the_answer_bounded_and_escaped() {
-        let huge = "\n".repeat(1 << 20);
-        let body = format!(r#"{{"status":"error","error":"{huge}"}}"#);
-        let message = parse_parts(body.as_bytes()).unwrap_err().to_string();
-        assert!(message.len() < 400 && !message.contains('\n'), "{message}");
-    }
-
-    #[test]
-    fn rejects_garbage() {
-        for body in [
-            &b"<html>"[..],
-            br#"{"status":"error","error":"bad query"}"#,
-            br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
-            br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"3"]}]}}"#,
-            br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"load"},"value":[1,"NaN"]}]}}"#,
-            br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"load"},"value":[1,"-1"]}]}}"#,
-            br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"load"},"value":[1,"1"]},{"metric":{"part":"load"},"value":[1,"2"]}]}}"#,
-        ] {
-            assert!(matches!(parse_parts(body), Err(QueryError::Garbage(_))), "{}", String::from_utf8_lossy(body));
-        }
-    }
-
-    /// Fuzzing the answer parser: any bytes, and well-formed answers with any values.
-    mod fuzz {
-        use proptest::prelude::*;
-
-        use super::*;
-
-        fn value() -> impl Strategy<Value = String> {
-            prop_oneof![
-                any::<f64>().prop_map(|v| v.to_string()),
-                any::<u64>().prop_map(|v| v.to_string()),
-                (0u32..2000).prop_map(|v| v.to_string()),
-                "(?i)(nan|inf|-inf|\\+inf|1e308|-0|0x10|)",
-                ".{0,20}",
-            ]
-        }
-
-        fn answer() -> impl Strategy<Value = String> {
-            let part = prop_oneof![
-                proptest::sample::select(vec![
-                    part::INSTANCES,
-                    part::LOAD,
-                    part::REPLICAS,
-                    part::LOAD_PODS,
-                    part::LAG,
-                    part::WAL,
-                ])
-                .prop_map(str::to_owned),
-                "[a-z_]{0,8}",
-            ];
-            proptest::collection::vec((part, value()), 0..8).prop_map(|samples| {
-                let result: Vec<_> = samples
-                    .into_iter()
-                    .map(|(p, v)| serde_json::json!({"metric": {"part": p}, "value": [1.5, v]}))
-                    .collect();
-                serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": result}})
-                    .to_string()
-            })
-        }
-
-        proptest! {
-            #![proptest_config(ProptestConfig::with_cases(1000))]
-            #[test]
-            fn any_bytes_are_an_answer_or_garbage(body in proptest::collection::vec(any::<u8>(), 0..512)) {
-                match parse_parts(&body) {
-                    Ok(parts) => prop_assert!(parts.values().all(|v| (0.0..=MAX_VALUE).contains(v))),
-                    Err(e) => prop_assert!(matches!(e, QueryError::Garbage(_))),
-                }
-            }
-
-            #[test]
-            fn accepted_values_are_in_range(body in answer()) {
-                if let Ok(parts) = parse_parts(body.as_bytes()) {
-                    for (name, v) in &parts {
-                        prop_assert!(v.is_finite() && (0.0..=MAX_VALUE).contains(v), "{name}={v}");
-                        if COUNT_PARTS.contains(&name.as_str()) {
-                            prop_assert!(v.fract() == 0.0 && *v <= MAX_COUNT, "{name}={v}");
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
+#[path = "promql_tests.rs"]
+mod tests;

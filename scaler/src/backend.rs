@@ -1,7 +1,8 @@
-//! The HTTP client that runs the decision query against a Prometheus-compatible API: bounded in
+//! The HTTP client that runs decision queries against a Prometheus-compatible API: bounded in
 //! time (the timeout covers the wait for a slot, the body and the parse), in size (answers are read
-//! while streaming and abandoned past the cap) and in concurrency. The query itself and the parsing
-//! of the answer are pure and live in [`crate::promql`].
+//! while streaming and abandoned past the cap) and in concurrency. Queries are sent as POST form
+//! bodies, so a batch's long query meets no URL limit. The query itself and the parsing of the
+//! answer are pure and live in [`scaler_core::promql`].
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -10,9 +11,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
-use scaler_core::promql::{QueryError, parse_matrix, parse_parts};
+use scaler_core::promql::{Batch, Parts, QueryError, Target, parse_answer, parse_matrix};
 
-/// Default `--max-response-bytes`: a decision's answer is a few hundred bytes.
+/// What one query answered: each cluster's parts.
+pub type Answer = HashMap<Target, Parts>;
+
+/// Default `--max-response-bytes`: a cluster's answer is about a hundred bytes per part.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 << 20;
 /// How much of an error answer's body goes into the error message.
 const ERROR_BODY_PREFIX: usize = 300;
@@ -75,18 +79,23 @@ impl Client {
         })
     }
 
-    /// Runs one instant query and returns the value of each `part` label, bounded by the timeout.
-    pub async fn parts(&self, query: &str) -> Result<HashMap<String, f64>, QueryError> {
+    /// Runs one batch's instant query and returns each cluster's parts, bounded by the timeout.
+    pub async fn answer(&self, batch: &Batch) -> Result<Answer, QueryError> {
+        self.metrics.batch_clusters(batch.targets.len());
+        self.query(&batch.query).await
+    }
+
+    async fn query(&self, query: &str) -> Result<Answer, QueryError> {
         let params = [("query", query.to_owned())];
         self.bounded(
             "decision",
-            self.fetch(&self.query_url, &params, parse_parts),
+            self.fetch(&self.query_url, &params, parse_answer),
         )
         .await
     }
 
     /// Runs one range query (`/api/v1/query_range`, Unix seconds) and returns, per evaluation
-    /// time, the value of each `part` label; bounded like [`Client::parts`].
+    /// time, the value of each `part` label; bounded like [`Client::answer`].
     pub async fn range_parts(
         &self,
         query: &str,
@@ -143,8 +152,8 @@ impl Client {
         let unreachable = |e: reqwest::Error| QueryError::Unreachable(error_chain(&e));
         let mut response = self
             .http
-            .get(url)
-            .query(params)
+            .post(url)
+            .form(params)
             .send()
             .await
             .map_err(unreachable)?;
@@ -213,13 +222,13 @@ mod tests {
         let (n, p) = (now.clone(), peak.clone());
         let app = axum::Router::new().route(
             "/api/v1/query",
-            axum::routing::get(move || {
+            axum::routing::post(move || {
                 let (n, p) = (n.clone(), p.clone());
                 async move {
                     p.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                     tokio::time::sleep(delay).await;
                     n.fetch_sub(1, Ordering::SeqCst);
-                    r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"instances"},"value":[1,"2"]}]}}"#
+                    r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"namespace":"ns","cluster":"pg","part":"instances"},"value":[1,"2"]}]}}"#
                 }
             }),
         );
@@ -227,6 +236,13 @@ mod tests {
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
         (url, peak)
+    }
+
+    fn pg() -> Target {
+        Target {
+            namespace: "ns".into(),
+            cluster: "pg".into(),
+        }
     }
 
     fn client(url: &str, timeout_ms: u64, max_in_flight: usize) -> Client {
@@ -245,16 +261,16 @@ mod tests {
     async fn bounds_concurrent_queries_and_times_out_waiting() {
         let (url, peak) = slow_backend(Duration::from_millis(100)).await;
         let c = client(&url, 2_000, 2);
-        let answers = futures::future::join_all((0..6).map(|_| c.parts("q"))).await;
+        let answers = futures::future::join_all((0..6).map(|_| c.query("q"))).await;
         assert!(
             answers
                 .iter()
-                .all(|a| a.as_ref().is_ok_and(|p| p["instances"] == 2.0))
+                .all(|a| a.as_ref().is_ok_and(|p| p[&pg()]["instances"] == 2.0))
         );
         assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), 2);
         // Waiting for a slot counts toward the timeout: the third query cannot finish in 150 ms.
         let c = client(&url, 150, 1);
-        let answers = futures::future::join_all((0..3).map(|_| c.parts("q"))).await;
+        let answers = futures::future::join_all((0..3).map(|_| c.query("q"))).await;
         assert!(answers[0].is_ok());
         assert!(
             answers
@@ -268,7 +284,7 @@ mod tests {
         let body = axum::body::Bytes::from(body);
         let app = axum::Router::new().route(
             "/api/v1/query",
-            axum::routing::get(move || {
+            axum::routing::post(move || {
                 let body = body.clone();
                 async move {
                     let chunks = body
@@ -287,13 +303,13 @@ mod tests {
 
     #[tokio::test]
     async fn answers_past_the_size_cap_are_abandoned_while_streaming() {
-        let mut body = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"instances","pad":""#.to_vec();
+        let mut body = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"namespace":"ns","cluster":"pg","part":"instances","pad":""#.to_vec();
         body.extend(std::iter::repeat_n(b'x', 3 << 20));
         body.extend(br#""},"value":[1,"2"]}]}}"#);
         let url = streaming_backend(body.clone()).await;
         let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
         let small = Client::new(&url, Duration::from_secs(2), 1, 1 << 20, metrics.clone()).unwrap();
-        let error = small.parts("q").await.unwrap_err();
+        let error = small.query("q").await.unwrap_err();
         assert_eq!(error, QueryError::TooLarge { limit: 1 << 20 });
         assert!(
             error
@@ -302,6 +318,6 @@ mod tests {
             "{error}"
         );
         let big = Client::new(&url, Duration::from_secs(2), 1, 4 << 20, metrics).unwrap();
-        assert_eq!(big.parts("q").await.unwrap()["instances"], 2.0);
+        assert_eq!(big.query("q").await.unwrap()[&pg()]["instances"], 2.0);
     }
 }

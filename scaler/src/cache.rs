@@ -1,12 +1,16 @@
-//! Coalesces KEDA's many calls per ScaledObject into one evaluation per refresh interval.
+//! Coalesces KEDA's many calls per ScaledObject into one evaluation per refresh interval, and
+//! the evaluations of all ScaledObjects into a few batched backend queries per interval.
 //!
-//! Key: (namespace, ScaledObject name, parsed metadata). Per key:
-//! * an evaluation younger than `refresh` answers every call without touching a backend;
-//! * the first call after that starts a refresh in the background and, like every call until it
-//!   lands, gets the previous good answer (if within `staleness`) at memory speed; without a
-//!   usable answer callers wait for the refresh. One refresh runs at a time (single-flight);
+//! Key: (namespace, ScaledObject name, parsed metadata). Every `refresh` a tick evaluates every
+//! key whose last attempt is at least half an interval old, all in one [`Evaluate`] call (which
+//! batches them into a few queries). Per key:
+//! * calls are answered from memory: the last good evaluation while it is within `staleness`,
+//!   else the last failure (for up to two intervals, so retries do not hammer a sick backend);
+//! * a cold key (first call), or one with nothing usable, is evaluated alone, at once: a batch of
+//!   one, within the query timeout. One evaluation runs at a time per key (single-flight): a
+//!   caller finding the key in a tick or in another caller's flight waits for it;
 //! * a failed refresh keeps serving the last good answer until it is `staleness` old, then the
-//!   error; failures are cached for `refresh` too, so retries do not hammer a sick backend;
+//!   error;
 //! * keys not asked for during `ttl` are evicted, with their decision gauges.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -50,12 +54,8 @@ struct Entry {
     refreshing: Arc<tokio::sync::Mutex<()>>,
 }
 
-/// What the cache can tell without refreshing.
-enum Peek {
-    Fresh(Result<Arc<Evaluation>, ObserveError>),
-    /// Needs a refresh; carries a good answer still within staleness, if any.
-    Refresh(Option<Arc<Evaluation>>),
-}
+/// A cached answer: an evaluation, or the error that replaced it.
+type Answer = Result<Arc<Evaluation>, ObserveError>;
 
 pub struct Cache<E> {
     evaluator: E,
@@ -74,36 +74,60 @@ impl<E: Evaluate> Cache<E> {
         }
     }
 
-    /// The current evaluation for `key`, refreshing it when due.
-    pub async fn get(self: &Arc<Self>, key: Key) -> Result<Arc<Evaluation>, ObserveError> {
+    /// The current evaluation for `key`; evaluates it alone when nothing usable is cached.
+    pub async fn get(self: &Arc<Self>, key: Key) -> Answer {
         let (key, entry) = self.entry(key);
-        let fallback = match self.peek(&entry, Instant::now(), true) {
-            Peek::Fresh(answer) => return answer,
-            Peek::Refresh(fallback) => fallback,
-        };
-        if let Some(good) = fallback {
-            // Stale-while-revalidate: answer from memory now and refresh in the background,
-            // unless a refresh is already running.
-            if let Ok(flight) = entry.refreshing.clone().try_lock_owned() {
-                let this = self.clone();
-                tokio::spawn(async move {
-                    let _flight = flight;
-                    let _ = this.refresh(&key, &entry).await;
-                });
-            }
-            return Ok(good);
-        }
-        // Nothing usable: wait for the single flight, which may already have settled it.
-        let _flight = entry.refreshing.lock().await;
-        if let Peek::Fresh(answer) = self.peek(&entry, Instant::now(), false) {
+        if let Some(answer) = self.usable(&entry, Instant::now(), true) {
             return answer;
         }
-        self.refresh(&key, &entry).await
+        // Nothing usable: wait for the flight in progress (a tick's or another caller's), which
+        // may settle it, else evaluate this key alone.
+        let _flight = entry.refreshing.lock().await;
+        if let Some(answer) = self.usable(&entry, Instant::now(), false) {
+            return answer;
+        }
+        let result = self.evaluator.evaluate(std::slice::from_ref(&key)).await;
+        let result = result
+            .into_iter()
+            .next()
+            .expect("Evaluate answers every key");
+        self.record(&key, &entry, result)
     }
 
-    /// Evaluates `key` and records the outcome; the caller holds the entry's flight lock.
-    async fn refresh(&self, key: &Key, entry: &Entry) -> Result<Arc<Evaluation>, ObserveError> {
-        let result = self.evaluator.evaluate(&key.namespace, &key.config).await;
+    /// One refresh tick: evaluates every due key at once and records each outcome. Cold keys
+    /// (never attempted) are their first caller's, and keys in a flight are skipped.
+    /// Returns how many keys were evaluated.
+    pub async fn refresh_due(&self) -> usize {
+        let now = Instant::now();
+        let due: Vec<_> = read(&self.entries)
+            .iter()
+            .filter(|(_, entry)| self.is_due(entry, now))
+            .filter_map(|(key, entry)| {
+                let flight = entry.refreshing.clone().try_lock_owned().ok()?;
+                Some((key.clone(), entry.clone(), flight))
+            })
+            .collect();
+        if due.is_empty() {
+            return 0;
+        }
+        let keys: Vec<Arc<Key>> = due.iter().map(|(key, _, _)| key.clone()).collect();
+        let results = self.evaluator.evaluate(&keys).await;
+        for ((key, entry, _flight), result) in due.iter().zip(results) {
+            let _ = self.record(key, entry, result);
+        }
+        due.len()
+    }
+
+    fn is_due(&self, entry: &Entry, now: Instant) -> bool {
+        lock(&entry.state)
+            .attempt
+            .as_ref()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) >= self.timing.refresh / 2)
+    }
+
+    /// Records an evaluation's outcome; the caller holds the entry's flight lock. Returns what
+    /// callers get now: the new evaluation, else the last good one within staleness, else the error.
+    fn record(&self, key: &Key, entry: &Entry, result: Result<Evaluation, ObserveError>) -> Answer {
         let now = Instant::now();
         let mut state = lock(&entry.state);
         match result {
@@ -157,26 +181,24 @@ impl<E: Evaluate> Cache<E> {
         (key, entry)
     }
 
-    fn peek(&self, entry: &Entry, now: Instant, touch: bool) -> Peek {
+    /// What a caller gets without evaluating: the last good evaluation within staleness, else a
+    /// failure from the last two intervals (the tick replaces it); `None` when nothing is usable.
+    fn usable(&self, entry: &Entry, now: Instant, touch: bool) -> Option<Answer> {
         let mut state = lock(&entry.state);
         if touch {
             state.last_asked = Some(now);
         }
-        let good = state
-            .good
-            .as_ref()
-            .filter(|(at, _)| now.saturating_duration_since(*at) <= self.timing.staleness)
-            .map(|(_, evaluation)| evaluation.clone());
+        let age = |at: &Instant| now.saturating_duration_since(*at);
+        if let Some((at, good)) = &state.good
+            && age(at) <= self.timing.staleness
+        {
+            return Some(Ok(good.clone()));
+        }
         match &state.attempt {
-            Some((at, error)) if now.saturating_duration_since(*at) < self.timing.refresh => {
-                Peek::Fresh(match (good, error) {
-                    (Some(good), _) => Ok(good),
-                    (None, Some(error)) => Err(error.clone()),
-                    // A success older than staleness but younger than refresh: refresh > staleness.
-                    (None, None) => return Peek::Refresh(None),
-                })
+            Some((at, Some(error))) if age(at) < 2 * self.timing.refresh => {
+                Some(Err(error.clone()))
             }
-            _ => Peek::Refresh(good),
+            _ => None,
         }
     }
 
@@ -204,16 +226,23 @@ impl<E: Evaluate> Cache<E> {
         self.len() == 0
     }
 
-    /// Runs [`Cache::evict_idle`] periodically until `shutdown`.
-    pub async fn run_eviction(self: Arc<Self>, every: Duration, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(every);
+    /// Every `refresh` until `shutdown`: evicts idle keys, then refreshes the due ones. Ticks
+    /// never overlap: a tick that overruns the interval delays the next.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.timing.refresh);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {
                     let evicted = self.evict_idle(Instant::now());
-                    if evicted > 0 {
-                        debug!(evicted, "evicted idle ScaledObjects");
+                    let start = Instant::now();
+                    let refreshed = self.refresh_due().await;
+                    if refreshed > 0 {
+                        self.metrics.refresh(start.elapsed().as_secs_f64());
+                    }
+                    if evicted + refreshed > 0 {
+                        debug!(evicted, refreshed, seconds = start.elapsed().as_secs_f64(), "refresh tick");
                     }
                 }
             }

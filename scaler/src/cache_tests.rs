@@ -3,39 +3,57 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use super::*;
 use scaler_core::promql::QueryError;
 
-/// Counts evaluations; fails while `failing` is set; each takes `delay`.
+/// Counts evaluations and the keys they carried; fails while `failing` is set; each takes `delay`.
 #[derive(Default, Clone)]
 struct Fake {
     calls: Arc<AtomicUsize>,
+    keys: Arc<Mutex<Vec<usize>>>,
     failing: Arc<AtomicBool>,
     delay: Duration,
 }
 
+impl Fake {
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// How many keys each evaluation carried, in order.
+    fn batch_sizes(&self) -> Vec<usize> {
+        lock(&self.keys).clone()
+    }
+}
+
 impl Evaluate for Fake {
-    async fn evaluate(
-        &self,
-        namespace: &str,
-        config: &ScalerConfig,
-    ) -> Result<Evaluation, ObserveError> {
+    async fn evaluate(&self, keys: &[Arc<Key>]) -> Vec<Result<Evaluation, ObserveError>> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        lock(&self.keys).push(keys.len());
         tokio::time::sleep(self.delay).await;
-        if self.failing.load(Ordering::SeqCst) {
-            return Err(QueryError::Unreachable("down".into()).into());
-        }
-        // The load grows with each call, so tests can tell evaluations apart.
-        let parts = [
-            ("instances".to_string(), 3.0),
-            ("load".to_string(), n as f64),
-        ]
-        .into();
+        let failing = self.failing.load(Ordering::SeqCst);
         let inputs = scaler_core::evaluate::Inputs {
             topology: "metrics",
             default_deadline: Duration::from_secs(600),
             now: std::time::SystemTime::now(),
         };
-        Ok(scaler_core::evaluate::evaluate(
-            namespace, config, &inputs, &parts, None,
-        )?)
+        keys.iter()
+            .map(|key| {
+                if failing {
+                    return Err(QueryError::Unreachable("down".into()).into());
+                }
+                // The load is the evaluation's number, so tests can tell evaluations apart.
+                let parts = [
+                    ("instances".to_string(), 3.0),
+                    ("load".to_string(), n as f64),
+                ]
+                .into();
+                Ok(scaler_core::evaluate::evaluate(
+                    &key.namespace,
+                    &key.config,
+                    &inputs,
+                    &parts,
+                    None,
+                )?)
+            })
+            .collect()
     }
 }
 
@@ -61,8 +79,12 @@ fn cache(fake: &Fake, refresh_ms: u64, staleness_ms: u64) -> Arc<Cache<Fake>> {
     Arc::new(Cache::new(fake.clone(), timing, metrics))
 }
 
+async fn load(cache: &Arc<Cache<Fake>>, name: &str) -> f64 {
+    cache.get(key(name)).await.unwrap().observation.load
+}
+
 #[tokio::test]
-async fn concurrent_calls_share_one_evaluation() {
+async fn concurrent_cold_calls_share_one_evaluation_of_one_key() {
     let fake = Fake {
         delay: Duration::from_millis(50),
         ..Fake::default()
@@ -75,27 +97,61 @@ async fn concurrent_calls_share_one_evaluation() {
     for call in futures::future::join_all(calls).await {
         assert_eq!(call.unwrap(), Ok(1.0));
     }
-    assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
-    // Another ScaledObject is its own key.
+    // Another ScaledObject is its own key, and a cold key is a batch of one.
     cache.get(key("other")).await.unwrap();
-    assert_eq!(fake.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(fake.batch_sizes(), [1, 1]);
 }
 
 #[tokio::test]
-async fn refreshes_once_per_interval() {
+async fn a_tick_refreshes_every_due_key_in_one_evaluation() {
     let fake = Fake::default();
     let cache = cache(&fake, 100, 1_000);
-    for _ in 0..10 {
-        assert_eq!(cache.get(key("so")).await.unwrap().observation.load, 1.0);
+    for name in ["a", "b", "c"] {
+        cache.get(key(name)).await.unwrap();
     }
+    // Just evaluated: not due yet.
+    assert_eq!(cache.refresh_due().await, 0);
     tokio::time::sleep(Duration::from_millis(120)).await;
-    // Due: this call still gets the previous answer at once and starts one background refresh.
+    // Due, but calls are answered from memory: only the tick evaluates.
     for _ in 0..10 {
-        assert_eq!(cache.get(key("so")).await.unwrap().observation.load, 1.0);
+        assert_eq!(load(&cache, "a").await, 1.0);
     }
+    assert_eq!(fake.calls(), 3);
+    assert_eq!(cache.refresh_due().await, 3);
+    assert_eq!(fake.batch_sizes(), [1, 1, 1, 3]);
+    for name in ["a", "b", "c"] {
+        assert_eq!(load(&cache, name).await, 4.0);
+    }
+    assert_eq!(cache.refresh_due().await, 0);
+}
+
+#[tokio::test]
+async fn a_cold_key_does_not_wait_for_a_running_tick() {
+    let fake = Fake {
+        delay: Duration::from_millis(300),
+        ..Fake::default()
+    };
+    let cache = cache(&fake, 100, 5_000);
+    cache.get(key("a")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let tick = tokio::spawn({
+        let cache = cache.clone();
+        async move { cache.refresh_due().await }
+    });
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(cache.get(key("so")).await.unwrap().observation.load, 2.0);
-    assert_eq!(fake.calls.load(Ordering::SeqCst), 2);
+    // The key in the tick answers from memory at once.
+    let start = Instant::now();
+    assert_eq!(load(&cache, "a").await, 1.0);
+    assert!(start.elapsed() < Duration::from_millis(100));
+    assert_eq!(load(&cache, "b").await, 3.0);
+    // The cold key's own evaluation (300 ms), not the tick's rest and then its own (580 ms).
+    assert!(
+        start.elapsed() < Duration::from_millis(450),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(tick.await.unwrap(), 1);
+    assert_eq!(load(&cache, "a").await, 2.0);
 }
 
 #[tokio::test]
@@ -105,23 +161,34 @@ async fn failures_serve_the_last_good_answer_until_stale_then_error() {
     assert!(cache.get(key("so")).await.is_ok());
     fake.failing.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(60)).await;
-    assert_eq!(cache.get(key("so")).await.unwrap().observation.load, 1.0);
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    // The background refresh failed; the last good answer still serves within staleness.
-    assert_eq!(cache.get(key("so")).await.unwrap().observation.load, 1.0);
-    assert_eq!(fake.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(cache.refresh_due().await, 1);
+    // The tick failed; the last good answer still serves within staleness.
+    assert_eq!(load(&cache, "so").await, 1.0);
     tokio::time::sleep(Duration::from_millis(300)).await;
+    cache.refresh_due().await;
     assert!(matches!(
         cache.get(key("so")).await,
         Err(ObserveError::Query(QueryError::Unreachable(_)))
     ));
-    let calls = fake.calls.load(Ordering::SeqCst);
-    // The failure is cached for the refresh interval too.
+    // The failure is served without evaluating again until the next tick.
+    let calls = fake.calls();
     assert!(cache.get(key("so")).await.is_err());
-    assert_eq!(fake.calls.load(Ordering::SeqCst), calls);
+    assert_eq!(fake.calls(), calls);
     fake.failing.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(60)).await;
+    cache.refresh_due().await;
     assert!(cache.get(key("so")).await.is_ok());
+}
+
+#[tokio::test]
+async fn nothing_usable_and_no_tick_evaluates_the_key_alone() {
+    let fake = Fake::default();
+    let cache = cache(&fake, 50, 100);
+    cache.get(key("so")).await.unwrap();
+    // No tick ran for longer than the staleness: the call evaluates instead of erring.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert_eq!(load(&cache, "so").await, 2.0);
+    assert_eq!(fake.batch_sizes(), [1, 1]);
 }
 
 #[tokio::test]

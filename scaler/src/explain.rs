@@ -1,12 +1,14 @@
 //! `scaler explain`: one decision, with every input and guard that shaped it, for operators.
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use crate::backend;
+use crate::cache::Key;
 use crate::metrics::Metrics;
 use crate::observe::{Evaluate as _, Observer};
 use crate::topology::{self, Topology};
@@ -14,7 +16,7 @@ use runtime::logging::LogArgs;
 use scaler_core::decision::{Brake, ConvergencePhase};
 use scaler_core::evaluate::{CurrentSource, Evaluation, QuorumSource};
 use scaler_core::metadata::{self, Metric};
-use scaler_core::promql;
+use scaler_core::promql::{self, Shape, Target};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -132,17 +134,30 @@ impl Args {
             metrics,
             // Unused: the metadata above always carries the deadline.
             convergence_deadline: Duration::ZERO,
+            batch_size: 1,
+            concurrency: 1,
         };
-        let evaluation = observer.evaluate(&self.namespace, &config).await?;
+        let key = Key {
+            namespace: self.namespace.clone(),
+            name: config.cluster.clone(),
+            config: config.clone(),
+        };
+        let evaluation = observer
+            .evaluate(&[Arc::new(key)])
+            .await
+            .into_iter()
+            .next()
+            .expect("Evaluate answers every key")?;
         let report = Report {
             evaluation: &evaluation,
             metric_name: config.metric_name(),
             metric_value: f64::from(evaluation.decision.desired) * config.target,
             query: promql::decision_query(
-                &self.namespace,
-                &config.cluster,
-                config.metric,
-                config.max_replication_lag_seconds > 0.0,
+                &[Target {
+                    namespace: self.namespace.clone(),
+                    cluster: config.cluster.clone(),
+                }],
+                Shape::of(&config),
             ),
         };
         match self.output {

@@ -6,6 +6,8 @@
 //! | `scaler_grpc_request_duration_seconds` | histogram | `rpc`, `code` |
 //! | `scaler_backend_queries_total` | counter | `query` (`decision`, `cluster`), `outcome` (`ok`, `error`, `timeout`) |
 //! | `scaler_backend_query_duration_seconds` | histogram | `query` |
+//! | `scaler_backend_query_clusters` | histogram (clusters one decision query answers for) | – |
+//! | `scaler_refresh_duration_seconds` | histogram (one refresh tick: every due ScaledObject) | – |
 //! | `scaler_decisions_total` | counter | `reason` |
 //! | `scaler_decision_desired_instances` | gauge | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_recommended_instances` | gauge | `namespace`, `scaledobject`, `cluster` |
@@ -87,6 +89,8 @@ pub struct Metrics {
     rpc_duration: HistogramFamily<RpcLabels>,
     backend_queries: Family<QueryLabels, Counter>,
     backend_duration: HistogramFamily<QueryNameLabels>,
+    query_clusters: Histogram,
+    refresh_duration: Histogram,
     decisions: Family<ReasonLabels, Counter>,
     desired: Family<ObjectLabels, Gauge>,
     recommended: Family<ObjectLabels, Gauge>,
@@ -120,6 +124,10 @@ impl Metrics {
             rpc_duration: Family::new_with_constructor(rpc_histogram),
             backend_queries: Family::default(),
             backend_duration: Family::new_with_constructor(backend_histogram),
+            // 1 .. 1024: the batch of one up to the largest --observe-batch-size.
+            query_clusters: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
+            // 10 ms .. ~40 s: a tick runs its batches a few at a time, each within the timeout.
+            refresh_duration: Histogram::new(exponential_buckets(0.01, 2.3, 11)),
             decisions: Family::default(),
             desired: Family::default(),
             recommended: Family::default(),
@@ -154,6 +162,16 @@ impl Metrics {
             "backend_query_duration_seconds",
             "Backend query latency",
             this.backend_duration.clone(),
+        );
+        r.register(
+            "backend_query_clusters",
+            "CNPG clusters one decision query answers for (a cold ScaledObject's query is 1)",
+            this.query_clusters.clone(),
+        );
+        r.register(
+            "refresh_duration_seconds",
+            "Duration of one refresh tick (every due ScaledObject, in batched queries)",
+            this.refresh_duration.clone(),
         );
         r.register(
             "decisions",
@@ -239,6 +257,15 @@ impl Metrics {
         self.backend_duration
             .get_or_create(&QueryNameLabels { query })
             .observe(seconds);
+    }
+
+    /// One decision query is sent for `clusters` CNPG clusters.
+    pub fn batch_clusters(&self, clusters: usize) {
+        self.query_clusters.observe(clusters as f64);
+    }
+
+    pub fn refresh(&self, seconds: f64) {
+        self.refresh_duration.observe(seconds);
     }
 
     /// Publishes a fresh decision for one ScaledObject.

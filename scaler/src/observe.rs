@@ -1,14 +1,22 @@
-//! Asks the backends (Prometheus, the Cluster topology) and hands their answers to the pure
-//! [`scaler_core::evaluate`].
+//! Asks the backends (Prometheus, the Cluster topology) for many ScaledObjects at once and hands
+//! each one's answers to the pure [`scaler_core::evaluate`].
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures::StreamExt as _;
 use scaler_core::evaluate::{self, EvaluateError, Evaluation, Inputs};
-use scaler_core::metadata::ScalerConfig;
-use scaler_core::promql::{self, QueryError};
+use scaler_core::promql::{self, Parts, QueryError, Shape, Target};
 
 use crate::backend;
+use crate::cache::Key;
 use crate::metrics::Metrics;
 use crate::topology::{Topology, TopologyError};
+
+/// Default `--observe-batch-size`.
+pub const DEFAULT_BATCH_SIZE: usize = 100;
+/// Largest `--observe-batch-size`; [`promql::MAX_QUERY_BYTES`] splits long batches further.
+pub const MAX_BATCH_SIZE: usize = 1000;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ObserveError {
@@ -20,16 +28,16 @@ pub enum ObserveError {
     Evaluate(#[from] EvaluateError),
 }
 
-/// Something that can evaluate a ScaledObject (the real [`Observer`], or a fake in cache tests).
+/// Something that can evaluate ScaledObjects (the real [`Observer`], or a fake in cache tests).
 pub trait Evaluate: Send + Sync + 'static {
+    /// One result per key, in the keys' order.
     fn evaluate(
         &self,
-        namespace: &str,
-        config: &ScalerConfig,
-    ) -> impl Future<Output = Result<Evaluation, ObserveError>> + Send;
+        keys: &[Arc<Key>],
+    ) -> impl Future<Output = Vec<Result<Evaluation, ObserveError>>> + Send;
 }
 
-/// Reads Prometheus and the Cluster, then decides.
+/// Reads Prometheus (in batched queries) and the Clusters, then decides for each key.
 #[derive(Clone)]
 pub struct Observer {
     pub prometheus: backend::Client,
@@ -37,36 +45,184 @@ pub struct Observer {
     pub metrics: Metrics,
     /// `--convergence-deadline`, unless the metadata sets one.
     pub convergence_deadline: Duration,
+    /// `--observe-batch-size`: most clusters per query.
+    pub batch_size: usize,
+    /// Most of this evaluation's queries in flight at once (the client's own bound is shared
+    /// with the cold keys' queries, which must not wait behind a large tick).
+    pub concurrency: usize,
 }
 
 impl Evaluate for Observer {
-    async fn evaluate(
-        &self,
-        namespace: &str,
-        config: &ScalerConfig,
-    ) -> Result<Evaluation, ObserveError> {
-        let query = promql::decision_query(
-            namespace,
-            &config.cluster,
-            config.metric,
-            config.max_replication_lag_seconds > 0.0,
-        );
-        let (parts, snapshot) = tokio::join!(
-            self.prometheus.parts(&query),
+    async fn evaluate(&self, keys: &[Arc<Key>]) -> Vec<Result<Evaluation, ObserveError>> {
+        // Keys that ask the same cluster the same way share a target; each shape is its own query.
+        let mut targets: HashMap<Shape, Vec<Target>> = HashMap::new();
+        for key in keys {
+            targets
+                .entry(Shape::of(&key.config))
+                .or_default()
+                .push(target(key));
+        }
+        let batches: Vec<(Shape, promql::Batch)> = targets
+            .into_iter()
+            .flat_map(|(shape, targets)| {
+                promql::batches(targets, shape, self.batch_size, promql::MAX_QUERY_BYTES)
+                    .into_iter()
+                    .map(move |batch| (shape, batch))
+            })
+            .collect();
+        // Collected first: a lazy map here trips the compiler's Send check of this future.
+        let queries: Vec<_> = batches
+            .iter()
+            .map(|(_, batch)| self.prometheus.answer(batch))
+            .collect();
+        let queries = futures::stream::iter(queries)
+            .buffered(self.concurrency.max(1))
+            .collect::<Vec<_>>();
+        let lookups = futures::future::join_all(keys.iter().map(|key| {
             self.topology
-                .lookup(namespace, &config.cluster, &self.metrics)
-        );
+                .lookup(&key.namespace, &key.config.cluster, &self.metrics)
+        }));
+        let (answers, snapshots) = tokio::join!(queries, lookups);
+        let answer_of: HashMap<(Shape, &Target), &Result<backend::Answer, QueryError>> = batches
+            .iter()
+            .zip(&answers)
+            .flat_map(|((shape, batch), answer)| {
+                batch.targets.iter().map(move |t| ((*shape, t), answer))
+            })
+            .collect();
         let inputs = Inputs {
             topology: self.topology.name(),
             default_deadline: self.convergence_deadline,
             now: SystemTime::now(),
         };
-        Ok(evaluate::evaluate(
-            namespace,
-            config,
-            &inputs,
-            &parts?,
-            snapshot?.as_ref(),
-        )?)
+        let none = Parts::new();
+        keys.iter()
+            .zip(snapshots)
+            .map(|(key, snapshot)| {
+                let target = target(key);
+                // A failed query is an error for each of its keys; a cluster absent from a good
+                // answer has no parts, which the evaluation turns into "no instance series".
+                let parts = match answer_of[&(Shape::of(&key.config), &target)] {
+                    Ok(answer) => answer.get(&target).unwrap_or(&none),
+                    Err(error) => return Err(error.clone().into()),
+                };
+                Ok(evaluate::evaluate(
+                    &key.namespace,
+                    &key.config,
+                    &inputs,
+                    parts,
+                    snapshot?.as_ref(),
+                )?)
+            })
+            .collect()
+    }
+}
+
+fn target(key: &Key) -> Target {
+    Target {
+        namespace: key.namespace.clone(),
+        cluster: key.config.cluster.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use scaler_core::evaluate::EvaluateError;
+
+    use super::*;
+
+    /// A backend that answers every query with `body` and `status`, counting queries.
+    async fn backend(status: u16, body: &'static str) -> (String, Arc<AtomicUsize>) {
+        let queries = Arc::new(AtomicUsize::new(0));
+        let counter = queries.clone();
+        let app = axum::Router::new().route(
+            "/api/v1/query",
+            axum::routing::post(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async move { (axum::http::StatusCode::from_u16(status).unwrap(), body) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, queries)
+    }
+
+    fn observer(url: &str, batch_size: usize) -> Observer {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        Observer {
+            prometheus: backend::Client::new(
+                url,
+                Duration::from_secs(2),
+                4,
+                1 << 20,
+                metrics.clone(),
+            )
+            .unwrap(),
+            topology: Topology::Metrics,
+            metrics,
+            convergence_deadline: Duration::from_secs(600),
+            batch_size,
+            concurrency: 2,
+        }
+    }
+
+    fn key(namespace: &str, cluster: &str) -> Arc<Key> {
+        let md = [("target", "10"), ("maxReplicas", "9"), ("cluster", cluster)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Arc::new(Key {
+            namespace: namespace.into(),
+            name: format!("so-{cluster}"),
+            config: scaler_core::metadata::parse(cluster, &md).unwrap(),
+        })
+    }
+
+    const ANSWER: &str = r#"{"status":"success","data":{"resultType":"vector","result":[
+        {"metric":{"namespace":"a","cluster":"pg","part":"instances"},"value":[1,"3"]},
+        {"metric":{"namespace":"a","cluster":"pg","part":"load"},"value":[1,"45"]},
+        {"metric":{"namespace":"b","cluster":"other","part":"instances"},"value":[1,"2"]}]}}"#;
+
+    #[tokio::test]
+    async fn each_key_gets_its_own_clusters_answer_from_a_shared_query() {
+        let (url, queries) = backend(200, ANSWER).await;
+        let keys = [
+            key("a", "pg"),
+            key("b", "pg"),
+            key("b", "other"),
+            key("a", "pg"),
+        ];
+        let results = observer(&url, 100).evaluate(&keys).await;
+        assert_eq!(queries.load(Ordering::SeqCst), 1);
+        let desired = |i: usize| results[i].as_ref().map(|e| e.decision.desired);
+        assert_eq!(desired(0), Ok(6));
+        // b/pg is absent from the answer (a/pg is not b's): no instance series, never zero.
+        assert!(matches!(
+            results[1],
+            Err(ObserveError::Evaluate(EvaluateError::NoInstances { .. }))
+        ));
+        assert_eq!(desired(2), Ok(2));
+        assert_eq!(desired(3), Ok(6));
+        // Batches of one: one query per distinct cluster.
+        observer(&url, 1).evaluate(&keys).await;
+        assert_eq!(queries.load(Ordering::SeqCst), 1 + 3);
+    }
+
+    #[tokio::test]
+    async fn a_failed_query_is_an_error_for_each_of_its_keys() {
+        let (url, _) = backend(503, "overloaded").await;
+        let keys = [key("a", "pg"), key("b", "other")];
+        for result in observer(&url, 100).evaluate(&keys).await {
+            assert!(
+                matches!(
+                    result,
+                    Err(ObserveError::Query(QueryError::Status { status: 503, .. }))
+                ),
+                "{result:?}"
+            );
+        }
     }
 }

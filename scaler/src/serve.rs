@@ -16,7 +16,7 @@ use crate::backend;
 use crate::cache::{Cache, Timing};
 use crate::grpc::Scaler;
 use crate::metrics::Metrics;
-use crate::observe::Observer;
+use crate::observe::{self, Observer};
 use crate::proto::external_scaler_server::ExternalScalerServer;
 use crate::topology::{self, ClusterIndex, Topology};
 use runtime::logging::LogArgs;
@@ -66,6 +66,11 @@ pub struct Args {
     /// abandoned while streaming. A decision's answer is a few hundred bytes.
     #[arg(long, default_value_t = backend::DEFAULT_MAX_RESPONSE_BYTES)]
     pub max_response_bytes: usize,
+    /// Most CNPG clusters one Prometheus query answers for on a refresh tick (1 = one query per
+    /// ScaledObject); long batches are split further so a query stays under 12 KiB.
+    #[arg(long, default_value_t = observe::DEFAULT_BATCH_SIZE,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=observe::MAX_BATCH_SIZE as u64))]
+    pub observe_batch_size: usize,
     /// How long spec.instances may stay above the Cluster's ready instances before the scaler
     /// holds at the ready count (reason `stuck`); 0s turns the hold off. Trigger metadata
     /// `convergenceDeadlineSeconds` overrides it per ScaledObject.
@@ -181,6 +186,9 @@ impl Args {
             topology,
             metrics: metrics.clone(),
             convergence_deadline: self.convergence_deadline,
+            batch_size: self.observe_batch_size,
+            // Half the query slots at most: cold keys' queries always find one free.
+            concurrency: (self.max_concurrent_queries / 2).max(1),
         };
         let timing = Timing {
             refresh: self.refresh_interval,
@@ -188,11 +196,7 @@ impl Args {
             ttl: self.cache_ttl,
         };
         let cache = Arc::new(Cache::new(observer, timing, metrics.clone()));
-        tokio::spawn(
-            cache
-                .clone()
-                .run_eviction(self.refresh_interval, shutdown.clone()),
-        );
+        tokio::spawn(cache.clone().run(shutdown.clone()));
 
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, ServingStatus::NotServing).await;

@@ -29,6 +29,7 @@ fn args(prometheus_url: &str) -> Args {
         query_timeout: Duration::from_secs(2),
         max_concurrent_queries: 64,
         max_response_bytes: 1 << 20,
+        observe_batch_size: 100,
         max_connections: 64,
         idle_timeout: Duration::from_secs(60),
         max_streams_per_connection: 32,

@@ -21,8 +21,9 @@ MIB = 1 << 20
 
 
 def answer(**parts) -> bytes:
-    """A valid /api/v1/query answer with one sample per part."""
-    result = [{"metric": {"part": p}, "value": [time.time(), str(v)]} for p, v in parts.items()]
+    """A valid /api/v1/query answer with one sample per part, for tenant-a/pg."""
+    result = [{"metric": {"namespace": "tenant-a", "cluster": "pg", "part": p}, "value": [time.time(), str(v)]}
+              for p, v in parts.items()]
     return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
 
 

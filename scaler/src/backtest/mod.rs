@@ -172,12 +172,11 @@ impl Args {
             behavior: so.behavior.clone(),
             sync_period_seconds: sync as u32,
         };
-        let query = promql::decision_query(
-            &self.namespace,
-            &config.cluster,
-            config.metric,
-            config.max_replication_lag_seconds > 0.0,
-        );
+        let target = promql::Target {
+            namespace: self.namespace.clone(),
+            cluster: config.cluster.clone(),
+        };
+        let query = promql::decision_query(&[target], promql::Shape::of(&config));
         let client = backend::Client::new(
             &self.prometheus_url,
             self.query_timeout,

@@ -1,0 +1,324 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn t(namespace: &str, cluster: &str) -> Target {
+    Target {
+        namespace: namespace.into(),
+        cluster: cluster.into(),
+    }
+}
+
+const CONNECTIONS_BRAKE: Shape = Shape {
+    metric: Metric::ReadConnections,
+    brake: true,
+};
+
+#[test]
+fn query_scopes_every_selector_to_namespace_and_cluster_pods() {
+    let q = decision_query(&[t("tenant-a", "pg")], CONNECTIONS_BRAKE);
+    let selectors = q.matches('{').count();
+    let scoped = q
+        .matches(r#"{namespace="tenant-a",pod=~"pg-[1-9][0-9]*""#)
+        .count();
+    assert_eq!(selectors, scoped, "{q}");
+    // Four parts, each labelled and grouped by cluster, and the standby-to-pod mapping of the
+    // replay backlog.
+    assert_eq!(q.matches("label_replace(").count(), 9);
+    assert_eq!(q.matches(" by (namespace,cluster) ").count(), 4, "{q}");
+    assert!(q.contains("max by (namespace,pod,datname,usename,application_name,state)"));
+    assert!(q.contains(r#"usename!~"cnpg_metrics_exporter|postgres|streaming_replica""#));
+    assert!(q.contains(r#"state="active""#));
+    assert!(!q.contains("container_cpu"));
+    assert!(
+        q.contains("max_over_time(cnpg_pg_replication_lag")
+            && q.contains("rate(cnpg_collector_wal_bytes")
+    );
+}
+
+#[test]
+fn a_batch_selects_its_namespaces_and_clusters_and_groups_by_both() {
+    let targets = [t("b", "pg"), t("a", "pg-archive"), t("a", "pg")];
+    let q = decision_query(&targets, CONNECTIONS_BRAKE);
+    let selectors = q.matches('{').count();
+    let scoped = q
+        .matches(r#"{namespace=~"a|b",pod=~"(pg|pg-archive)-[1-9][0-9]*""#)
+        .count();
+    assert_eq!(selectors, scoped, "{q}");
+    // Every cluster label is the pod name without its instance number, never a scraped label.
+    assert_eq!(
+        q.matches(r#""cluster", "$1", "pod", "(.+)-[1-9][0-9]*")"#)
+            .count(),
+        4
+    );
+}
+
+#[test]
+fn lag_and_wal_are_only_queried_for_the_brake() {
+    let shape = Shape {
+        metric: Metric::ReadConnections,
+        brake: false,
+    };
+    let q = decision_query(&[t("ns", "pg")], shape);
+    assert_eq!(q.matches("label_replace(").count(), 4);
+    assert!(!q.contains("cnpg_pg_replication_lag") && !q.contains("wal_bytes"));
+}
+
+#[test]
+fn cpu_query_reads_the_postgres_container_in_millicores() {
+    let shape = Shape {
+        metric: Metric::ReadCpuUtilization,
+        brake: false,
+    };
+    let q = decision_query(&[t("ns", "db")], shape);
+    assert!(q.contains(r#"container_cpu_usage_seconds_total{namespace="ns",pod=~"db-[1-9][0-9]*",container="postgres"}[5m]"#));
+    assert!(q.contains("* 1000"));
+    assert!(q.contains(r#"count by (namespace,pod) (cnpg_pg_replication_in_recovery{namespace="ns",pod=~"db-[1-9][0-9]*"} == 1)"#), "{q}");
+    assert!(q.contains(r#""part", "replicas""#) && q.contains(r#""part", "load_pods""#));
+    assert!(!q.contains("cnpg_backends_total"));
+}
+
+#[test]
+fn names_are_escaped() {
+    assert_eq!(regex_escape("a.b+c"), r"a\.b\+c");
+    let q = decision_query(&[t("we\"ird", "a.b")], CONNECTIONS_BRAKE);
+    assert!(
+        q.contains(r#"namespace="we\"ird",pod=~"a\\.b-[1-9][0-9]*""#),
+        "{q}"
+    );
+    let q = decision_query(&[t("x.y", "a"), t("x", "a|b")], CONNECTIONS_BRAKE);
+    assert!(
+        q.contains(r#"namespace=~"x|x\\.y",pod=~"(a|a\\|b)-[1-9][0-9]*""#),
+        "{q}"
+    );
+}
+
+#[test]
+fn batches_respect_both_bounds_and_group_namespaces() {
+    let targets: Vec<Target> = (0..250)
+        .map(|i| t(&format!("tenant-{:03}", i % 50), &format!("pg-{}", i / 50)))
+        .collect();
+    let small = batches(targets.clone(), CONNECTIONS_BRAKE, 100, MAX_QUERY_BYTES);
+    assert!(small.iter().all(|b| b.query.len() <= MAX_QUERY_BYTES));
+    assert_eq!(small.iter().map(|b| b.targets.len()).sum::<usize>(), 250);
+    // Sorted: a namespace's clusters are neighbours, so each batch spans few namespaces.
+    assert!(
+        small[0].targets[..5]
+            .iter()
+            .all(|t| t.namespace == "tenant-000")
+    );
+    // A tight byte budget splits further; one target is never split.
+    let tight = batches(targets, CONNECTIONS_BRAKE, 100, 3000);
+    assert!(tight.len() > small.len());
+    assert!(
+        tight
+            .iter()
+            .all(|b| b.query.len() <= 3000 || b.targets.len() == 1)
+    );
+    let one = batches(vec![t("ns", "pg")], CONNECTIONS_BRAKE, 100, 10);
+    assert_eq!(one.len(), 1);
+}
+
+fn sample(target: &Target, part: &str, value: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metric": {"namespace": target.namespace, "cluster": target.cluster, "part": part},
+        "value": [1.5, value],
+    })
+}
+
+fn answer(samples: Vec<serde_json::Value>) -> String {
+    serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": samples}})
+        .to_string()
+}
+
+#[test]
+fn parses_labelled_parts_per_cluster() {
+    let (a, b) = (t("a", "pg"), t("b", "pg"));
+    let body = answer(vec![
+        sample(&a, "instances", "3"),
+        sample(&a, "load", "42.5"),
+        sample(&b, "instances", "2"),
+    ]);
+    let parsed = parse_answer(body.as_bytes()).unwrap();
+    assert_eq!(parsed[&a].get("instances"), Some(&3.0));
+    assert_eq!(parsed[&a].get("load"), Some(&42.5));
+    assert_eq!(parsed[&b].get("load"), None);
+    assert_eq!(parsed.len(), 2);
+}
+
+#[test]
+fn parses_a_range_answer_per_evaluation_time() {
+    let body = br#"{"status":"success","data":{"resultType":"matrix","result":[
+        {"metric":{"part":"instances"},"values":[[60,"3"],[120,"4"]]},
+        {"metric":{"part":"load"},"values":[[120,"42.5"]]}]}}"#;
+    let steps = parse_matrix(body).unwrap();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[&60].get("load"), None);
+    assert_eq!((steps[&120]["instances"], steps[&120]["load"]), (4.0, 42.5));
+    for bad in [
+        &br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#[..],
+        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"part":"instances"},"values":[[60,"2.5"]]}]}}"#,
+        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"part":"load"},"values":[[60.5,"1"]]}]}}"#,
+        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[60,"1"]]}]}}"#,
+    ] {
+        assert!(matches!(parse_matrix(bad), Err(QueryError::Garbage(_))), "{}", String::from_utf8_lossy(bad));
+    }
+}
+
+#[test]
+fn out_of_range_values_are_garbage() {
+    let one = |part: &str, value: &str| answer(vec![sample(&t("ns", "pg"), part, value)]);
+    for (part, value) in [
+        ("load", "1e308"),
+        ("lag", "1e16"),
+        ("instances", "4294967296"),
+        ("instances", "2.5"),
+        ("replicas", "1e6"),
+        ("load_pods", "-0.5"),
+    ] {
+        let result = parse_answer(one(part, value).as_bytes());
+        assert!(
+            matches!(result, Err(QueryError::Garbage(_))),
+            "{part}={value}: {result:?}"
+        );
+    }
+    let ok = |part: &str, value: &str| {
+        parse_answer(one(part, value).as_bytes()).unwrap()[&t("ns", "pg")][part]
+    };
+    assert_eq!(ok("load", "1e12"), 1e12);
+    assert_eq!(ok("instances", "1000"), 1000.0);
+}
+
+#[test]
+fn errors_quote_the_answer_bounded_and_escaped() {
+    let huge = "\n".repeat(1 << 20);
+    let body = format!(r#"{{"status":"error","error":"{huge}"}}"#);
+    let message = parse_answer(body.as_bytes()).unwrap_err().to_string();
+    assert!(message.len() < 400 && !message.contains('\n'), "{message}");
+}
+
+#[test]
+fn rejects_garbage() {
+    let target = t("ns", "pg");
+    for body in [
+        "<html>".to_owned(),
+        r#"{"status":"error","error":"bad query"}"#.to_owned(),
+        r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#.to_owned(),
+        r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"3"]}]}}"#.to_owned(),
+        r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"part":"instances","namespace":"ns"},"value":[1,"3"]}]}}"#.to_owned(),
+        answer(vec![sample(&target, "load", "NaN")]),
+        answer(vec![sample(&target, "load", "-1")]),
+        answer(vec![sample(&target, "load", "1"), sample(&target, "load", "2")]),
+    ] {
+        assert!(matches!(parse_answer(body.as_bytes()), Err(QueryError::Garbage(_))), "{body}");
+    }
+}
+
+fn target() -> impl Strategy<Value = Target> {
+    // Few short names, so namespaces and clusters repeat and prefix each other.
+    ("(a|ab|b)", "(pg|pg-1|pg-archive|p)").prop_map(|(n, c)| t(&n, &c))
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    (
+        prop_oneof![
+            Just(Metric::ReadConnections),
+            Just(Metric::ReadCpuUtilization)
+        ],
+        any::<bool>(),
+    )
+        .prop_map(|(metric, brake)| Shape { metric, brake })
+}
+
+fn value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<f64>().prop_map(|v| v.to_string()),
+        any::<u64>().prop_map(|v| v.to_string()),
+        (0u32..2000).prop_map(|v| v.to_string()),
+        "(?i)(nan|inf|-inf|\\+inf|1e308|-0|0x10|)",
+        ".{0,20}",
+    ]
+}
+
+fn part_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        proptest::sample::select(vec![
+            part::INSTANCES,
+            part::LOAD,
+            part::REPLICAS,
+            part::LOAD_PODS,
+            part::LAG,
+            part::WAL,
+        ])
+        .prop_map(str::to_owned),
+        "[a-z_]{0,8}",
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// Every target lands in exactly one batch, batches keep both bounds, and a batch's query is
+    /// what the builder makes for its targets (so the batch of one is the single query).
+    #[test]
+    fn batches_partition_the_targets(
+        targets in proptest::collection::vec(target(), 0..40),
+        shape in shape(),
+        max_targets in 1usize..12,
+        max_bytes in 500usize..6000,
+    ) {
+        let made = batches(targets.clone(), shape, max_targets, max_bytes);
+        let mut seen: Vec<Target> = made.iter().flat_map(|b| b.targets.clone()).collect();
+        let mut want = targets;
+        want.sort();
+        want.dedup();
+        seen.sort();
+        prop_assert_eq!(seen, want);
+        for batch in &made {
+            prop_assert!(!batch.targets.is_empty() && batch.targets.len() <= max_targets);
+            prop_assert!(batch.query.len() <= max_bytes || batch.targets.len() == 1);
+            prop_assert_eq!(&batch.query, &decision_query(&batch.targets, shape));
+        }
+    }
+
+    /// The parser gives every cluster exactly its own samples, whatever the order.
+    #[test]
+    fn the_answer_splits_per_cluster(
+        entries in proptest::collection::hash_map(
+            (target(), part_name()), (0u32..100_000).prop_map(f64::from), 0..30),
+    ) {
+        let mut samples: Vec<_> = entries
+            .iter()
+            .map(|((target, part), v)| sample(target, part, &v.to_string()))
+            .collect();
+        samples.reverse();
+        let parsed = parse_answer(answer(samples).as_bytes()).unwrap();
+        prop_assert_eq!(parsed.values().map(HashMap::len).sum::<usize>(), entries.len());
+        for ((target, part), v) in &entries {
+            prop_assert_eq!(parsed[target][part], *v);
+        }
+    }
+
+    #[test]
+    fn any_bytes_are_an_answer_or_garbage(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+        match parse_answer(&body) {
+            Ok(answer) => prop_assert!(answer.values().flat_map(|p| p.values()).all(|v| (0.0..=MAX_VALUE).contains(v))),
+            Err(e) => prop_assert!(matches!(e, QueryError::Garbage(_))),
+        }
+    }
+
+    #[test]
+    fn accepted_values_are_in_range(
+        samples in proptest::collection::vec((target(), part_name(), value()), 0..8),
+    ) {
+        let body = answer(samples.iter().map(|(t, p, v)| sample(t, p, v)).collect());
+        if let Ok(answer) = parse_answer(body.as_bytes()) {
+            for (name, v) in answer.values().flatten() {
+                prop_assert!(v.is_finite() && (0.0..=MAX_VALUE).contains(v), "{name}={v}");
+                if COUNT_PARTS.contains(&name.as_str()) {
+                    prop_assert!(v.fract() == 0.0 && *v <= MAX_COUNT, "{name}={v}");
+                }
+            }
+        }
+    }
+}
