@@ -1,6 +1,7 @@
 //! The guarded instance count: a pure function of the policy and one observation.
 //!
-//! 1. `raw = 1 + ceil(load / target)`: one primary plus the read replicas the load needs.
+//! 1. `raw = 1 + ceil(load / target)`: one primary plus the read replicas the load needs; with
+//!    several signals (`metric` plus `signals`), the largest `raw` wins and names its signal.
 //! 2. `floor = max(minReplicas, quorum + 1, 2)`; the quorum wins over `maxReplicas`.
 //! 3. `recommended = clamp(raw, floor, max(maxReplicas, floor))`.
 //! 4. Schedule: an open window's floor raises it, capped at the ceiling (maxReplicas wins).
@@ -21,6 +22,8 @@
 use std::fmt;
 
 use serde::Serialize;
+
+use crate::metadata::{MAX_EXTRA_SIGNALS, Metric, Signal};
 
 /// Why the count is what it is; one label value per variant for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -87,7 +90,11 @@ impl fmt::Display for Reason {
 /// The bounds and switches for one ScaledObject, with the quorum already resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Policy {
+    /// The trigger's `metric` and its `target` (the target also encodes GetMetrics).
+    pub metric: Metric,
     pub target: f64,
+    /// The `signals` besides `metric`, in order; `Observation::extra_loads` holds their loads.
+    pub extra: [Option<Signal>; MAX_EXTRA_SIGNALS],
     pub min_replicas: u32,
     pub max_replicas: u32,
     /// Synchronous quorum (`maxSyncReplicas` or the Cluster's `synchronous.number`).
@@ -126,8 +133,11 @@ pub struct Convergence {
 pub struct Observation {
     /// Instances the scale target has now (Cluster `spec.instances`, or instance series).
     pub current: u32,
-    /// Σ read load over replicas (connections, or CPU millicores); finite and ≥ 0.
+    /// Σ read load over replicas of `Policy::metric` (connections, CPU millicores, or connection
+    /// usage in percent); finite and ≥ 0.
     pub load: f64,
+    /// The loads of `Policy::extra`, slot by slot (0 where there is no signal).
+    pub extra_loads: [f64; MAX_EXTRA_SIGNALS],
     /// Largest replica lag over the last 5 minutes, in seconds; `None` without lag series.
     pub max_lag_seconds: Option<f64>,
     /// Whether the primary wrote WAL recently (`rate(cnpg_collector_wal_bytes[5m]) > 0`).
@@ -227,8 +237,10 @@ pub struct Decision {
     pub desired: u32,
     /// What the load and bounds alone ask for (published in dry-run).
     pub recommended: u32,
-    /// `1 + ceil(load / target)`.
+    /// `1 + ceil(load / target)` of the winning signal.
     pub raw: u32,
+    /// The signal whose load asked for the most replicas (ties: `metric`, then `signals` order).
+    pub signal: Metric,
     pub floor: u32,
     /// `max(maxReplicas, floor)`.
     pub ceiling: u32,
@@ -250,12 +262,23 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
     };
     let ceiling = policy.max_replicas.max(floor);
 
-    let replicas_needed = if policy.target > 0.0 && obs.load.is_finite() && obs.load > 0.0 {
-        // `as` saturates, so an absurd load caps at u32::MAX instead of wrapping.
-        (obs.load / policy.target).ceil() as u32
-    } else {
-        0
+    let needed = |load: f64, target: f64| {
+        if target > 0.0 && load.is_finite() && load > 0.0 {
+            // `as` saturates, so an absurd load caps at u32::MAX instead of wrapping.
+            (load / target).ceil() as u32
+        } else {
+            0
+        }
     };
+    let (mut replicas_needed, mut signal) = (needed(obs.load, policy.target), policy.metric);
+    for (extra, load) in policy.extra.iter().zip(obs.extra_loads) {
+        if let Some(s) = extra {
+            let n = needed(load, s.target);
+            if n > replicas_needed {
+                (replicas_needed, signal) = (n, s.metric);
+            }
+        }
+    }
     let raw = replicas_needed.saturating_add(1);
     let (loaded, load_reason) = if raw < floor {
         (floor, floor_reason)
@@ -336,6 +359,7 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
         desired,
         recommended,
         raw,
+        signal,
         floor,
         ceiling,
         brake,
@@ -348,10 +372,18 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
 impl Decision {
     /// One sentence for logs and `explain`.
     pub fn summary(&self, policy: &Policy, obs: &Observation) -> String {
+        let (load, target) = policy
+            .extra
+            .iter()
+            .zip(obs.extra_loads)
+            .find_map(|(s, load)| {
+                s.filter(|s| s.metric == self.signal)
+                    .map(|s| (load, s.target))
+            })
+            .unwrap_or((obs.load, policy.target));
         let load = format!(
-            "load {} / target {} needs 1 primary + {} replicas = {}",
-            obs.load,
-            policy.target,
+            "{} {load} / target {target} needs 1 primary + {} replicas = {}",
+            self.signal,
             self.raw.saturating_sub(1),
             self.raw
         );

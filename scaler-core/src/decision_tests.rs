@@ -4,7 +4,9 @@ use super::*;
 
 fn policy() -> Policy {
     Policy {
+        metric: Metric::ReadConnections,
         target: 150.0,
+        extra: [None; 2],
         min_replicas: 2,
         max_replicas: 6,
         quorum: 0,
@@ -20,6 +22,7 @@ fn obs(current: u32, load: f64) -> Observation {
     Observation {
         current,
         load,
+        extra_loads: [0.0; 2],
         max_lag_seconds: None,
         primary_writing: false,
         quota: None,
@@ -261,7 +264,9 @@ fn any_policy() -> impl Strategy<Value = Policy> {
     )
         .prop_map(
             |(target, min, max, quorum, lag, dry_run, schedule_floor, scale_in_disabled)| Policy {
+                metric: Metric::ReadConnections,
                 target,
+                extra: [None; 2],
                 min_replicas: min.min(max),
                 max_replicas: max,
                 quorum,
@@ -289,6 +294,7 @@ fn any_obs() -> impl Strategy<Value = Observation> {
             |((current, load, lag, writing), quota_max, convergence)| Observation {
                 current,
                 load,
+                extra_loads: [0.0; 2],
                 max_lag_seconds: lag,
                 primary_writing: writing,
                 quota: quota(quota_max.unwrap_or(0)).filter(|_| quota_max.is_some()),
@@ -606,7 +612,65 @@ fn scale_in_disabled_holds_the_current_count_but_lets_growth_through() {
     assert_eq!((d.desired, d.reason), (3, Reason::Stuck));
 }
 
+fn with_signals(p: Policy) -> Policy {
+    Policy {
+        extra: [
+            Some(Signal {
+                metric: Metric::ReadCpuUtilization,
+                target: 400.0,
+            }),
+            Some(Signal {
+                metric: Metric::ReadConnectionUsage,
+                target: 70.0,
+            }),
+        ],
+        ..p
+    }
+}
+
+#[test]
+fn the_signal_asking_for_most_replicas_wins_and_is_named() {
+    let p = with_signals(policy());
+    let o = |conns: f64, cpu: f64, usage: f64| Observation {
+        extra_loads: [cpu, usage],
+        ..obs(3, conns)
+    };
+    // Connections ask for 2 replicas, CPU 1200/400 for 3, usage 100/70 for 2: CPU wins.
+    let d = decide(&p, &o(300.0, 1200.0, 100.0));
+    assert_eq!(
+        (d.raw, d.desired, d.signal, d.reason),
+        (4, 4, Metric::ReadCpuUtilization, Reason::Load)
+    );
+    assert!(
+        d.summary(&p, &o(300.0, 1200.0, 100.0))
+            .starts_with("ReadCPUUtilization 1200 / target 400")
+    );
+    // Usage 250 % / 70 asks for 4.
+    let d = decide(&p, &o(300.0, 1200.0, 250.0));
+    assert_eq!((d.raw, d.signal), (5, Metric::ReadConnectionUsage));
+    // A tie keeps the trigger's metric.
+    let d = decide(&p, &o(300.0, 800.0, 140.0));
+    assert_eq!((d.raw, d.signal), (3, Metric::ReadConnections));
+    // No load anywhere: the floor, named after the trigger's metric.
+    let d = decide(&p, &o(0.0, 0.0, 0.0));
+    assert_eq!(
+        (d.desired, d.signal, d.reason),
+        (2, Metric::ReadConnections, Reason::Floor)
+    );
+}
+
 proptest! {
+    #[test]
+    fn another_signal_never_lowers_the_count(
+        p in any_policy(), o in any_obs(), cpu in 0.0f64..1e7, usage in 0.0f64..1e4
+    ) {
+        let one = decide(&p, &o);
+        let many = decide(&with_signals(p), &Observation { extra_loads: [cpu, usage], ..o });
+        prop_assert!(many.raw >= one.raw);
+        prop_assert!(many.recommended >= one.recommended);
+        prop_assert!(many.desired <= many.ceiling);
+    }
+
     #[test]
     fn scale_in_disabled_never_recommends_fewer_than_current(p in any_policy(), o in any_obs()) {
         let p = Policy { scale_in_disabled: true, ..p };

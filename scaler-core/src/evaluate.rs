@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::cluster::{ClusterFacts, Snapshot};
 use crate::decision::{self, Convergence, Decision, Observation, Policy, QuotaCeiling};
-use crate::metadata::{Metric, ScalerConfig};
+use crate::metadata::{MAX_EXTRA_SIGNALS, Metric, ScalerConfig};
 use crate::promql::part;
 use crate::quota::{self, Fit};
 use crate::schedule;
@@ -25,6 +25,17 @@ pub enum EvaluateError {
          {replicas} replicas of CNPG cluster {cluster:?} in namespace {namespace:?}: are cAdvisor metrics scraped?"
     )]
     MissingCpuSeries {
+        namespace: String,
+        cluster: String,
+        replicas: u32,
+        with_series: u32,
+    },
+    #[error(
+        "max_connections (cnpg_pg_settings_setting{{name=\"max_connections\"}}) is known for {with_series} of \
+         {replicas} streaming replicas of CNPG cluster {cluster:?} in namespace {namespace:?}: are CNPG's default \
+         monitoring queries (pg_settings) enabled?"
+    )]
+    MissingMaxConnections {
         namespace: String,
         cluster: String,
         replicas: u32,
@@ -65,6 +76,9 @@ pub struct Evaluation {
     pub instance_series: u32,
     /// Σ read load over replicas; `false` in `load_series_present` means CNPG emitted no rows (0).
     pub load_series_present: bool,
+    /// Replicas left out of the CPU signal while their WAL receiver is down (cloning, restoring);
+    /// `None` unless a signal is ReadCPUUtilization.
+    pub warming_replicas: Option<u32>,
     /// Primary WAL write rate in bytes/s; `None` without WAL series.
     pub wal_bytes_per_second: Option<f64>,
     pub cluster_spec: Option<ClusterFacts>,
@@ -108,17 +122,37 @@ pub fn evaluate(
             cluster: config.cluster.clone(),
         })?;
     let load = parts.get(part::LOAD).copied();
-    if config.metric == Metric::ReadCpuUtilization {
-        let count = |name| parts.get(name).map_or(0, |n| *n as u32);
-        let (replicas, with_series) = (count(part::REPLICAS), count(part::LOAD_PODS));
-        if with_series < replicas {
-            return Err(EvaluateError::MissingCpuSeries {
-                namespace: namespace.to_owned(),
-                cluster: config.cluster.clone(),
-                replicas,
-                with_series,
-            });
-        }
+    let metrics: Vec<Metric> = std::iter::once(config.metric)
+        .chain(config.signals.iter().map(|s| s.metric))
+        .collect();
+    let count = |name| parts.get(name).map_or(0, |n| *n as u32);
+    let replicas = count(part::REPLICAS);
+    if metrics.contains(&Metric::ReadCpuUtilization) && count(part::LOAD_PODS) < replicas {
+        return Err(EvaluateError::MissingCpuSeries {
+            namespace: namespace.to_owned(),
+            cluster: config.cluster.clone(),
+            replicas,
+            with_series: count(part::LOAD_PODS),
+        });
+    }
+    // Without max_connections the usage is unknown: an error, never a made-up zero.
+    if metrics.contains(&Metric::ReadConnectionUsage) && count(part::USAGE_PODS) < replicas {
+        return Err(EvaluateError::MissingMaxConnections {
+            namespace: namespace.to_owned(),
+            cluster: config.cluster.clone(),
+            replicas,
+            with_series: count(part::USAGE_PODS),
+        });
+    }
+    let mut extra = [None; MAX_EXTRA_SIGNALS];
+    let mut extra_loads = [0.0; MAX_EXTRA_SIGNALS];
+    for ((slot, load), signal) in extra.iter_mut().zip(&mut extra_loads).zip(&config.signals) {
+        *slot = Some(*signal);
+        // CNPG omits zero rows: no series is no load (the pod checks above catch scrape gaps).
+        *load = parts
+            .get(part::load_of(signal.metric, false))
+            .copied()
+            .unwrap_or(0.0);
     }
     let wal = parts.get(part::WAL).copied();
     let (current, current_source) = match facts {
@@ -135,7 +169,9 @@ pub fn evaluate(
         .map(|now| config.schedules.active(now))
         .unwrap_or_default();
     let policy = Policy {
+        metric: config.metric,
         target: config.target,
+        extra,
         min_replicas: config.min_replicas,
         max_replicas: config.max_replicas,
         quorum,
@@ -159,6 +195,7 @@ pub fn evaluate(
         current,
         // CNPG omits zero rows, so no load series while instances exist means no load.
         load: load.unwrap_or(0.0),
+        extra_loads,
         max_lag_seconds: parts.get(part::LAG).copied(),
         primary_writing: wal.is_some_and(|rate| rate > 0.0),
         quota: fit.as_ref().map(|f| QuotaCeiling {
@@ -182,6 +219,9 @@ pub fn evaluate(
         topology: inputs.topology,
         instance_series,
         load_series_present: load.is_some(),
+        warming_replicas: metrics
+            .contains(&Metric::ReadCpuUtilization)
+            .then(|| count(part::WARMING)),
         wal_bytes_per_second: wal,
         cluster_spec: facts,
         quota: fit,
@@ -347,6 +387,50 @@ mod tests {
                 .load,
             0.0
         );
+    }
+
+    #[test]
+    fn several_signals_the_largest_count_wins_and_usage_needs_max_connections() {
+        let cfg = config(&[("signals", "ReadConnectionUsage=50,ReadCPUUtilization=100")]);
+        let answer = |usage_pods: f64| {
+            parts(&[
+                ("instances", 3.0),
+                ("load", 4.0),
+                ("replicas", 2.0),
+                ("load_pods", 2.0),
+                ("warming", 1.0),
+                ("usage_pods", usage_pods),
+                ("load_readconnectionusage", 120.0),
+                ("load_readcpuutilization", 90.0),
+            ])
+        };
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &answer(2.0), None).unwrap();
+        // Connections 4/5 ask 1, usage 120/50 asks 3, CPU 90/100 asks 1.
+        assert_eq!(e.observation.extra_loads, [120.0, 90.0]);
+        assert_eq!(
+            (e.decision.desired, e.decision.signal, e.decision.reason),
+            (4, Metric::ReadConnectionUsage, Reason::Load)
+        );
+        assert_eq!(e.warming_replicas, Some(1));
+        assert!(
+            e.summary.starts_with("ReadConnectionUsage 120 / target 50"),
+            "{}",
+            e.summary
+        );
+        assert!(matches!(
+            evaluate("ns", &cfg, &inputs("metrics"), &answer(1.0), None),
+            Err(EvaluateError::MissingMaxConnections {
+                replicas: 2,
+                with_series: 1,
+                ..
+            })
+        ));
+        // No usage rows (CNPG omits zeros) with max_connections known: no load.
+        let mut quiet = answer(2.0);
+        quiet.remove("load_readconnectionusage");
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &quiet, None).unwrap();
+        assert_eq!(e.observation.extra_loads, [0.0, 90.0]);
+        assert_eq!(e.decision.signal, Metric::ReadConnections);
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub const MAX_TARGET: f64 = 1e9;
 
 /// Keys KEDA itself reads from the same trigger metadata; accepted and ignored.
 const KEDA_KEYS: [&str; 3] = ["scalerAddress", "enableTLS", "unsafeSsl"];
-const OUR_KEYS: [&str; 11] = [
+const OUR_KEYS: [&str; 12] = [
     "cluster",
     "metric",
     "target",
@@ -28,6 +28,7 @@ const OUR_KEYS: [&str; 11] = [
     "convergenceDeadlineSeconds",
     "scaleIn",
     "schedules",
+    "signals",
 ];
 
 /// The load signal summed over read replicas.
@@ -37,6 +38,8 @@ pub enum Metric {
     ReadConnections,
     /// CPU of the `postgres` container on replicas, in millicores.
     ReadCpuUtilization,
+    /// Client connections (any state) over `max_connections`, in percent, summed over replicas.
+    ReadConnectionUsage,
 }
 
 impl Metric {
@@ -44,13 +47,18 @@ impl Metric {
         match self {
             Self::ReadConnections => "ReadConnections",
             Self::ReadCpuUtilization => "ReadCPUUtilization",
+            Self::ReadConnectionUsage => "ReadConnectionUsage",
         }
     }
 
     fn parse(value: &str) -> Option<Self> {
-        [Self::ReadConnections, Self::ReadCpuUtilization]
-            .into_iter()
-            .find(|m| m.as_str() == value)
+        [
+            Self::ReadConnections,
+            Self::ReadCpuUtilization,
+            Self::ReadConnectionUsage,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == value)
     }
 }
 
@@ -61,12 +69,28 @@ impl std::str::FromStr for Metric {
     fn from_str(value: &str) -> Result<Self, Self::Err> {
         Self::parse(value).ok_or_else(|| {
             format!(
-                "{} is not a metric: use ReadConnections or ReadCPUUtilization",
+                "{} is not a metric: use ReadConnections, ReadCPUUtilization or ReadConnectionUsage",
                 echo(value)
             )
         })
     }
 }
+
+impl serde::Serialize for Metric {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A load signal and the load one read replica should carry in its unit.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Signal {
+    pub metric: Metric,
+    pub target: f64,
+}
+
+/// Most signals besides `metric` (one of each other metric).
+pub const MAX_EXTRA_SIGNALS: usize = 2;
 
 impl fmt::Display for Metric {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -99,6 +123,8 @@ pub struct ScalerConfig {
     pub scale_in_disabled: bool,
     /// Windows that raise the floor or turn scale-in off; empty without `schedules`.
     pub schedules: Schedules,
+    /// Signals besides `metric`/`target`; the larger count wins. Each metric at most once.
+    pub signals: Vec<Signal>,
 }
 
 // Floats are validated finite and never -0.0, so equality is reflexive and bit-hashing agrees.
@@ -119,6 +145,10 @@ impl std::hash::Hash for ScalerConfig {
             .hash(state);
         self.scale_in_disabled.hash(state);
         self.schedules.hash(state);
+        for s in &self.signals {
+            s.metric.hash(state);
+            s.target.to_bits().hash(state);
+        }
     }
 }
 
@@ -170,7 +200,10 @@ pub enum MetadataError {
 
 const CLUSTER_ALLOWED: &str =
     "a CNPG cluster name: lowercase letters, digits and '-', at most 63 characters";
-const METRIC_ALLOWED: &str = "one of ReadConnections, ReadCPUUtilization";
+const METRIC_ALLOWED: &str = "one of ReadConnections, ReadCPUUtilization, ReadConnectionUsage";
+const SIGNALS_ALLOWED: &str = "up to 2 of `<metric>=<target>` separated by ',', e.g. \
+     ReadCPUUtilization=400,ReadConnectionUsage=70: metrics ReadConnections, ReadCPUUtilization, \
+     ReadConnectionUsage, each once and not the `metric` key's; targets from 0.001 to 1e9";
 const TARGET_ALLOWED: &str =
     "a number from 0.001 to 1e9 (connections or CPU millicores per read replica)";
 const COUNT_ALLOWED: &str = "a whole number from 0 to 1000";
@@ -293,6 +326,11 @@ pub fn parse(
             max: max_replicas,
         });
     }
+    let signals = match get("signals") {
+        None | Some("") => Vec::new(),
+        Some(value) => parse_signals(value, metric)
+            .ok_or_else(|| invalid("signals", value, SIGNALS_ALLOWED))?,
+    };
     Ok(ScalerConfig {
         cluster,
         metric,
@@ -305,7 +343,24 @@ pub fn parse(
         convergence_deadline_seconds,
         scale_in_disabled,
         schedules,
+        signals,
     })
+}
+
+/// `Metric=target,...`: distinct metrics other than `primary`, at most [`MAX_EXTRA_SIGNALS`].
+fn parse_signals(value: &str, primary: Metric) -> Option<Vec<Signal>> {
+    let mut signals: Vec<Signal> = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, target) = item.split_once('=')?;
+        let metric = Metric::parse(name.trim())?;
+        let target =
+            parse_number(target.trim()).filter(|t| (MIN_TARGET..=MAX_TARGET).contains(t))?;
+        if metric == primary || signals.iter().any(|s| s.metric == metric) {
+            return None;
+        }
+        signals.push(Signal { metric, target });
+    }
+    (signals.len() <= MAX_EXTRA_SIGNALS).then_some(signals)
 }
 
 fn invalid(key: &'static str, value: &str, allowed: &'static str) -> MetadataError {
@@ -364,6 +419,7 @@ mod tests {
                 convergence_deadline_seconds: None,
                 scale_in_disabled: false,
                 schedules: Schedules::default(),
+                signals: vec![],
             }
         );
         assert_eq!(cfg.metric_name(), "cnpg-pg-readconnections");
@@ -381,6 +437,7 @@ mod tests {
             ("dryRun", "True"),
             ("convergenceDeadlineSeconds", "120"),
             ("scaleIn", "Disabled"),
+            ("signals", " ReadConnections=150 , ReadConnectionUsage=70"),
             ("schedules", "0 8 * * 1-5 for 10h floor 4 in Europe/Berlin"),
             ("scalerAddress", "scaler:6000"),
             ("enableTLS", "true"),
@@ -395,6 +452,19 @@ mod tests {
         assert!(cfg.dry_run);
         assert_eq!(cfg.convergence_deadline_seconds, Some(120.0));
         assert!(cfg.scale_in_disabled);
+        assert_eq!(
+            cfg.signals,
+            [
+                Signal {
+                    metric: Metric::ReadConnections,
+                    target: 150.0
+                },
+                Signal {
+                    metric: Metric::ReadConnectionUsage,
+                    target: 70.0
+                }
+            ]
+        );
         assert_eq!(cfg.schedules.windows()[0].floor, Some(4));
         assert_eq!(cfg.metric_name(), "cnpg-db-readcpuutilization");
     }
@@ -436,6 +506,15 @@ mod tests {
                 "convergenceDeadlineSeconds",
             ),
             ("scaleIn", Some("off"), "scaleIn"),
+            ("signals", Some("ReadCPUUtilization"), "signals"),
+            ("signals", Some("ReadCPUUtilization=0"), "signals"),
+            ("signals", Some("WriteIOPS=5"), "signals"),
+            ("signals", Some("ReadConnections=5"), "signals"),
+            (
+                "signals",
+                Some("ReadCPUUtilization=5,ReadCPUUtilization=6"),
+                "signals",
+            ),
             ("schedules", Some("0 8 * * * floor 4"), "schedules"),
             ("schedules", Some("0 8 * * * for 1h floor 7"), "schedules"),
             (

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::metadata::{Metric, ScalerConfig};
+use crate::metadata::{MAX_EXTRA_SIGNALS, Metric, ScalerConfig};
 use names::echo;
 
 /// Users whose sessions are the platform's own, not client load.
@@ -37,9 +37,24 @@ const CLUSTER_OF_POD: &str = "(.+)-[1-9][0-9]*";
 pub mod part {
     pub const INSTANCES: &str = "instances";
     pub const LOAD: &str = "load";
-    /// ReadCPUUtilization only: replica pods, and replica pods that have a CPU series.
+    /// With ReadCPUUtilization or ReadConnectionUsage: streaming replica pods (warm-up left out)
+    /// and, per signal, those of them that have the signal's per-pod series.
     pub const REPLICAS: &str = "replicas";
     pub const LOAD_PODS: &str = "load_pods";
+    pub const USAGE_PODS: &str = "usage_pods";
+    /// With ReadCPUUtilization: replicas whose WAL receiver is down (cloning, restoring).
+    pub const WARMING: &str = "warming";
+    /// The load part of a signal: `load` for the trigger's `metric`, `load_<metric>` for the
+    /// others (`signals`).
+    pub fn load_of(metric: crate::metadata::Metric, primary: bool) -> &'static str {
+        use crate::metadata::Metric;
+        match (primary, metric) {
+            (true, _) => LOAD,
+            (false, Metric::ReadConnections) => "load_readconnections",
+            (false, Metric::ReadCpuUtilization) => "load_readcpuutilization",
+            (false, Metric::ReadConnectionUsage) => "load_readconnectionusage",
+        }
+    }
     pub const LAG: &str = "lag";
     pub const WAL: &str = "wal";
 }
@@ -55,14 +70,21 @@ pub struct Target {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
     pub metric: Metric,
+    /// The `signals` besides `metric`, in the order given.
+    pub extra: [Option<Metric>; MAX_EXTRA_SIGNALS],
     /// The lag brake is on: the query adds replica lag and primary WAL rate.
     pub brake: bool,
 }
 
 impl Shape {
     pub fn of(config: &ScalerConfig) -> Self {
+        let mut extra = [None; MAX_EXTRA_SIGNALS];
+        for (slot, signal) in extra.iter_mut().zip(&config.signals) {
+            *slot = Some(signal.metric);
+        }
         Self {
             metric: config.metric,
+            extra,
             brake: config.max_replication_lag_seconds > 0.0,
         }
     }
@@ -81,6 +103,10 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
     let sel = selector(targets);
     let replicas = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 1)");
     let primary = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 0)");
+    // Without the receiver series (custom monitoring queries) a replica counts as streaming, so
+    // a missing series never turns load into zero.
+    let receiver_down = format!("(cnpg_pg_replication_is_wal_receiver_up{{{sel}}} == 0)");
+    let streaming = format!("({replicas} unless on(namespace,pod) {receiver_down})");
     let mut parts = vec![(
         part::INSTANCES,
         per_cluster(
@@ -88,34 +114,75 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
             &format!("count by (namespace,pod) (cnpg_pg_replication_in_recovery{{{sel}}})"),
         ),
     )];
-    match shape.metric {
-        Metric::ReadConnections => parts.push((
-            part::LOAD,
-            per_cluster(
-                "sum",
-                &format!(
-                    "max by (namespace,pod,datname,usename,application_name,state) \
-                     (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
-                     and on(namespace,pod) {replicas}"
+    let metrics = std::iter::once((shape.metric, true))
+        .chain(shape.extra.iter().flatten().map(|m| (*m, false)));
+    let mut needs_replicas = false;
+    for (metric, primary) in metrics {
+        let load = part::load_of(metric, primary);
+        match metric {
+            Metric::ReadConnections => parts.push((
+                load,
+                per_cluster(
+                    "sum",
+                    &format!(
+                        "max by (namespace,pod,datname,usename,application_name,state) \
+                         (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
+                         and on(namespace,pod) {replicas}"
+                    ),
                 ),
-            ),
-        )),
-        Metric::ReadCpuUtilization => {
-            // cAdvisor always exports a running container's counter, so replicas without it
-            // mean a scrape gap (an error), unlike CNPG's omitted zero rows.
-            let cpu = format!(
-                "max by (namespace,pod) (rate(container_cpu_usage_seconds_total{{{sel},container=\"postgres\"}}[{WINDOW}])) \
-                 and on(namespace,pod) {replicas}"
-            );
-            parts.extend([
-                (part::LOAD, format!("{} * 1000", per_cluster("sum", &cpu))),
-                (
-                    part::REPLICAS,
-                    per_cluster("count", &format!("count by (namespace,pod) {replicas}")),
-                ),
-                (part::LOAD_PODS, per_cluster("count", &cpu)),
-            ]);
+            )),
+            Metric::ReadCpuUtilization => {
+                // Warm-up: a replica whose WAL receiver is down is cloning or restoring from
+                // the archive, its CPU is not read load. cAdvisor always exports a running
+                // container's counter, so streaming replicas without it mean a scrape gap
+                // (an error), unlike CNPG's omitted zero rows.
+                let cpu = format!(
+                    "max by (namespace,pod) (rate(container_cpu_usage_seconds_total{{{sel},container=\"postgres\"}}[{WINDOW}])) \
+                     and on(namespace,pod) {streaming}"
+                );
+                needs_replicas = true;
+                parts.extend([
+                    (load, format!("{} * 1000", per_cluster("sum", &cpu))),
+                    (part::LOAD_PODS, per_cluster("count", &cpu)),
+                    (
+                        part::WARMING,
+                        per_cluster("count", &format!("count by (namespace,pod) ({replicas} and on(namespace,pod) {receiver_down})")),
+                    ),
+                ]);
+            }
+            Metric::ReadConnectionUsage => {
+                // Every client session holds a slot of max_connections, idle ones too.
+                let max_connections = format!(
+                    "max by (namespace,pod) (cnpg_pg_settings_setting{{{sel},name=\"max_connections\"}} > 0)"
+                );
+                let clients = format!(
+                    "sum by (namespace,pod) (max by (namespace,pod,datname,usename,application_name,state) \
+                     (cnpg_backends_total{{{sel},usename!~\"{INTERNAL_USERS}\"}}))"
+                );
+                needs_replicas = true;
+                parts.extend([
+                    (
+                        load,
+                        per_cluster(
+                            "sum",
+                            &format!(
+                                "{clients} / on(namespace,pod) {max_connections} * 100 and on(namespace,pod) {streaming}"
+                            ),
+                        ),
+                    ),
+                    (
+                        part::USAGE_PODS,
+                        per_cluster("count", &format!("{max_connections} and on(namespace,pod) {streaming}")),
+                    ),
+                ]);
+            }
         }
+    }
+    if needs_replicas {
+        parts.push((
+            part::REPLICAS,
+            per_cluster("count", &format!("count by (namespace,pod) {streaming}")),
+        ));
     }
     if shape.brake {
         parts.extend([
@@ -262,7 +329,13 @@ pub const MAX_VALUE: f64 = 1e15;
 /// Largest pod count a counting part may carry.
 pub const MAX_COUNT: f64 = 100_000.0;
 /// The parts that count pods: whole numbers from 0 to [`MAX_COUNT`].
-const COUNT_PARTS: [&str; 3] = [part::INSTANCES, part::REPLICAS, part::LOAD_PODS];
+const COUNT_PARTS: [&str; 5] = [
+    part::INSTANCES,
+    part::REPLICAS,
+    part::LOAD_PODS,
+    part::USAGE_PODS,
+    part::WARMING,
+];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum QueryError {

@@ -11,6 +11,7 @@ fn t(namespace: &str, cluster: &str) -> Target {
 
 const CONNECTIONS_BRAKE: Shape = Shape {
     metric: Metric::ReadConnections,
+    extra: [None; 2],
     brake: true,
 };
 
@@ -57,6 +58,7 @@ fn a_batch_selects_its_namespaces_and_clusters_and_groups_by_both() {
 fn lag_and_wal_are_only_queried_for_the_brake() {
     let shape = Shape {
         metric: Metric::ReadConnections,
+        extra: [None; 2],
         brake: false,
     };
     let q = decision_query(&[t("ns", "pg")], shape);
@@ -68,14 +70,52 @@ fn lag_and_wal_are_only_queried_for_the_brake() {
 fn cpu_query_reads_the_postgres_container_in_millicores() {
     let shape = Shape {
         metric: Metric::ReadCpuUtilization,
+        extra: [None; 2],
         brake: false,
     };
     let q = decision_query(&[t("ns", "db")], shape);
     assert!(q.contains(r#"container_cpu_usage_seconds_total{namespace="ns",pod=~"db-[1-9][0-9]*",container="postgres"}[5m]"#));
     assert!(q.contains("* 1000"));
-    assert!(q.contains(r#"count by (namespace,pod) (cnpg_pg_replication_in_recovery{namespace="ns",pod=~"db-[1-9][0-9]*"} == 1)"#), "{q}");
+    assert!(q.contains(r#"count by (namespace,pod) ((cnpg_pg_replication_in_recovery{namespace="ns",pod=~"db-[1-9][0-9]*"} == 1) unless"#), "{q}");
     assert!(q.contains(r#""part", "replicas""#) && q.contains(r#""part", "load_pods""#));
     assert!(!q.contains("cnpg_backends_total"));
+    // Warm-up: replicas whose WAL receiver is down are left out, and counted apart.
+    assert!(q.contains(r#"unless on(namespace,pod) (cnpg_pg_replication_is_wal_receiver_up{namespace="ns",pod=~"db-[1-9][0-9]*"} == 0)"#), "{q}");
+    assert!(q.contains(r#""part", "warming""#));
+}
+
+#[test]
+fn every_signal_has_its_load_part_and_usage_reads_max_connections() {
+    let shape = Shape {
+        metric: Metric::ReadConnections,
+        extra: [
+            Some(Metric::ReadConnectionUsage),
+            Some(Metric::ReadCpuUtilization),
+        ],
+        brake: false,
+    };
+    let q = decision_query(&[t("ns", "pg")], shape);
+    for part in [
+        "load",
+        "load_readconnectionusage",
+        "load_readcpuutilization",
+        "replicas",
+        "load_pods",
+        "usage_pods",
+        "warming",
+    ] {
+        assert_eq!(
+            q.matches(&format!(r#""part", "{part}""#)).count(),
+            1,
+            "{part}: {q}"
+        );
+    }
+    assert!(q.contains(r#"cnpg_pg_settings_setting{namespace="ns",pod=~"pg-[1-9][0-9]*",name="max_connections"} > 0"#), "{q}");
+    // Usage counts sessions in every state: no state matcher on that selector.
+    assert!(
+        q.contains(r#"cnpg_backends_total{namespace="ns",pod=~"pg-[1-9][0-9]*",usename!~"#),
+        "{q}"
+    );
 }
 
 #[test]
@@ -223,11 +263,17 @@ fn shape() -> impl Strategy<Value = Shape> {
     (
         prop_oneof![
             Just(Metric::ReadConnections),
-            Just(Metric::ReadCpuUtilization)
+            Just(Metric::ReadCpuUtilization),
+            Just(Metric::ReadConnectionUsage)
         ],
+        proptest::option::of(Just(Metric::ReadConnectionUsage)),
         any::<bool>(),
     )
-        .prop_map(|(metric, brake)| Shape { metric, brake })
+        .prop_map(|(metric, usage, brake)| Shape {
+            metric,
+            extra: [usage.filter(|u| *u != metric), None],
+            brake,
+        })
 }
 
 fn value() -> impl Strategy<Value = String> {

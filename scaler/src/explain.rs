@@ -36,10 +36,11 @@ pub struct Args {
     /// CNPG Cluster name.
     #[arg(long)]
     pub cluster: String,
-    /// Load signal: ReadConnections or ReadCPUUtilization.
+    /// Load signal: ReadConnections, ReadCPUUtilization or ReadConnectionUsage.
     #[arg(long, default_value = "ReadConnections")]
     pub metric: Metric,
-    /// Load one read replica should carry (connections, or CPU millicores).
+    /// Load one read replica should carry (connections, CPU millicores, or percent of
+    /// max_connections).
     #[arg(long, default_value = "150")]
     pub target: String,
     #[arg(long, default_value = "2")]
@@ -64,6 +65,9 @@ pub struct Args {
     /// "0 8 * * 1-5 for 10h floor 4 in Europe/Berlin; 0 22 * * * for 8h scaleIn disabled".
     #[arg(long)]
     pub schedules: Option<String>,
+    /// More signals, as the `signals` metadata, e.g. "ReadCPUUtilization=400,ReadConnectionUsage=70".
+    #[arg(long)]
+    pub signals: Option<String>,
     #[arg(long, value_enum, default_value = "auto")]
     pub topology: topology::Mode,
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
@@ -112,6 +116,9 @@ impl Args {
         }
         if let Some(windows) = &self.schedules {
             md.insert("schedules".into(), windows.clone());
+        }
+        if let Some(signals) = &self.signals {
+            md.insert("signals".into(), signals.clone());
         }
         let config = metadata::parse(&self.cluster, &md)?;
         let metrics = Metrics::register(&mut Registry::default());
@@ -172,11 +179,16 @@ fn text(report: &Report<'_>) -> String {
     let e = report.evaluation;
     let (p, o, d) = (&e.policy, &e.observation, &e.decision);
     let mut s = String::new();
-    let load_unit = if e.metric == Metric::ReadCpuUtilization.as_str() {
-        "CPU millicores of the postgres container on replicas"
-    } else {
-        "active client backends on replicas"
+    let unit = |metric| match metric {
+        Metric::ReadConnections => "active client backends on replicas",
+        Metric::ReadCpuUtilization => {
+            "CPU millicores of the postgres container on streaming replicas"
+        }
+        Metric::ReadConnectionUsage => {
+            "client connections over max_connections on streaming replicas, percent summed"
+        }
     };
+    let load_unit = unit(p.metric);
     let _ = writeln!(
         s,
         "CNPG cluster {}/{} ({}, target {} per read replica)",
@@ -220,6 +232,24 @@ fn text(report: &Report<'_>) -> String {
         "  read load             {} ({load_unit}){absent}",
         o.load
     );
+    for (signal, load) in p.extra.iter().zip(o.extra_loads) {
+        if let Some(signal) = signal {
+            let _ = writeln!(
+                s,
+                "  signal {}  {load} / target {} ({})",
+                signal.metric,
+                signal.target,
+                unit(signal.metric)
+            );
+        }
+    }
+    let _ = writeln!(s, "  winning signal        {}", d.signal);
+    if let Some(warming) = e.warming_replicas {
+        let _ = writeln!(
+            s,
+            "  warming replicas      {warming} (WAL receiver down: left out of the CPU signal)"
+        );
+    }
     if p.max_lag_seconds > 0.0 {
         match o.max_lag_seconds {
             Some(lag) => _ = writeln!(s, "  replica lag, 5m max   {lag} s"),

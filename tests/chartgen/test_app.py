@@ -152,18 +152,25 @@ SCHEDULE = ["autoscaling.schedules[0].cron=0 8 * * 1-5", "autoscaling.schedules[
             "autoscaling.schedules[1].scaleIn=disabled"]
 
 
-def test_schedules_and_scale_in_render_as_trigger_metadata(helm):
-    md = one(helm.render(EXAMPLE, ON + SCHEDULE + ["autoscaling.scaleIn=disabled"]),
+def test_signals_schedules_and_scale_in_render_as_trigger_metadata(helm):
+    signals = ["autoscaling.signals[0].metric=ReadCPUUtilization", "autoscaling.signals[0].target=400",
+               "autoscaling.signals[1].metric=ReadConnectionUsage", "autoscaling.signals[1].target=70"]
+    md = one(helm.render(EXAMPLE, ON + SCHEDULE + signals + ["autoscaling.scaleIn=disabled"]),
              "ScaledObject")["spec"]["triggers"][0]["metadata"]
+    assert md["signals"] == "ReadCPUUtilization=400,ReadConnectionUsage=70"
     assert md["scaleIn"] == "disabled"
     assert md["schedules"] == "0 8 * * 1-5 for 10h floor 4 in Europe/Berlin; 0 22 * * * for 8h scaleIn disabled"
     # Without them the trigger carries neither key: ScaledObjects render exactly as before.
     md = one(helm.render(EXAMPLE, ON + ["autoscaling.scaleIn=enabled"]), "ScaledObject")["spec"]["triggers"][0]["metadata"]
-    assert "scaleIn" not in md and "schedules" not in md
+    assert "scaleIn" not in md and "schedules" not in md and "signals" not in md
 
 
 @pytest.mark.parametrize("bad,field", [
     (["autoscaling.scaleIn=off"], "scaleIn"),
+    (["autoscaling.signals[0].metric=WriteIOPS", "autoscaling.signals[0].target=5"], "metric"),
+    (["autoscaling.signals[0].metric=ReadConnectionUsage", "autoscaling.signals[0].target=0"], "target"),
+    (["autoscaling.signals[0].metric=ReadConnections", "autoscaling.signals[0].target=5"],
+     "autoscaling.signals entry 0 repeats autoscaling.metric ReadConnections"),
     (["autoscaling.schedules[0].cron=0 8 * *", "autoscaling.schedules[0].duration=1h",
       "autoscaling.schedules[0].floor=3"], "cron"),
     (["autoscaling.schedules[0].cron=0 8 * * *", "autoscaling.schedules[0].duration=1 hour",

@@ -53,6 +53,10 @@ class Pod:
     # The primary stopped writing this many seconds ago (None: writes until the end of the samples).
     writes_stopped_ago: float | None = None
     internal: bool = True  # add CNPG's own sessions
+    # cnpg_pg_replication_is_wal_receiver_up on a replica (False: cloning or restoring); None: no
+    # series (the primary always reports 0 when set).
+    wal_receiver_up: bool | None = None
+    max_connections: int | None = None  # cnpg_pg_settings_setting{name="max_connections"}
 
 
 @dataclass
@@ -100,6 +104,12 @@ def render(clusters: list[Cluster], now: float, back: float = 600, ahead: float 
                             lines.append(_replay_backlog(c, p, q, scrape, t, now, writes_end, ms))
                 lines.append(f"cnpg_pg_replication_in_recovery{_labels(**scrape)} {0 if p.primary else 1} {ms}")
                 lines.append(f"cnpg_pg_replication_lag{_labels(**scrape)} {0 if p.primary else p.lag(age)} {ms}")
+                if p.wal_receiver_up is not None:
+                    up = int(p.wal_receiver_up and not p.primary)
+                    lines.append(f"cnpg_pg_replication_is_wal_receiver_up{_labels(**scrape)} {up} {ms}")
+                if p.max_connections is not None:
+                    lines.append(f"cnpg_pg_settings_setting{_labels(**scrape, name='max_connections')} "
+                                 f"{p.max_connections} {ms}")
                 wal = 1_000_000 + p.wal_bytes_per_s * (min(t, writes_end) - t0)
                 lines.append(f"cnpg_collector_wal_bytes{_labels(**scrape, stats_reset=stats_reset)} {wal} {ms}")
                 for b in backends:

@@ -20,6 +20,7 @@ pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
         ("maxReplicas", json!(6)),
         ("metric", json!("ReadConnections")),
         ("target", json!(150)),
+        ("signals", json!([])),
         ("maxReplicationLagSeconds", json!(0)),
         ("dryRun", json!(false)),
         ("scaleIn", json!("enabled")),
@@ -430,7 +431,7 @@ mod tests {
         assert!(!m.contains_key("custom"), "kept in the text, not rendered");
         let keys: Vec<&String> = m.keys().collect();
         assert_eq!(keys[0], "enabled");
-        assert_eq!(keys[13], "behavior");
+        assert_eq!(keys[14], "behavior");
     }
 
     #[test]

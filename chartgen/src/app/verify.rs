@@ -60,9 +60,11 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             expect: renders(true, true),
         },
         Case {
-            name: "controls: scale-in off and a schedule",
+            name: "controls: a second signal, scale-in off and a schedule",
             sets: on(&[
                 "autoscaling.scaleIn=disabled",
+                "autoscaling.signals[0].metric=ReadConnectionUsage",
+                "autoscaling.signals[0].target=70",
                 "autoscaling.schedules[0].cron=0 8 * * 1-5",
                 "autoscaling.schedules[0].duration=10h",
                 "autoscaling.schedules[0].floor=4",

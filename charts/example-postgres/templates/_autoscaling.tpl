@@ -104,6 +104,15 @@ The `schedules` trigger metadata: one `<cron> for <duration> [floor <n>] [scaleI
 {{- join "; " $windows -}}
 {{- end }}
 
+{{/* The `signals` trigger metadata: `<metric>=<target>` joined by ","; "" without signals. */}}
+{{- define "example-postgres.autoscaling.signals" -}}
+{{- $signals := list -}}
+{{- range $s := .Values.autoscaling.signals -}}
+{{- $signals = append $signals (printf "%s=%d" $s.metric (int $s.target)) -}}
+{{- end -}}
+{{- join "," $signals -}}
+{{- end }}
+
 {{/* Render-time guards (cozystack-designs.md §1.3, §1.7): each fails with the fix in the message. */}}
 {{- define "example-postgres.autoscaling.guards" -}}
 {{- $a := .Values.autoscaling -}}
@@ -122,6 +131,11 @@ The `schedules` trigger metadata: one `<cron> for <duration> [floor <n>] [scaleI
 {{- end -}}
 {{- if gt (int .Values.replicas) (int $a.maxReplicas) -}}
 {{- fail (printf "replicas (%d) is above autoscaling.maxReplicas (%d): the HPA would cut straight to maxReplicas, ignoring pause and pacing; raise maxReplicas or lower replicas first" (int .Values.replicas) (int $a.maxReplicas)) -}}
+{{- end -}}
+{{- range $i, $s := $a.signals -}}
+{{- if eq $s.metric $a.metric -}}
+{{- fail (printf "autoscaling.signals entry %d repeats autoscaling.metric %s: give each metric once" $i $s.metric) -}}
+{{- end -}}
 {{- end -}}
 {{- range $i, $w := $a.schedules -}}
 {{- if gt (int $w.floor) (int $a.maxReplicas) -}}

@@ -212,6 +212,7 @@ impl Args {
         let load_label = match config.metric {
             Metric::ReadConnections => "active connections",
             Metric::ReadCpuUtilization => "CPU millicores",
+            Metric::ReadConnectionUsage => "connection usage (%)",
         };
         if let Some(path) = &self.csv {
             output::csv(path, &rows)?;
