@@ -22,7 +22,7 @@ pub enum EvaluateError {
     NoInstances { namespace: String, cluster: String },
     #[error(
         "CPU series (container_cpu_usage_seconds_total{{container=\"postgres\"}}) exist for {with_series} of \
-         {replicas} replicas of CNPG cluster {cluster:?} in namespace {namespace:?}: are cAdvisor metrics scraped?"
+         {replicas} replicas past warm-up of CNPG cluster {cluster:?} in namespace {namespace:?}: are cAdvisor metrics scraped?"
     )]
     MissingCpuSeries {
         namespace: String,
@@ -127,11 +127,13 @@ pub fn evaluate(
         .collect();
     let count = |name| parts.get(name).map_or(0, |n| *n as u32);
     let replicas = count(part::REPLICAS);
-    if metrics.contains(&Metric::ReadCpuUtilization) && count(part::LOAD_PODS) < replicas {
+    // Warming replicas are left out of the CPU signal, so they need no CPU series.
+    let warm = replicas.saturating_sub(count(part::WARMING));
+    if metrics.contains(&Metric::ReadCpuUtilization) && count(part::LOAD_PODS) < warm {
         return Err(EvaluateError::MissingCpuSeries {
             namespace: namespace.to_owned(),
             cluster: config.cluster.clone(),
-            replicas,
+            replicas: warm,
             with_series: count(part::LOAD_PODS),
         });
     }
@@ -394,9 +396,9 @@ mod tests {
         let cfg = config(&[("signals", "ReadConnectionUsage=50,ReadCPUUtilization=100")]);
         let answer = |usage_pods: f64| {
             parts(&[
-                ("instances", 3.0),
+                ("instances", 4.0),
                 ("load", 4.0),
-                ("replicas", 2.0),
+                ("replicas", 3.0),
                 ("load_pods", 2.0),
                 ("warming", 1.0),
                 ("usage_pods", usage_pods),
@@ -404,7 +406,7 @@ mod tests {
                 ("load_readcpuutilization", 90.0),
             ])
         };
-        let e = evaluate("ns", &cfg, &inputs("metrics"), &answer(2.0), None).unwrap();
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &answer(3.0), None).unwrap();
         // Connections 4/5 ask 1, usage 120/50 asks 3, CPU 90/100 asks 1.
         assert_eq!(e.observation.extra_loads, [120.0, 90.0]);
         assert_eq!(
@@ -420,13 +422,13 @@ mod tests {
         assert!(matches!(
             evaluate("ns", &cfg, &inputs("metrics"), &answer(1.0), None),
             Err(EvaluateError::MissingMaxConnections {
-                replicas: 2,
+                replicas: 3,
                 with_series: 1,
                 ..
             })
         ));
         // No usage rows (CNPG omits zeros) with max_connections known: no load.
-        let mut quiet = answer(2.0);
+        let mut quiet = answer(3.0);
         quiet.remove("load_readconnectionusage");
         let e = evaluate("ns", &cfg, &inputs("metrics"), &quiet, None).unwrap();
         assert_eq!(e.observation.extra_loads, [0.0, 90.0]);

@@ -37,12 +37,13 @@ const CLUSTER_OF_POD: &str = "(.+)-[1-9][0-9]*";
 pub mod part {
     pub const INSTANCES: &str = "instances";
     pub const LOAD: &str = "load";
-    /// With ReadCPUUtilization or ReadConnectionUsage: streaming replica pods (warm-up left out)
-    /// and, per signal, those of them that have the signal's per-pod series.
+    /// With ReadCPUUtilization or ReadConnectionUsage: replica pods; warm replicas with a CPU
+    /// series (`load_pods`); replicas with `max_connections` (`usage_pods`).
     pub const REPLICAS: &str = "replicas";
     pub const LOAD_PODS: &str = "load_pods";
     pub const USAGE_PODS: &str = "usage_pods";
-    /// With ReadCPUUtilization: replicas whose WAL receiver is down (cloning, restoring).
+    /// With ReadCPUUtilization: replicas warming up, left out of the CPU signal: their WAL
+    /// receiver was down (restoring, not streaming yet) at some point of the rate window.
     pub const WARMING: &str = "warming";
     /// The load part of a signal: `load` for the trigger's `metric`, `load_<metric>` for the
     /// others (`signals`).
@@ -103,10 +104,13 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
     let sel = selector(targets);
     let replicas = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 1)");
     let primary = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 0)");
-    // Without the receiver series (custom monitoring queries) a replica counts as streaming, so
-    // a missing series never turns load into zero.
-    let receiver_down = format!("(cnpg_pg_replication_is_wal_receiver_up{{{sel}}} == 0)");
-    let streaming = format!("({replicas} unless on(namespace,pod) {receiver_down})");
+    // Warm-up: a replica whose WAL receiver was down at any point of the CPU rate window was
+    // restoring, and `rate()` over that window still carries the restore's CPU. Without the
+    // receiver series (custom monitoring queries) a replica counts as warm, so a missing series
+    // never turns load into zero.
+    let warming =
+        format!("(min_over_time(cnpg_pg_replication_is_wal_receiver_up{{{sel}}}[{WINDOW}]) == 0)");
+    let warm = format!("({replicas} unless on(namespace,pod) {warming})");
     let mut parts = vec![(
         part::INSTANCES,
         per_cluster(
@@ -132,13 +136,12 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
                 ),
             )),
             Metric::ReadCpuUtilization => {
-                // Warm-up: a replica whose WAL receiver is down is cloning or restoring from
-                // the archive, its CPU is not read load. cAdvisor always exports a running
-                // container's counter, so streaming replicas without it mean a scrape gap
+                // A warming replica's CPU is restore work, not read load. cAdvisor always exports
+                // a running container's counter, so warm replicas without it mean a scrape gap
                 // (an error), unlike CNPG's omitted zero rows.
                 let cpu = format!(
                     "max by (namespace,pod) (rate(container_cpu_usage_seconds_total{{{sel},container=\"postgres\"}}[{WINDOW}])) \
-                     and on(namespace,pod) {streaming}"
+                     and on(namespace,pod) {warm}"
                 );
                 needs_replicas = true;
                 parts.extend([
@@ -146,7 +149,10 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
                     (part::LOAD_PODS, per_cluster("count", &cpu)),
                     (
                         part::WARMING,
-                        per_cluster("count", &format!("count by (namespace,pod) ({replicas} and on(namespace,pod) {receiver_down})")),
+                        per_cluster(
+                            "count",
+                            &format!("count by (namespace,pod) ({replicas} and on(namespace,pod) {warming})"),
+                        ),
                     ),
                 ]);
             }
@@ -166,13 +172,16 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
                         per_cluster(
                             "sum",
                             &format!(
-                                "{clients} / on(namespace,pod) {max_connections} * 100 and on(namespace,pod) {streaming}"
+                                "{clients} / on(namespace,pod) {max_connections} * 100 and on(namespace,pod) {replicas}"
                             ),
                         ),
                     ),
                     (
                         part::USAGE_PODS,
-                        per_cluster("count", &format!("{max_connections} and on(namespace,pod) {streaming}")),
+                        per_cluster(
+                            "count",
+                            &format!("{max_connections} and on(namespace,pod) {replicas}"),
+                        ),
                     ),
                 ]);
             }
@@ -181,7 +190,7 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
     if needs_replicas {
         parts.push((
             part::REPLICAS,
-            per_cluster("count", &format!("count by (namespace,pod) {streaming}")),
+            per_cluster("count", &format!("count by (namespace,pod) {replicas}")),
         ));
     }
     if shape.brake {

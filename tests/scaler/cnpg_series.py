@@ -53,9 +53,9 @@ class Pod:
     # The primary stopped writing this many seconds ago (None: writes until the end of the samples).
     writes_stopped_ago: float | None = None
     internal: bool = True  # add CNPG's own sessions
-    # cnpg_pg_replication_is_wal_receiver_up on a replica (False: cloning or restoring); None: no
-    # series (the primary always reports 0 when set).
-    wal_receiver_up: bool | None = None
+    # cnpg_pg_replication_is_wal_receiver_up on a replica (False: restoring, not streaming yet),
+    # or a function of the sample's age; None: no series (the primary reports 0 when set).
+    wal_receiver_up: bool | Callable[[float], bool] | None = None
     max_connections: int | None = None  # cnpg_pg_settings_setting{name="max_connections"}
 
 
@@ -105,7 +105,8 @@ def render(clusters: list[Cluster], now: float, back: float = 600, ahead: float 
                 lines.append(f"cnpg_pg_replication_in_recovery{_labels(**scrape)} {0 if p.primary else 1} {ms}")
                 lines.append(f"cnpg_pg_replication_lag{_labels(**scrape)} {0 if p.primary else p.lag(age)} {ms}")
                 if p.wal_receiver_up is not None:
-                    up = int(p.wal_receiver_up and not p.primary)
+                    streaming = p.wal_receiver_up(age) if callable(p.wal_receiver_up) else p.wal_receiver_up
+                    up = int(streaming and not p.primary)
                     lines.append(f"cnpg_pg_replication_is_wal_receiver_up{_labels(**scrape)} {up} {ms}")
                 if p.max_connections is not None:
                     lines.append(f"cnpg_pg_settings_setting{_labels(**scrape, name='max_connections')} "

@@ -38,6 +38,11 @@ CLUSTERS = [
                          replica(2, cpu_millicores=400, wal_receiver_up=True),
                          replica(3, cpu_millicores=400, wal_receiver_up=True),
                          replica(4, cpu_millicores=900, wal_receiver_up=False)]),
+    # Replica 3 has streamed for 2 minutes after restoring: its 5-minute CPU rate still carries the
+    # restore, so it stays left out until the window is clean.
+    Cluster(NS, "fresh", [primary(wal_receiver_up=False),
+                          replica(2, cpu_millicores=400, wal_receiver_up=True),
+                          replica(3, cpu_millicores=900, wal_receiver_up=lambda age: age < 120)]),
     # No receiver series at all (custom monitoring queries): every replica counts, never zero.
     Cluster(NS, "norecv", [primary(), replica(2, cpu_millicores=400), replica(3, cpu_millicores=400)]),
 ]
@@ -94,6 +99,10 @@ def test_warming_replicas_are_left_out_of_the_cpu_signal(vm, keda):
     e = explain(vm, "warm", "--metric", "ReadCPUUtilization", "--target", "300")
     assert e["warming_replicas"] == 1
     assert e["observation"]["load"] == pytest.approx(800, rel=0.02)
+    # Streaming again for 2 minutes: still warming (400m / 300 -> 1 + 2 = 3).
+    md = metadata("fresh", metric="ReadCPUUtilization", target="300")
+    assert keda.desired(keda.ref(NS, "so-fresh", md), 300) == 3
+    assert explain(vm, "fresh", "--metric", "ReadCPUUtilization", "--target", "300")["warming_replicas"] == 1
     # Without receiver series every replica counts: 800m / 300 -> 4 as well, never zero.
     md = metadata("norecv", metric="ReadCPUUtilization", target="300")
     assert keda.desired(keda.ref(NS, "so-norecv", md), 300) == 4
