@@ -21,7 +21,7 @@ if [[ ! -x "$COZY_TOOLS/venv/bin/python" ]]; then
 fi
 "$COZY_TOOLS/venv/bin/pip" install -q --disable-pip-version-check \
   grpcio grpcio-tools grpcio-health-checking pytest requests pyyaml kubernetes-validate jsonschema jsonpatch \
-  prometheus-client
+  prometheus-client hypothesis
 
 # Upstream CRDs and data files, from the Go module cache at pinned versions.
 "$(dirname "$0")/upstream.sh"
