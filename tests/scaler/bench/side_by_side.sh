@@ -2,7 +2,7 @@
 # Issue 14's side-by-side benchmarks, in one run (figures, not tests; not part of ./run.sh test):
 # backend queries per refresh before/after batching at 1k/5k/20k ScaledObjects, scaler memory,
 # GetMetrics of the scaler against a no-op gRPC stand-in (ghz), webhook stamping against a no-op
-# TLS stand-in (hey). Release builds; about 15 minutes at the default sizes on 2 cores.
+# TLS stand-in (hey). Release builds; about 10 minutes at the default sizes on 2 cores.
 #   tests/scaler/bench/side_by_side.sh                      # everything, default sizes
 #   SIZES=1000 WEBHOOK=0 tests/scaler/bench/side_by_side.sh # a quick look at one size
 # Figures go to stdout and, as JSON, to $OUT (default /tmp/side-by-side-<time>).
