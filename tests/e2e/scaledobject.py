@@ -3,7 +3,8 @@
 the HPA behaviour shortened so the scenario takes seconds instead of hours. The chart's defaults
 reference the package's ClusterTriggerAuthentication: KEDA dials the scaler over mTLS."""
 
-from helm import Helm, example_chart
+from charts import example_chart
+from helm import Helm
 
 TARGET = 10          # active read sessions one replica should carry
 MAX = 5
@@ -30,8 +31,8 @@ def cluster_and_scaledobject(rig, address: str, namespace: str, name: str,
             **autoscaling,
         },
     }
-    docs = Helm(rig.cp.kubeconfig, rig.dir / "helm").template(name, example_chart(), namespace,
-                                                               values)
+    docs = Helm(rig.dir / "helm", kubeconfig=rig.cp.kubeconfig).render(
+        example_chart(), release=name, namespace=namespace, values=values)
     objs = [d for d in docs if d["kind"] in ("Cluster", "ScaledObject")]
     assert sorted(d["kind"] for d in objs) == ["Cluster", "ScaledObject"], docs
     for d in objs:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import requests
 import promtext
-from helm import Helm, package_chart
+from charts import package_chart
+from helm import Helm
 from rig import POLL, keda
 from testkit import CA, Pair, free_port, wait_until
 
@@ -46,7 +47,7 @@ def install_package(rig) -> tuple[Helm, Path]:
     chart = package_chart()
     for ns in (FLUX_NS, CERT_MANAGER_NS):
         rig.kube.ensure_namespace(ns)
-    helm = Helm(rig.cp.kubeconfig, rig.dir / "helm")
+    helm = Helm(rig.dir / "helm", kubeconfig=rig.cp.kubeconfig)
     helm.upgrade_install(RELEASE, chart, NS, VALUES)
     return helm, chart
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 import pytest
 import yaml
 
+from charts import PACKAGE_CHART, example_chart
 from chartsource import ChartServer
-from helm import PACKAGE_CHART, Helm, example_chart
+from helm import Helm, HelmFailed
 from rig import POLL, binary
 from rig.cnpg import Sample
 from rig.flux import container_args, start_controller
@@ -75,14 +76,14 @@ class HelmCli:
 
     def __init__(self, rig, ns: str, major: int, *flags: str):
         self.ns = ns
-        self.helm = Helm(rig.cp.kubeconfig, rig.dir / f"helm-{ns}", major)
+        self.helm = Helm(rig.dir / f"helm-{ns}", major, kubeconfig=rig.cp.kubeconfig)
         self.flags = flags
         self.chart = example_chart()
 
     def apply(self, vals: dict) -> None:
         try:
             self.helm.upgrade_install(RELEASE, self.chart, self.ns, vals, *self.flags)
-        except AssertionError as e:  # Helm.run's failure: the stderr says why
+        except HelmFailed as e:  # the stderr says why
             raise Refused(str(e)) from None
 
     def reconcile(self) -> None:

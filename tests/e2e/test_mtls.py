@@ -11,7 +11,8 @@ import time
 import grpc
 import pytest
 
-from helm import Helm, example_chart
+from charts import example_chart
+from helm import Helm
 from rig import POLL, keda
 from secured import NS, SCALER
 from testkit import CA, wait_until
@@ -83,7 +84,8 @@ def test_keda_without_the_authentication_ref_gets_no_metrics(rig, scaler):
     values = {"replicas": 2, "autoscaling": {"enabled": True, "scalerAddress": scaler.address,
                                              "clusterTriggerAuthentication": "", "maxReplicas": 4,
                                              "target": 10}}
-    docs = Helm(rig.cp.kubeconfig, rig.dir / "helm").template(name, example_chart(), ns, values)
+    docs = Helm(rig.dir / "helm", kubeconfig=rig.cp.kubeconfig).render(
+        example_chart(), release=name, namespace=ns, values=values)
     [so] = [d for d in docs if d["kind"] == "ScaledObject"]
     assert "authenticationRef" not in so["spec"]["triggers"][0]
     for d in docs:

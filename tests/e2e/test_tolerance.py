@@ -6,7 +6,8 @@ kube-controller-manager v1.37 (HPAConfigurableTolerance on by default)."""
 
 import time
 
-from helm import Helm, example_chart
+from charts import example_chart
+from helm import Helm
 from rig import POLL
 from testkit import wait_until
 
@@ -54,7 +55,7 @@ def average(rig, ns: str) -> float | None:
 
 
 def test_tolerance_zero_moves_twelve_to_thirteen_and_the_default_does_not(rig, scaler):
-    helm = Helm(rig.cp.kubeconfig, rig.dir / "helm-tolerance")
+    helm = Helm(rig.dir / "helm-tolerance", kubeconfig=rig.cp.kubeconfig)
     for ns, tolerance in ((WITH, 0), (WITHOUT, None)):
         rig.feeder.set(ns, RELEASE, connections=WANTS_12)
         install(scaler.address, helm, ns, tolerance)
@@ -88,4 +89,4 @@ def test_tolerance_zero_moves_twelve_to_thirteen_and_the_default_does_not(rig, s
     assert [v for _, v in rig.cnpg.series(WITHOUT, RELEASE)] == [12]
     assert [v for _, v in rig.cnpg.series(WITH, RELEASE)] == [12, 13]
     for ns in (WITH, WITHOUT):
-        helm.run("uninstall", RELEASE, "--namespace", ns)
+        helm.output("uninstall", RELEASE, "--namespace", ns)

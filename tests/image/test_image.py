@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from conftest import CHART, layer_members
-from testkit import CA, REPO, TOOLS, Proc, free_port, wait_until
+from helm import Helm
+from testkit import CA, REPO, Proc, free_port, wait_until
 
 UID = 65532
 BINARY = "usr/local/bin/scaler"
@@ -149,13 +150,8 @@ def test_binary_runs_alone_in_the_image(rootfs, chart):
 @pytest.fixture(scope="session")
 def deployments(tmp_path_factory):
     """The package chart's own Deployments, rendered by helm with its default values."""
-    helm = TOOLS / "helm4/helm"
-    if not helm.exists():
-        pytest.fail(f"{helm} missing: run tests/chartgen/setup.sh")
-    home = tmp_path_factory.mktemp("helm-home")
-    out = subprocess.run([helm, "template", "cozy-autoscaling", CHART, "-n", "cozy-autoscaling"],
-                         capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)})
-    objs = [o for o in yaml.safe_load_all(out.stdout) if o]
+    objs = Helm(tmp_path_factory.mktemp("helm-home")).render(
+        CHART, keda=False, release="cozy-autoscaling", namespace="cozy-autoscaling")
     return {o["metadata"]["name"].removeprefix("cozy-autoscaling-"): o for o in objs
             if o["kind"] == "Deployment" and o["metadata"]["name"].startswith("cozy-autoscaling-")}
 
