@@ -8,6 +8,8 @@ use crate::controller::mock::{self, ApiServer};
 
 const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/cozy-fluxcd/leases/shardctl";
 const COLLECTION: &str = "/apis/coordination.k8s.io/v1/namespaces/cozy-fluxcd/leases";
+/// The renew and acquire time of a lease as first read.
+const T0: &str = "2026-01-01T00:00:00.000000Z";
 
 fn timing() -> Timing {
     Timing {
@@ -35,15 +37,14 @@ fn lease(holder: &str, renew: &str, rv: &str, transitions: i32) -> Value {
     })
 }
 
-/// Runs one attempt against the scripted server.
+/// Runs one attempt while `script` plays the API server.
 async fn attempt(
     elector: &mut Elector,
     now: Instant,
     script: impl AsyncFnOnce(&mut ApiServer),
     server: &mut ApiServer,
 ) -> Result<bool, kube::Error> {
-    let (result, ()) = tokio::join!(elector.try_acquire_or_renew(now), script(server));
-    result
+    mock::scripted(elector.try_acquire_or_renew(now), script(server)).await
 }
 
 #[tokio::test]
@@ -53,19 +54,11 @@ async fn creates_the_lease_when_absent() {
         &mut e,
         Instant::now(),
         async |s| {
-            s.expect("GET", PATH, 404, mock::status(404, "NotFound"))
-                .await;
-            let sent = s
-                .expect(
-                    "POST",
-                    COLLECTION,
-                    201,
-                    lease("a", "2026-01-01T00:00:00.000000Z", "1", 0),
-                )
-                .await;
-            assert_eq!(sent.body["spec"]["holderIdentity"], "a");
-            assert_eq!(sent.body["spec"]["leaseDurationSeconds"], 15);
-            assert_eq!(sent.body["metadata"]["name"], "shardctl");
+            s.fail("GET", PATH, 404, "NotFound").await;
+            let sent = s.create(COLLECTION, lease("a", T0, "1", 0)).await;
+            assert_eq!(sent["spec"]["holderIdentity"], "a");
+            assert_eq!(sent["spec"]["leaseDurationSeconds"], 15);
+            assert_eq!(sent["metadata"]["name"], "shardctl");
         },
         &mut server,
     )
@@ -81,10 +74,8 @@ async fn losing_the_create_race_is_not_an_error() {
         &mut e,
         Instant::now(),
         async |s| {
-            s.expect("GET", PATH, 404, mock::status(404, "NotFound"))
-                .await;
-            s.expect("POST", COLLECTION, 409, mock::status(409, "AlreadyExists"))
-                .await;
+            s.fail("GET", PATH, 404, "NotFound").await;
+            s.fail("POST", COLLECTION, 409, "AlreadyExists").await;
         },
         &mut server,
     )
@@ -96,61 +87,40 @@ async fn losing_the_create_race_is_not_an_error() {
 async fn a_live_holder_is_respected_and_an_expired_one_taken_over_conditionally() {
     let (mut e, mut server) = elector("b");
     let t0 = Instant::now();
-    let held_by_a = lease("a", "2026-01-01T00:00:00.000000Z", "7", 3);
     // First sight: fresh by our clock, whatever its renewTime says. No write.
+    let held_by_a = lease("a", T0, "7", 3);
     let held = attempt(
         &mut e,
         t0,
-        async |s| {
-            s.expect("GET", PATH, 200, held_by_a.clone()).await;
-        },
+        async |s| s.get(PATH, held_by_a).await,
         &mut server,
     )
     .await;
     assert!(!held.unwrap());
     // Renewed in between (new renewTime): the clock restarts.
     let renewed = lease("a", "2026-01-01T00:00:10.000000Z", "8", 3);
-    let held = attempt(
-        &mut e,
-        t0 + Duration::from_secs(14),
-        async |s| {
-            s.expect("GET", PATH, 200, renewed.clone()).await;
-        },
-        &mut server,
-    )
-    .await;
-    assert!(!held.unwrap());
-    let held = attempt(
-        &mut e,
-        t0 + Duration::from_secs(28),
-        async |s| {
-            s.expect("GET", PATH, 200, renewed.clone()).await;
-        },
-        &mut server,
-    )
-    .await;
-    assert!(!held.unwrap(), "only 14 s since the record last changed");
+    for (after, what) in [
+        (14, "renewed"),
+        (28, "only 14 s since the record last changed"),
+    ] {
+        let now = t0 + Duration::from_secs(after);
+        let read = async |s: &mut ApiServer| s.get(PATH, renewed.clone()).await;
+        assert!(
+            !attempt(&mut e, now, read, &mut server).await.unwrap(),
+            "{what}"
+        );
+    }
     // Unchanged for a full lease duration: take over, conditional on resourceVersion 8.
     let held = attempt(
         &mut e,
         t0 + Duration::from_secs(29),
         async |s| {
-            s.expect("GET", PATH, 200, renewed.clone()).await;
-            let sent = s
-                .expect(
-                    "PUT",
-                    PATH,
-                    200,
-                    lease("b", "2026-01-01T00:01:00.000000Z", "9", 4),
-                )
-                .await;
-            assert_eq!(sent.body["metadata"]["resourceVersion"], "8");
-            assert_eq!(sent.body["spec"]["holderIdentity"], "b");
-            assert_eq!(sent.body["spec"]["leaseTransitions"], 4);
-            assert_ne!(
-                sent.body["spec"]["acquireTime"],
-                renewed["spec"]["acquireTime"]
-            );
+            s.get(PATH, renewed.clone()).await;
+            let taken = lease("b", "2026-01-01T00:01:00.000000Z", "9", 4);
+            let sent = s.conditional("PUT", PATH, "8", taken).await;
+            assert_eq!(sent["spec"]["holderIdentity"], "b");
+            assert_eq!(sent["spec"]["leaseTransitions"], 4);
+            assert_ne!(sent["spec"]["acquireTime"], renewed["spec"]["acquireTime"]);
         },
         &mut server,
     )
@@ -163,24 +133,15 @@ async fn a_live_holder_is_respected_and_an_expired_one_taken_over_conditionally(
 async fn a_takeover_conflict_means_someone_else_won() {
     let (mut e, mut server) = elector("b");
     let t0 = Instant::now();
-    let stale = lease("a", "2026-01-01T00:00:00.000000Z", "7", 0);
-    attempt(
-        &mut e,
-        t0,
-        async |s| {
-            s.expect("GET", PATH, 200, stale.clone()).await;
-        },
-        &mut server,
-    )
-    .await
-    .unwrap();
+    let stale = lease("a", T0, "7", 0);
+    let read = async |s: &mut ApiServer| s.get(PATH, stale.clone()).await;
+    attempt(&mut e, t0, read, &mut server).await.unwrap();
     let held = attempt(
         &mut e,
         t0 + Duration::from_secs(15),
         async |s| {
-            s.expect("GET", PATH, 200, stale.clone()).await;
-            s.expect("PUT", PATH, 409, mock::status(409, "Conflict"))
-                .await;
+            s.get(PATH, stale.clone()).await;
+            s.fail("PUT", PATH, 409, "Conflict").await;
         },
         &mut server,
     )
@@ -195,25 +156,12 @@ async fn the_holder_renews_without_a_new_transition_and_an_empty_holder_is_free(
         &mut e,
         Instant::now(),
         async |s| {
-            s.expect(
-                "GET",
-                PATH,
-                200,
-                lease("a", "2026-01-01T00:00:00.000000Z", "3", 2),
-            )
-            .await;
-            let sent = s
-                .expect(
-                    "PUT",
-                    PATH,
-                    200,
-                    lease("a", "2026-01-01T00:00:02.000000Z", "4", 2),
-                )
-                .await;
-            assert_eq!(sent.body["metadata"]["resourceVersion"], "3");
-            assert_eq!(sent.body["spec"]["leaseTransitions"], 2);
+            s.get(PATH, lease("a", T0, "3", 2)).await;
+            let renewed = lease("a", "2026-01-01T00:00:02.000000Z", "4", 2);
+            let sent = s.conditional("PUT", PATH, "3", renewed).await;
+            assert_eq!(sent["spec"]["leaseTransitions"], 2);
             assert_eq!(
-                sent.body["spec"]["acquireTime"], "2026-01-01T00:00:00.000000Z",
+                sent["spec"]["acquireTime"], T0,
                 "renewal keeps the acquire time"
             );
         },
@@ -227,20 +175,9 @@ async fn the_holder_renews_without_a_new_transition_and_an_empty_holder_is_free(
         &mut e,
         Instant::now(),
         async |s| {
-            s.expect(
-                "GET",
-                PATH,
-                200,
-                lease("", "2026-01-01T00:00:00.000000Z", "5", 2),
-            )
-            .await;
-            s.expect(
-                "PUT",
-                PATH,
-                200,
-                lease("b", "2026-01-01T00:00:01.000000Z", "6", 3),
-            )
-            .await;
+            s.get(PATH, lease("", T0, "5", 2)).await;
+            let taken = lease("b", "2026-01-01T00:00:01.000000Z", "6", 3);
+            s.conditional("PUT", PATH, "5", taken).await;
         },
         &mut server,
     )
@@ -251,37 +188,16 @@ async fn the_holder_renews_without_a_new_transition_and_an_empty_holder_is_free(
 #[tokio::test]
 async fn release_clears_the_holder_only_when_it_is_ours() {
     let (mut e, mut server) = elector("a");
-    let (result, ()) = tokio::join!(e.release(), async {
-        server
-            .expect(
-                "GET",
-                PATH,
-                200,
-                lease("a", "2026-01-01T00:00:00.000000Z", "3", 0),
-            )
-            .await;
+    let result = mock::scripted(e.release(), async {
+        server.get(PATH, lease("a", T0, "3", 0)).await;
         let sent = server
-            .expect(
-                "PUT",
-                PATH,
-                200,
-                lease("", "2026-01-01T00:00:00.000000Z", "4", 0),
-            )
+            .conditional("PUT", PATH, "3", lease("", T0, "4", 0))
             .await;
-        assert!(sent.body["spec"].get("holderIdentity").is_none());
-        assert_eq!(sent.body["metadata"]["resourceVersion"], "3");
-    });
+        assert!(sent["spec"].get("holderIdentity").is_none());
+    })
+    .await;
     result.unwrap();
-    let (result, ()) = tokio::join!(e.release(), async {
-        server
-            .expect(
-                "GET",
-                PATH,
-                200,
-                lease("b", "2026-01-01T00:00:00.000000Z", "5", 1),
-            )
-            .await;
-    });
+    let result = mock::scripted(e.release(), server.get(PATH, lease("b", T0, "5", 1))).await;
     result.unwrap();
     server.done();
 }
@@ -292,31 +208,16 @@ async fn the_leader_steps_down_when_it_cannot_renew_by_the_deadline() {
     let (tx, mut rx) = watch::channel(false);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(run(e, tx, shutdown.clone()));
-    server
-        .expect(
-            "GET",
-            PATH,
-            200,
-            lease("a", "2026-01-01T00:00:00.000000Z", "1", 0),
-        )
-        .await;
-    server
-        .expect(
-            "PUT",
-            PATH,
-            200,
-            lease("a", "2026-01-01T00:00:01.000000Z", "2", 0),
-        )
-        .await;
+    server.get(PATH, lease("a", T0, "1", 0)).await;
+    let renewed = lease("a", "2026-01-01T00:00:01.000000Z", "2", 0);
+    server.conditional("PUT", PATH, "1", renewed).await;
     rx.changed().await.unwrap();
     assert!(*rx.borrow_and_update());
     let elected = Instant::now();
     // From now on the API server fails every call; the leader keeps leading until the renew
     // deadline (10 s) has passed since its last renewal, then steps down.
     loop {
-        server
-            .expect("GET", PATH, 500, mock::status(500, "InternalError"))
-            .await;
+        server.fail("GET", PATH, 500, "InternalError").await;
         if rx.has_changed().unwrap() {
             break;
         }

@@ -1,6 +1,8 @@
 //! A scripted stand-in for the Kubernetes API server (tests only), after kube-rs's
 //! `ApiServerVerifier`: the code under test runs in a task with a `Client` wired to a
-//! `tower_test` mock, and the test answers each request in order, asserting what was sent.
+//! `tower_test` mock, and the test answers each request in order, asserting what was sent. The
+//! helpers name the steps a scenario is made of (a read, a failure, a conditional write), so a
+//! test's script reads as the API traffic it expects.
 use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;
@@ -54,6 +56,41 @@ impl ApiServer {
         sent
     }
 
+    /// A read: the next request is a GET of `path`, answered with `object`.
+    pub async fn get(&mut self, path: &str, object: Value) {
+        self.expect("GET", path, 200, object).await;
+    }
+
+    /// The next request, `method` on `path`, fails with the API server's `reason` (`NotFound`,
+    /// `Conflict`, ...) and HTTP `code`.
+    pub async fn fail(&mut self, method: &str, path: &str, code: u16, reason: &str) {
+        self.expect(method, path, code, status(code, reason)).await;
+    }
+
+    /// A create: the next request is a POST to the collection `path`, answered 201 with `object`.
+    /// Returns the body sent.
+    pub async fn create(&mut self, path: &str, object: Value) -> Value {
+        self.expect("POST", path, 201, object).await.body
+    }
+
+    /// A write that must be conditional (optimistic concurrency): the next request, `method` on
+    /// `path`, carries `resource_version`, the version the code read; answered with `object`.
+    /// Returns the body sent, for the scenario's own checks.
+    pub async fn conditional(
+        &mut self,
+        method: &str,
+        path: &str,
+        resource_version: &str,
+        object: Value,
+    ) -> Value {
+        let sent = self.expect(method, path, 200, object).await;
+        assert_eq!(
+            sent.body["metadata"]["resourceVersion"], resource_version,
+            "not conditional on the version read: {sent:?}"
+        );
+        sent.body
+    }
+
     /// Asserts the code under test sent nothing more.
     pub fn done(mut self) {
         assert!(
@@ -63,6 +100,12 @@ impl ApiServer {
             "an unexpected request was sent"
         );
     }
+}
+
+/// Runs `code` while `script` plays the API server's side of it; returns what `code` returned.
+pub async fn scripted<T>(code: impl Future<Output = T>, script: impl Future<Output = ()>) -> T {
+    let (result, ()) = tokio::join!(code, script);
+    result
 }
 
 /// A `Status` failure body, as the API server sends it.

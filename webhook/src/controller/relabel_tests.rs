@@ -59,56 +59,37 @@ fn namespace(label: &str, rv: &str) -> Value {
                         "labels": {"internal.cozystack.io/flux-shard": label}}})
 }
 
-fn assert_conditional_label(sent: &mock::Sent, key: &str, value: &str, rv: &str) {
-    assert_eq!(sent.body["metadata"]["resourceVersion"], rv, "{sent:?}");
-    assert_eq!(sent.body["metadata"]["labels"][key], value, "{sent:?}");
+/// The label a conditional relabel wrote.
+fn label<'a>(sent: &'a Value, key: &str) -> &'a Value {
+    &sent["metadata"]["labels"][key]
 }
 
 #[tokio::test]
 async fn a_move_relabels_the_namespace_first_then_every_release_conditionally() {
     let (r, mut s) = relabeler();
     let releases = refs(&["app", "db"]);
-    let (outcome, ()) = tokio::join!(
+    let outcome = mock::scripted(
         r.relabel("tenant-a", &releases, 0, gate(), Mode::Move),
         async {
-            s.expect(
-                "GET",
-                &hr_path("app"),
-                200,
-                hr("app", "shard2", "11", ready()),
-            )
-            .await;
+            s.get(&hr_path("app"), hr("app", "shard2", "11", ready()))
+                .await;
             // Mid-upgrade, but on removed shard2: nobody runs it, so it moves.
-            s.expect(
-                "GET",
-                &hr_path("db"),
-                200,
-                hr("db", "shard2", "12", upgrading()),
-            )
-            .await;
-            s.expect("GET", NS, 200, namespace("shard2", "5")).await;
-            let sent = s.expect("PATCH", NS, 200, namespace("shard0", "6")).await;
-            assert_conditional_label(&sent, NAMESPACE_SHARD_LABEL, "shard0", "5");
-            let sent = s
-                .expect(
-                    "PATCH",
-                    &hr_path("app"),
-                    200,
-                    hr("app", "shard0", "13", ready()),
-                )
+            s.get(&hr_path("db"), hr("db", "shard2", "12", upgrading()))
                 .await;
-            assert_conditional_label(&sent, SHARD_KEY_LABEL, "shard0", "11");
+            s.get(NS, namespace("shard2", "5")).await;
             let sent = s
-                .expect(
-                    "PATCH",
-                    &hr_path("db"),
-                    200,
-                    hr("db", "shard0", "14", ready()),
-                )
+                .conditional("PATCH", NS, "5", namespace("shard0", "6"))
                 .await;
-            assert_conditional_label(&sent, SHARD_KEY_LABEL, "shard0", "12");
-        }
-    );
+            assert_eq!(label(&sent, NAMESPACE_SHARD_LABEL), "shard0");
+            let app = hr("app", "shard0", "13", ready());
+            let sent = s.conditional("PATCH", &hr_path("app"), "11", app).await;
+            assert_eq!(label(&sent, SHARD_KEY_LABEL), "shard0");
+            let db = hr("db", "shard0", "14", ready());
+            let sent = s.conditional("PATCH", &hr_path("db"), "12", db).await;
+            assert_eq!(label(&sent, SHARD_KEY_LABEL), "shard0");
+        },
+    )
+    .await;
     assert_eq!(
         outcome.unwrap(),
         Outcome::Relabelled {
@@ -124,14 +105,13 @@ async fn a_move_relabels_the_namespace_first_then_every_release_conditionally() 
 async fn a_deleting_release_blocks_the_whole_move_before_any_write() {
     let (r, mut s) = relabeler();
     let releases = refs(&["app", "db"]);
-    let (outcome, ()) = tokio::join!(
+    let mut gone = hr("app", "shard2", "11", ready());
+    gone["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let outcome = mock::scripted(
         r.relabel("tenant-a", &releases, 0, gate(), Mode::Move),
-        async {
-            let mut gone = hr("app", "shard2", "11", ready());
-            gone["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-            s.expect("GET", &hr_path("app"), 200, gone).await;
-        }
-    );
+        s.get(&hr_path("app"), gone),
+    )
+    .await;
     assert_eq!(outcome.unwrap(), Outcome::Blocked(Blocked::Deleting));
     s.done();
 }
@@ -140,18 +120,11 @@ async fn a_deleting_release_blocks_the_whole_move_before_any_write() {
 async fn an_upgrade_running_on_a_live_shard_blocks_a_rebalance() {
     let (r, mut s) = relabeler();
     let releases = refs(&["app"]);
-    let (outcome, ()) = tokio::join!(
+    let outcome = mock::scripted(
         r.relabel("tenant-a", &releases, 1, gate(), Mode::Move),
-        async {
-            s.expect(
-                "GET",
-                &hr_path("app"),
-                200,
-                hr("app", "shard0", "11", upgrading()),
-            )
-            .await;
-        }
-    );
+        s.get(&hr_path("app"), hr("app", "shard0", "11", upgrading())),
+    )
+    .await;
     assert_eq!(outcome.unwrap(), Outcome::Blocked(Blocked::InProgress));
     s.done();
 }
@@ -160,21 +133,16 @@ async fn an_upgrade_running_on_a_live_shard_blocks_a_rebalance() {
 async fn a_namespace_changed_since_read_aborts_the_move_before_releases_are_touched() {
     let (r, mut s) = relabeler();
     let releases = refs(&["app"]);
-    let (outcome, ()) = tokio::join!(
+    let outcome = mock::scripted(
         r.relabel("tenant-a", &releases, 0, gate(), Mode::Move),
         async {
-            s.expect(
-                "GET",
-                &hr_path("app"),
-                200,
-                hr("app", "shard2", "11", ready()),
-            )
-            .await;
-            s.expect("GET", NS, 200, namespace("shard2", "5")).await;
-            s.expect("PATCH", NS, 409, mock::status(409, "Conflict"))
+            s.get(&hr_path("app"), hr("app", "shard2", "11", ready()))
                 .await;
-        }
-    );
+            s.get(NS, namespace("shard2", "5")).await;
+            s.fail("PATCH", NS, 409, "Conflict").await;
+        },
+    )
+    .await;
     assert_eq!(outcome.unwrap(), Outcome::Conflict);
     s.done();
 }
@@ -183,37 +151,21 @@ async fn a_namespace_changed_since_read_aborts_the_move_before_releases_are_touc
 async fn a_release_conflict_is_re_read_and_retried_with_the_new_version() {
     let (r, mut s) = relabeler();
     let releases = refs(&["app"]);
-    let (outcome, ()) = tokio::join!(
+    let outcome = mock::scripted(
         r.relabel("tenant-a", &releases, 0, gate(), Mode::Move),
         async {
-            s.expect(
-                "GET",
-                &hr_path("app"),
-                200,
-                hr("app", "shard2", "11", ready()),
-            )
-            .await;
-            s.expect("GET", NS, 200, namespace("shard0", "5")).await;
-            s.expect("PATCH", &hr_path("app"), 409, mock::status(409, "Conflict"))
+            s.get(&hr_path("app"), hr("app", "shard2", "11", ready()))
                 .await;
-            s.expect(
-                "GET",
-                &hr_path("app"),
-                200,
-                hr("app", "shard2", "15", ready()),
-            )
-            .await;
-            let sent = s
-                .expect(
-                    "PATCH",
-                    &hr_path("app"),
-                    200,
-                    hr("app", "shard0", "16", ready()),
-                )
+            s.get(NS, namespace("shard0", "5")).await;
+            s.fail("PATCH", &hr_path("app"), 409, "Conflict").await;
+            s.get(&hr_path("app"), hr("app", "shard2", "15", ready()))
                 .await;
-            assert_conditional_label(&sent, SHARD_KEY_LABEL, "shard0", "15");
-        }
-    );
+            let app = hr("app", "shard0", "16", ready());
+            let sent = s.conditional("PATCH", &hr_path("app"), "15", app).await;
+            assert_eq!(label(&sent, SHARD_KEY_LABEL), "shard0");
+        },
+    )
+    .await;
     assert_eq!(
         outcome.unwrap(),
         Outcome::Relabelled {
@@ -229,21 +181,16 @@ async fn a_release_conflict_is_re_read_and_retried_with_the_new_version() {
 async fn nothing_is_written_when_everything_is_already_there() {
     let (r, mut s) = relabeler();
     let releases = refs(&["app", "gone"]);
-    let (outcome, ()) = tokio::join!(
+    let outcome = mock::scripted(
         r.relabel("tenant-a", &releases, 0, gate(), Mode::Move),
         async {
-            s.expect(
-                "GET",
-                &hr_path("app"),
-                200,
-                hr("app", "shard0", "11", ready()),
-            )
-            .await;
-            s.expect("GET", &hr_path("gone"), 404, mock::status(404, "NotFound"))
+            s.get(&hr_path("app"), hr("app", "shard0", "11", ready()))
                 .await;
-            s.expect("GET", NS, 200, namespace("shard0", "5")).await;
-        }
-    );
+            s.fail("GET", &hr_path("gone"), 404, "NotFound").await;
+            s.get(NS, namespace("shard0", "5")).await;
+        },
+    )
+    .await;
     assert_eq!(outcome.unwrap(), Outcome::AlreadyThere);
     s.done();
 }
@@ -252,33 +199,19 @@ async fn nothing_is_written_when_everything_is_already_there() {
 async fn healing_skips_a_blocked_straggler_and_relabels_the_rest() {
     let (r, mut s) = relabeler();
     let releases = refs(&["busy", "app"]);
-    let (outcome, ()) = tokio::join!(
+    let outcome = mock::scripted(
         r.relabel("tenant-a", &releases, 0, gate(), Mode::Heal),
         async {
-            s.expect(
-                "GET",
-                &hr_path("busy"),
-                200,
-                hr("busy", "shard1", "11", upgrading()),
-            )
-            .await;
-            s.expect(
-                "GET",
-                &hr_path("app"),
-                200,
-                hr("app", "shard1", "12", ready()),
-            )
-            .await;
-            s.expect("GET", NS, 200, namespace("shard0", "5")).await;
-            s.expect(
-                "PATCH",
-                &hr_path("app"),
-                200,
-                hr("app", "shard0", "13", ready()),
-            )
-            .await;
-        }
-    );
+            s.get(&hr_path("busy"), hr("busy", "shard1", "11", upgrading()))
+                .await;
+            s.get(&hr_path("app"), hr("app", "shard1", "12", ready()))
+                .await;
+            s.get(NS, namespace("shard0", "5")).await;
+            let app = hr("app", "shard0", "13", ready());
+            s.conditional("PATCH", &hr_path("app"), "12", app).await;
+        },
+    )
+    .await;
     assert_eq!(
         outcome.unwrap(),
         Outcome::Relabelled {
@@ -294,13 +227,11 @@ async fn healing_skips_a_blocked_straggler_and_relabels_the_rest() {
 async fn an_api_failure_names_the_object() {
     let (r, mut s) = relabeler();
     let releases = refs(&["app"]);
-    let (outcome, ()) = tokio::join!(
+    let outcome = mock::scripted(
         r.relabel("tenant-a", &releases, 0, gate(), Mode::Move),
-        async {
-            s.expect("GET", &hr_path("app"), 403, mock::status(403, "Forbidden"))
-                .await;
-        }
-    );
+        s.fail("GET", &hr_path("app"), 403, "Forbidden"),
+    )
+    .await;
     let error = outcome.unwrap_err().to_string();
     assert!(error.contains("read tenant-a/app"), "{error}");
 }
