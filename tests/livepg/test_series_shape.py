@@ -1,4 +1,4 @@
-"""The synthetic series of tests/scaler (cnpg_series.py) against the live ones: same label names per
+"""The test kit's synthetic series (tests/lib/cnpg_series.py) against the live ones: same label names per
 metric, same CNPG-internal sessions on the same pods, one pg_stat_wal `stats_reset` per instance.
 A change on either side that makes them drift apart fails here."""
 import time
@@ -60,6 +60,6 @@ def test_synthetic_series_have_the_live_shape(rig, record):
         if len(set(resets.values())) != 3:
             differences.append(f"{name}: stats_reset is not one per instance: {resets}")
     assert not differences, "\n".join(differences)
-    record("synthetic (tests/scaler/cnpg_series.py) vs live series, 3 active + 2 idle app sessions on pg-2",
+    record("synthetic (tests/lib/cnpg_series.py) vs live series, 3 active + 2 idle app sessions on pg-2",
            "same label names, same CNPG sessions per pod, one stats_reset per instance",
            f"equal: {len(real_sessions)} session rows, label names of {len(METRICS)} metrics")

@@ -1,18 +1,24 @@
-"""A feeder that pushes synthetic CNPG series every second, shaped by the
-Cluster's current spec.instances (pod <cluster>-1 is the primary, the rest are standbys) and by a
-load model the scenario changes while the loop runs."""
+"""A feeder that pushes synthetic CNPG series every second through the test kit's generator
+(tests/lib/cnpg_series.py), shaped by the Cluster's current spec.instances (pod <cluster>-1 is the
+primary, the rest are standbys) and by a load model the scenario changes while the loop runs."""
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import requests
 
+from cnpg_series import Backend, Cluster, Counters, Pod, render_at
 from vm import VictoriaMetrics
 
 from .cnpg import CnpgStandIn
+
+# Client sessions every pod holds: on the primary active ones (primary load never counts as read
+# load), idle ones everywhere; CNPG's own sessions come with the generator's pods.
+PRIMARY_ACTIVE = 40
+IDLE = 3
 
 
 @dataclass
@@ -31,12 +37,38 @@ class Load:
     warmup_from_pod: int = 0
 
 
-def _labels(**kv) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in kv.items()) + "}"
+def cluster(namespace: str, name: str, instances: int, load: Load, restoring: set[int]) -> Cluster:
+    """`instances` pods under `load`, standbys numbered in `restoring` still restoring: the active
+    and idle sessions spread evenly over the standbys (the remainder of the active ones on the
+    first). A standby without active sessions keeps its active row at 0, unlike CNPG, which omits
+    zero rows: a scrape would mark the vanished series stale at once, while a pushed series that
+    stops stays visible to instant queries for VictoriaMetrics' 5-minute lookback."""
+    standbys = instances - 1
+    serving = max(standbys - len(restoring), 1)
+    cpu = load.read_cpu_millicores
+
+    def pod(n: int, backends: list[Backend], **kw) -> Pod:
+        primary = n == 1
+        if cpu is not None:  # the receiver series and a CPU split by role
+            kw["wal_receiver_up"] = n not in restoring
+            kw["cpu_millicores"] = (50.0 if primary else load.restore_cpu_millicores if n in restoring
+                                    else cpu / serving)
+        return Pod(n, primary=primary, backends=backends, max_connections=load.max_connections, **kw)
+
+    pods = [pod(1, [Backend(PRIMARY_ACTIVE), Backend(IDLE, state="idle")],
+                wal_bytes_per_s=load.wal_bytes_per_s)]
+    for i in range(standbys):
+        share = load.connections // standbys + (1 if i < load.connections % standbys else 0)
+        idle = IDLE + load.idle_connections // standbys
+        pods.append(pod(i + 2, [Backend(share), Backend(idle, state="idle")],
+                        lag=lambda age, lag=load.lag_seconds: lag))
+    return Cluster(namespace, name, pods)
 
 
 class Feeder:
-    """Pushes every `interval` seconds; push errors (VictoriaMetrics stopped) are counted, not fatal."""
+    """Pushes every `interval` seconds; push errors (VictoriaMetrics stopped) are counted, not fatal.
+    Each pod's WAL and CPU counters are integrated here across pushes, so a rate the scenario
+    changes bends the counter instead of moving it."""
 
     def __init__(self, vm: VictoriaMetrics, cnpg: CnpgStandIn, interval: float = 1.0):
         self.vm = vm
@@ -45,8 +77,7 @@ class Feeder:
         self.loads: dict[tuple[str, str], Load] = {}
         self.lock = threading.Lock()
         self.failures = 0
-        self._wal: dict[tuple[str, str], float] = {}
-        self._cpu: dict[tuple[str, str], float] = {}  # (namespace, pod) -> CPU seconds so far
+        self._counters: dict[tuple[str, str], Counters] = {}
         self._born: dict[tuple[str, str], float] = {}  # (namespace, pod) -> first rendered
         self._last = time.time()
         self._stop = threading.Event()
@@ -75,51 +106,21 @@ class Feeder:
 
     def render(self, now: float) -> str:
         dt, self._last = now - self._last, now
-        ms = int(now * 1000)
-        lines: list[str] = []
         with self.lock:
-            loads = dict(self.loads)
-        for (ns, name), load in loads.items():
-            n = self.cnpg.instances(ns, name) or 1
-            wal = self._wal.get((ns, name), 1e6) + load.wal_bytes_per_s * dt
-            self._wal[(ns, name)] = wal
-            standbys = max(n - 1, 0)
-            born = {i: self._born.setdefault((ns, f"{name}-{i}"), now) for i in range(1, n + 1)}
-            restoring = {i for i in range(max(2, load.warmup_from_pod or n + 1), n + 1)
-                         if now - born[i] < load.warmup_seconds}
-            serving = max(standbys - len(restoring), 1)
-            for i in range(1, n + 1):
-                base = {"namespace": ns, "pod": f"{name}-{i}"}
-                primary = i == 1
-                lines.append(f"cnpg_pg_replication_in_recovery{_labels(**base)} {0 if primary else 1} {ms}")
-                lines.append(f"cnpg_pg_replication_lag{_labels(**base)} {0 if primary else load.lag_seconds} {ms}")
-                if primary:
-                    lines.append(f"cnpg_collector_wal_bytes{_labels(**base, stats_reset='2026-01-01T00:00:00Z')} {wal} {ms}")
-                # Client sessions on standbys (spread evenly, remainder on the first ones), plus
-                # CNPG's own sessions that must never count as load.
-                share = 0 if primary or not standbys else (
-                    load.connections // standbys + (1 if (i - 2) < load.connections % standbys else 0))
-                idle = 3 + (0 if primary or not standbys else load.idle_connections // standbys)
-                sessions = [("app", "active", share), ("app", "idle", idle),
-                            ("postgres", "active", 2), ("streaming_replica", "active", 1),
-                            ("cnpg_metrics_exporter", "active", 1)]
-                if primary:
-                    sessions[0] = ("app", "active", 40)  # primary load never counts as read load
-                for user, state, value in sessions:
-                    lbl = _labels(**base, datname="app", usename=user, application_name="web",
-                                  state=state)
-                    lines.append(f"cnpg_backends_total{lbl} {value} {ms}")
-                if load.max_connections is not None:
-                    lines.append(f"cnpg_pg_settings_setting{_labels(**base, name='max_connections')} "
-                                 f"{load.max_connections} {ms}")
-                if load.read_cpu_millicores is None:
-                    cpu = 0.05 * now
-                else:
-                    lines.append(f"cnpg_pg_replication_is_wal_receiver_up{_labels(**base)} "
-                                 f"{int(not primary and i not in restoring)} {ms}")
-                    millicores = (50 if primary else load.restore_cpu_millicores if i in restoring
-                                  else load.read_cpu_millicores / serving)
-                    cpu = self._cpu.get((ns, base["pod"]), 0.0) + millicores / 1000 * dt
-                    self._cpu[(ns, base["pod"])] = cpu
-                lines.append(f"container_cpu_usage_seconds_total{_labels(**base, container='postgres')} {cpu} {ms}")
-        return "\n".join(lines) + "\n"
+            loads = {key: replace(load) for key, load in self.loads.items()}
+        clusters = [cluster(ns, name, n, load, self._restoring(ns, name, n, load, now))
+                    for (ns, name), load in loads.items()
+                    for n in [self.cnpg.instances(ns, name) or 1]]
+        for c in clusters:
+            for p in c.pods:
+                key = (c.namespace, c.pod_name(p))
+                # A pod seen for the first time starts its counters now.
+                self._counters[key] = self._counters[key].advance(p, dt) if key in self._counters else Counters()
+        return render_at(clusters, now, self._counters)
+
+    def _restoring(self, ns: str, name: str, instances: int, load: Load, now: float) -> set[int]:
+        """The standbys from `load.warmup_from_pod` on that appeared less than
+        `load.warmup_seconds` ago."""
+        born = {i: self._born.setdefault((ns, f"{name}-{i}"), now) for i in range(1, instances + 1)}
+        first = max(2, load.warmup_from_pod or instances + 1)
+        return {i for i in range(first, instances + 1) if now - born[i] < load.warmup_seconds}
