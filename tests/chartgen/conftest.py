@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from helm import MAJORS, Helm, binary_path, docs  # noqa: F401 (docs re-exported to the tests)
-from testkit import FLUX_AIO_FIXTURE as FLUX_FIXTURE  # noqa: F401 (re-exported to the tests)
+from testkit import FLUX_AIO_FIXTURE as FLUX_FIXTURE, TOOLS  # noqa: F401 (re-exported to the tests)
 from validate import validate_all
 
 REPO = Path(__file__).resolve().parents[2]
