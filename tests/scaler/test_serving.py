@@ -31,7 +31,18 @@ def test_stream_is_active_true_on_open_heartbeat_and_ok_on_sigterm(vm, start_sca
     assert time.monotonic() - t0 < 2, "no `true` on open"
     beats = [next(stream).result for _ in range(3)]  # the heartbeat repeats `true`
     assert beats == [True] * 3
-    assert time.monotonic() - t0 < 3
+    assert 0.8 <= time.monotonic() - t0 < 3, "three heartbeats 300 ms apart"
+
+    def streams():
+        return promtext.total(promtext.parse(requests.get(f"{scaler.admin}/metrics", timeout=2).text),
+                              "scaler_active_streams")
+
+    # A client that goes away ends its stream's task (the next heartbeat finds it gone).
+    other = keda.stub.StreamIsActive(keda.ref("tenant-a", "so-pg2", metadata(target="5")), timeout=60)
+    assert next(other).result is True
+    assert streams() == 2
+    other.cancel()
+    wait_until(lambda: streams() == 1, 3, 0.05, "the cancelled stream's task to end")
     scaler.proc.signal()  # SIGTERM: graceful shutdown must end the stream with OK
     t0 = time.monotonic()
     rest = list(stream)  # raises grpc.RpcError unless the stream ends with status OK
@@ -149,6 +160,12 @@ def test_metrics_endpoint(scaler, keda):
     assert promtext.select(samples, "scaler_decision_recommended_instances", **so) == [(so, 4.0)]
     reasons = {l["reason"] for l, v in promtext.select(samples, "scaler_decision_reason", **so) if v == 1}
     assert len(reasons) == 1 and "dry" in reasons.pop().lower()
+
+    # The decision's inputs, for dashboards: read load against target, the brake's state.
+    assert promtext.select(samples, "scaler_decision_load", **so) == [(so, 13.0)]
+    assert promtext.select(samples, "scaler_decision_target", **so) == [(so, 5.0)]
+    brake = {l["state"] for l, v in promtext.select(samples, "scaler_decision_brake", **so) if v == 1}
+    assert brake == {"off"}
 
     floor = dict(namespace="tenant-b", scaledobject="so-floor", cluster="pg")
     assert promtext.select(samples, "scaler_decision_desired_instances", **floor) == [(floor, 4.0)]

@@ -129,7 +129,8 @@ def test_a_deeply_nested_helmrelease_is_allowed_and_stamped(hook, depth):
 
 @pytest.mark.parametrize("namespace,name", [("tenant-x/../../../api/v1/secrets", "pg"),
                                             ("tenant-x?labelSelector=a&watch=true", "pg"),
-                                            ("tenant-t0", "pg/../../x")])
+                                            ("tenant-t0", "pg/../../x"), ("tenant-X", "pg"),
+                                            ("tenant-t0", "pg\nforged")])
 def test_names_that_are_not_names_are_allowed_unchanged_without_an_api_call(hook, namespace, name):
     before = hook.metrics().get('cozy_flux_shard_admissions_total{reason="invalid_name"}', 0)
     response = hook.review(review("CREATE", namespace, hr(namespace, name, {SHARD_KEY: "tenants"})))

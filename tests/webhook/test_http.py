@@ -35,9 +35,18 @@ def apply(response, obj):
     return jsonpatch.JsonPatch(ops).apply(copy.deepcopy(obj))
 
 
+def counted(hook, body, reason: str) -> dict:
+    """The webhook's response to `body`, checking the admission was counted under `reason`."""
+    key = f'cozy_flux_shard_admissions_total{{reason="{reason}"}}'
+    before = hook.metrics().get(key, 0)
+    response = hook.review(body)
+    assert hook.metrics().get(key, 0) == before + 1, f"not counted as {reason}"
+    return response
+
+
 def test_existing_labels_get_the_shard_key_with_rfc6901_escaping(hook):
     obj = hr("tenant-foo", "pg", {SHARD_KEY: "tenants", "app.kubernetes.io/name": "pg"})
-    response = hook.review(review("CREATE", "tenant-foo", obj))
+    response = counted(hook, review("CREATE", "tenant-foo", obj), "stamped")
     ops = patch_of(response)
     assert ops == [{"op": "add", "path": "/metadata/labels/sharding.fluxcd.io~1key", "value": "shard2"}]
     patched = apply(response, obj)
@@ -45,9 +54,12 @@ def test_existing_labels_get_the_shard_key_with_rfc6901_escaping(hook):
     assert patched["spec"] == obj["spec"]
 
 
-def test_missing_labels_map_is_added_whole(hook):
+@pytest.mark.parametrize("labels", ["absent", "null"])
+def test_missing_labels_map_is_added_whole(hook, labels):
     obj = hr("tenant-foo", "redis", None)
-    response = hook.review(review("CREATE", "tenant-foo", obj))
+    if labels == "null":
+        obj["metadata"]["labels"] = None
+    response = counted(hook, review("CREATE", "tenant-foo", obj), "stamped")
     assert patch_of(response) == [{"op": "add", "path": "/metadata/labels", "value": {SHARD_KEY: "shard2"}}]
     assert apply(response, obj)["metadata"]["labels"] == {SHARD_KEY: "shard2"}
 
@@ -60,29 +72,35 @@ def test_parent_tenant_release_follows_its_child_tenant(hook):
 
 def test_already_stamped_release_is_not_patched(hook):
     obj = hr("tenant-foo", "pg", {SHARD_KEY: "shard2"})
-    assert patch_of(hook.review(review("CREATE", "tenant-foo", obj))) is None
+    assert patch_of(counted(hook, review("CREATE", "tenant-foo", obj), "already_stamped")) is None
 
 
-@pytest.mark.parametrize("operation", ["UPDATE", "DELETE"])
-def test_update_and_delete_are_allowed_unchanged(hook, operation):
+@pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT"])
+def test_update_delete_and_connect_are_allowed_unchanged(hook, operation):
     obj = hr("tenant-foo", "pg", {SHARD_KEY: "tenants"})
-    assert patch_of(hook.review(review(operation, "tenant-foo", obj))) is None
+    assert patch_of(counted(hook, review(operation, "tenant-foo", obj), "not_create")) is None
 
 
 @pytest.mark.parametrize("ns", ["cozy-system", "default", "cozy-fluxcd"])
 def test_non_tenant_namespaces_are_allowed_unchanged(hook, ns):
-    assert patch_of(hook.review(review("CREATE", ns, hr(ns, "cilium", {SHARD_KEY: "tenants"})))) is None
+    body = review("CREATE", ns, hr(ns, "cilium", {SHARD_KEY: "tenants"}))
+    assert patch_of(counted(hook, body, "not_tenant")) is None
 
 
 def test_other_kinds_and_versions_are_allowed_unchanged(hook):
     obj = hr("tenant-foo", "pg", None)
-    for kind in [("helm.toolkit.fluxcd.io", "v2beta2", "HelmRelease"), ("", "v1", "ConfigMap")]:
-        assert patch_of(hook.review(review("CREATE", "tenant-foo", obj, kind=kind))) is None
+    for kind in [("helm.toolkit.fluxcd.io", "v2beta2", "HelmRelease"), ("", "v1", "ConfigMap"),
+                 ("source.toolkit.fluxcd.io", "v2", "HelmRelease")]:
+        assert patch_of(counted(hook, review("CREATE", "tenant-foo", obj, kind=kind), "not_helmrelease")) is None
 
 
 def test_malformed_objects_are_allowed_unchanged(hook):
-    for obj in [{"metadata": {"name": "x", "labels": ["not", "a", "map"]}}, {"metadata": "nope"}, {"spec": {}}]:
-        assert patch_of(hook.review(review("CREATE", "tenant-foo", obj))) is None
+    for obj in [{"metadata": {"name": "x", "labels": ["not", "a", "map"]}}, {"metadata": "nope"}, {"spec": {}},
+                {"metadata": {"name": "x", "labels": {"a": 1}}}, {"metadata": {"name": 7}}, "not an object",
+                None]:
+        body = review("CREATE", "tenant-foo", obj)
+        body["request"]["name"] = "x"  # the request stays well-formed: only its object is not
+        assert patch_of(counted(hook, body, "malformed_object")) is None, obj
 
 
 @pytest.mark.parametrize("body", [

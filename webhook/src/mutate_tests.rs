@@ -63,58 +63,6 @@ fn applied(outcome: &Outcome, mut object: Value) -> Value {
 }
 
 #[test]
-fn stamps_label_next_to_existing_labels() {
-    let labels = json!({"sharding.fluxcd.io/key": "tenants", "app.kubernetes.io/name": "pg"});
-    let hr = mk_hr("tenant-foo", "postgres-db", Some(labels));
-    let p = pending(&mk_review("CREATE", "tenant-foo", hr.clone()));
-    assert_eq!(p.tenant, "tenant-foo");
-    let out = p.finish(Ok(2));
-    assert_eq!(out.reason, Reason::Stamped);
-    assert_eq!(out.response.patch_type, Some("JSONPatch"));
-    let raw = String::from_utf8(out.response.patch.clone().unwrap().0).unwrap();
-    assert_eq!(
-        raw,
-        r#"[{"op":"add","path":"/metadata/labels/sharding.fluxcd.io~1key","value":"shard2"}]"#
-    );
-    let after = applied(&out, hr);
-    assert_eq!(
-        after["metadata"]["labels"],
-        json!({"sharding.fluxcd.io/key": "shard2", "app.kubernetes.io/name": "pg"})
-    );
-}
-
-#[test]
-fn adds_labels_map_when_absent_or_null() {
-    for hr in [
-        mk_hr("tenant-foo", "redis", None),
-        mk_hr("tenant-foo", "redis", Some(Value::Null)),
-    ] {
-        let out = pending(&mk_review("CREATE", "tenant-foo", hr.clone())).finish(Ok(0));
-        let raw = String::from_utf8(out.response.patch.clone().unwrap().0).unwrap();
-        assert_eq!(
-            raw,
-            r#"[{"op":"add","path":"/metadata/labels","value":{"sharding.fluxcd.io/key":"shard0"}}]"#
-        );
-        assert_eq!(
-            applied(&out, hr)["metadata"]["labels"],
-            json!({"sharding.fluxcd.io/key": "shard0"})
-        );
-    }
-}
-
-#[test]
-fn already_stamped_is_left_alone() {
-    let hr = mk_hr(
-        "tenant-foo",
-        "redis",
-        Some(json!({"sharding.fluxcd.io/key": "shard1"})),
-    );
-    let out = pending(&mk_review("CREATE", "tenant-foo", hr)).finish(Ok(1));
-    assert_eq!(out.reason, Reason::AlreadyStamped);
-    assert!(out.response.allowed && out.response.patch.is_none());
-}
-
-#[test]
 fn wrong_canonical_shard_is_overwritten_with_the_tenants() {
     let hr = mk_hr(
         "tenant-foo",
@@ -140,51 +88,6 @@ fn unresolved_shard_allows_unchanged() {
         let out = pending(&mk_review("CREATE", "tenant-foo", hr.clone())).finish(Err(miss));
         assert_eq!(out.reason, miss);
         assert!(out.response.allowed && out.response.patch.is_none());
-    }
-}
-
-#[test]
-fn only_create_is_intercepted() {
-    let hr = mk_hr("tenant-foo", "redis", None);
-    for op in ["UPDATE", "DELETE", "CONNECT"] {
-        assert_eq!(
-            reason(&mk_review(op, "tenant-foo", hr.clone())),
-            Reason::NotCreate,
-            "{op}"
-        );
-    }
-}
-
-#[test]
-fn only_v2_helmreleases_are_intercepted() {
-    let hr = mk_hr("tenant-foo", "redis", None);
-    for (group, version, kind) in [
-        ("helm.toolkit.fluxcd.io", "v2beta2", "HelmRelease"),
-        ("", "v1", "Pod"),
-        ("source.toolkit.fluxcd.io", "v2", "HelmRelease"),
-    ] {
-        let mut req = mk_review("CREATE", "tenant-foo", hr.clone());
-        req.kind = crate::review::GroupVersionKind {
-            group: group.into(),
-            version: version.into(),
-            kind: kind.into(),
-        };
-        assert_eq!(
-            reason(&req),
-            Reason::NotHelmRelease,
-            "{group}/{version} {kind}"
-        );
-    }
-}
-
-#[test]
-fn non_tenant_namespaces_are_allowed() {
-    for ns in ["cozy-system", "cozy-fluxcd", "default"] {
-        assert_eq!(
-            reason(&mk_review("CREATE", ns, mk_hr(ns, "x", None))),
-            Reason::NotTenant,
-            "{ns}"
-        );
     }
 }
 
@@ -216,40 +119,10 @@ fn tenant_release_is_attributed_to_the_child_tenant() {
 }
 
 #[test]
-fn malformed_objects_are_allowed_unchanged() {
-    for object in [
-        json!("not an object"),
-        json!({"metadata": "nope"}),
-        json!({"metadata": {"name": "x", "namespace": "tenant-foo", "labels": ["a"]}}),
-        json!({"metadata": {"name": "x", "namespace": "tenant-foo", "labels": {"a": 1}}}),
-        json!({"metadata": {"name": 7, "namespace": "tenant-foo"}}),
-        json!({"spec": {}}),
-    ] {
-        assert_eq!(
-            reason(&mk_review("CREATE", "tenant-foo", object.clone())),
-            Reason::MalformedObject,
-            "{object}"
-        );
-    }
-    let mut req = mk_review("CREATE", "tenant-foo", json!({}));
-    req.object = None;
-    assert_eq!(reason(&req), Reason::MalformedObject);
-}
-
-#[test]
 fn dry_run_is_carried() {
     let mut req = mk_review("CREATE", "tenant-foo", mk_hr("tenant-foo", "redis", None));
     req.dry_run = Some(true);
     assert!(pending(&req).dry_run);
-}
-
-#[test]
-fn bodies_that_are_not_reviews_are_rejected() {
-    for body in [&b"hello"[..], b"{}", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
-        br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE"}}"#]
-    {
-        assert!(AdmissionReview::from_slice(body).is_err(), "{}", String::from_utf8_lossy(body));
-    }
 }
 
 #[test]
@@ -276,18 +149,8 @@ fn response_serialises_as_admission_review_v1() {
 }
 
 #[test]
-fn names_that_are_not_kubernetes_names_are_allowed_unchanged() {
-    for (namespace, name) in [
-        ("tenant-x/../../../api/v1/secrets", "pg"),
-        ("tenant-x?labelSelector=a&watch=true", "pg"),
-        ("tenant-X", "pg"),
-        ("tenant-foo", "pg/../../x"),
-        ("tenant-foo", "pg\nforged"),
-    ] {
-        let req = mk_review("CREATE", namespace, mk_hr(namespace, name, None));
-        assert_eq!(reason(&req), Reason::InvalidName, "{namespace}/{name}");
-    }
-    // A child tenant whose composed namespace would be longer than a namespace can be.
+fn composed_names_that_are_not_kubernetes_names_are_allowed_unchanged() {
+    // Names sent as they are: tests/webhook/test_adversarial.py, over HTTPS. A child tenant whose composed namespace would be longer than a namespace can be.
     let long = format!("tenant-{}", "a".repeat(50));
     let labels = json!({"apps.cozystack.io/application.kind": "Tenant"});
     let req = mk_review(
