@@ -43,6 +43,12 @@ pub enum Metric {
 }
 
 impl Metric {
+    pub const ALL: [Metric; 3] = [
+        Self::ReadConnections,
+        Self::ReadCpuUtilization,
+        Self::ReadConnectionUsage,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::ReadConnections => "ReadConnections",
@@ -52,13 +58,7 @@ impl Metric {
     }
 
     fn parse(value: &str) -> Option<Self> {
-        [
-            Self::ReadConnections,
-            Self::ReadCpuUtilization,
-            Self::ReadConnectionUsage,
-        ]
-        .into_iter()
-        .find(|m| m.as_str() == value)
+        Self::ALL.into_iter().find(|m| m.as_str() == value)
     }
 }
 

@@ -16,6 +16,7 @@
 //! | `scaler_decision_load` | gauge | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_target` | gauge | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_replication_lag_seconds` | gauge (absent when unknown) | `namespace`, `scaledobject`, `cluster` |
+//! | `scaler_decision_signal` | gauge (1 for the signal whose load decided the count) | `namespace`, `scaledobject`, `cluster`, `signal` |
 //! | `scaler_decision_brake` | gauge (1 for the current brake state) | `namespace`, `scaledobject`, `cluster`, `state` |
 //! | `scaler_decision_quota_ceiling_instances` | gauge (absent without a limiting quota) | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_convergence_backoff` | gauge (hold number past the deadline, 0 otherwise) | `namespace`, `scaledobject`, `cluster` |
@@ -32,6 +33,7 @@ use std::sync::atomic::AtomicU64;
 
 use scaler_core::decision::{Brake, ConvergencePhase, Reason};
 use scaler_core::evaluate::Evaluation;
+use scaler_core::metadata::Metric;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RpcLabels {
@@ -72,6 +74,14 @@ struct ObjectReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectSignalLabels {
+    namespace: String,
+    scaledobject: String,
+    cluster: String,
+    signal: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ObjectBrakeLabels {
     namespace: String,
     scaledobject: String,
@@ -102,6 +112,7 @@ pub struct Metrics {
     target: Family<ObjectLabels, FloatGauge>,
     lag: Family<ObjectLabels, FloatGauge>,
     brake: Family<ObjectBrakeLabels, Gauge>,
+    signal: Family<ObjectSignalLabels, Gauge>,
     pub cache_entries: Gauge,
     pub active_streams: Gauge,
 }
@@ -139,6 +150,7 @@ impl Metrics {
             target: Family::default(),
             lag: Family::default(),
             brake: Family::default(),
+            signal: Family::default(),
             cache_entries: Gauge::default(),
             active_streams: Gauge::default(),
         };
@@ -229,6 +241,11 @@ impl Metrics {
             this.brake.clone(),
         );
         r.register(
+            "decision_signal",
+            "1 for the signal (metric) whose load asked for the most replicas per ScaledObject",
+            this.signal.clone(),
+        );
+        r.register(
             "cache_entries",
             "ScaledObject decisions held in the cache",
             this.cache_entries.clone(),
@@ -282,6 +299,14 @@ impl Metrics {
         match observed.max_lag_seconds {
             Some(lag) => _ = self.lag.get_or_create(object).set(lag),
             None => _ = self.lag.remove(object),
+        }
+        for metric in Metric::ALL {
+            let labels = signal_labels(object, metric);
+            if metric == decision.signal {
+                self.signal.get_or_create(&labels).set(1);
+            } else {
+                self.signal.remove(&labels);
+            }
         }
         for state in BRAKE_STATES {
             let labels = brake_labels(object, state);
@@ -338,9 +363,21 @@ impl Metrics {
         for state in BRAKE_STATES {
             self.brake.remove(&brake_labels(object, state));
         }
+        for metric in Metric::ALL {
+            self.signal.remove(&signal_labels(object, metric));
+        }
         for reason in Reason::ALL {
             self.reason.remove(&reason_labels(object, reason));
         }
+    }
+}
+
+fn signal_labels(object: &ObjectLabels, metric: Metric) -> ObjectSignalLabels {
+    ObjectSignalLabels {
+        namespace: object.namespace.clone(),
+        scaledobject: object.scaledobject.clone(),
+        cluster: object.cluster.clone(),
+        signal: metric.as_str(),
     }
 }
 

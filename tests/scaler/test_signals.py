@@ -7,6 +7,8 @@ import time
 import grpc
 import pytest
 
+import promtext
+
 from cnpg_series import Backend, Cluster, Pod, render
 from keda import error_of, metadata
 from scaler_proc import scaler_binary
@@ -71,13 +73,20 @@ def test_connection_usage_counts_client_sessions_in_every_state_over_max_connect
     assert keda.desired(keda.ref(NS, "so-usage", md), 30) == 4
 
 
-def test_the_signal_asking_for_most_wins_and_is_named(vm, keda):
+def test_the_signal_asking_for_most_wins_and_is_named(vm, scaler, keda):
     # ReadConnections: 20 active / 10 -> 3; usage 80 % / 30 -> 4: usage wins.
     md = metadata("usage", target="10", signals="ReadConnectionUsage=30")
     assert keda.desired(keda.ref(NS, "so-both", md), 10) == 4
     # Usage 80 % / 90 -> 2: connections win again.
     md = metadata("usage", target="10", signals="ReadConnectionUsage=90")
     assert keda.desired(keda.ref(NS, "so-both-low", md), 10) == 3
+    samples = promtext.scrape(f"{scaler.admin}/metrics", timeout=2)
+    winners = {l["signal"] for l, v in promtext.select(samples, "scaler_decision_signal", namespace=NS,
+                                                       scaledobject="so-both") if v == 1}
+    assert winners == {"ReadConnectionUsage"}
+    winners = {l["signal"] for l, v in promtext.select(samples, "scaler_decision_signal", namespace=NS,
+                                                       scaledobject="so-both-low") if v == 1}
+    assert winners == {"ReadConnections"}
     e = explain(vm, "usage", "--target", "10", "--signals", "ReadConnectionUsage=30")
     assert (e["decision"]["signal"], e["decision"]["reason"], e["decision"]["desired"]) == (
         "ReadConnectionUsage", "load", 4)
