@@ -51,9 +51,10 @@ def hold(rig, seconds: float, expected: int) -> None:
 
 def windows(now: datetime.datetime) -> tuple[datetime.datetime, list[dict]]:
     """Window B (scale-in off) opened this minute and closes at the boundary `switch`, at least
-    35 s away (time to scale up and see the hold); window A (floor) opens at `switch`."""
+    50 s away (time to scale up on a busy machine and see the hold); window A (floor) opens at
+    `switch`."""
     minute = now.replace(second=0, microsecond=0)
-    switch = minute + datetime.timedelta(minutes=1 if now.second <= 25 else 2)
+    switch = minute + datetime.timedelta(minutes=1 if now.second <= 10 else 2)
     length = int((switch - minute).total_seconds() // 60)
     cron = lambda t: f"{t.minute} {t.hour} * * *"  # noqa: E731
     return switch, [
