@@ -23,6 +23,7 @@ import requests
 from conftest import PACKAGE, REPO, TOOLS, one
 
 sys.path[:0] = [str(REPO / "tests/scaler"), str(REPO / "tests/webhook")]  # their launchers and data
+import promtext  # noqa: E402
 import scenarios  # noqa: E402
 from cnpg_series import render as cnpg_text  # noqa: E402
 from keda import Keda, code_of, metadata  # noqa: E402
@@ -213,6 +214,11 @@ def imported(tmp_path_factory):
                    timeout=30, what="the shard controller's move and blocked move", proc=stack.controller)
         first = stack.scrape()
         stack.keda_round(1)
+        # Rates need activity between the scrapes: the calls above are served from the cache, the
+        # backend is asked by the next refresh tick.
+        queried = lambda text: promtext.total(promtext.parse(text), "scaler_backend_query_duration_seconds_count")
+        wait_until(lambda: queried(metrics_of(stack.scaler.admin)) > queried(first["scaler"]),
+                   timeout=20, what="a refresh tick's backend query after the first scrape")
         second = stack.scrape()
         now_ms = int(time.time() * 1000)
         for texts, ms in ((first, now_ms - 60_000), (second, now_ms)):

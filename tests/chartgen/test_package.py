@@ -45,6 +45,15 @@ def test_scaler_deployment_service_pdb_and_rbac(helm):
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cozy-autoscaling-scaler", "namespace": NS}]
 
 
+def test_observe_batch_size_reaches_the_scaler_within_its_range(helm):
+    args = lambda objs: one(objs, "Deployment", "cozy-autoscaling-scaler")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--observe-batch-size=100" in args(render(helm))
+    assert "--observe-batch-size=250" in args(render(helm, ["scaler.observeBatchSize=250"]))
+    for bad in ("0", "1001"):
+        out = helm.template(PACKAGE, [f"scaler.observeBatchSize={bad}"], keda=False)
+        assert out.returncode != 0 and "observeBatchSize" in out.stderr, bad
+
+
 def test_scaler_tls_and_headless(helm):
     objs = render(helm, ["scaler.headless=true", "clusterDomain=cozy.local"])
     cert = one(objs, "Certificate", "cozy-autoscaling-scaler")
