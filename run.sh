@@ -38,7 +38,8 @@ image() {
   local version repository revision epoch
   version=$("$out/scaler" --version | awk '{print $2}')
   repository=$(sed -n 's/^  repository: //p' "$chart/values.yaml")
-  if ! grep -qx "appVersion: \"$version\"" "$chart/Chart.yaml"; then
+  # chartgen writes it plain (appVersion: 0.1.0); a hand-quoted one is the same string.
+  if [[ $(sed -n 's/^appVersion: "\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$chart/Chart.yaml") != "$version" ]]; then
     echo "scaler $version is not $chart's appVersion: run 'cargo run -q -p chartgen -- package'" >&2
     exit 1
   fi
