@@ -252,7 +252,8 @@ class PrometheusStandIn(http.server.BaseHTTPRequestHandler):
     the TLS handshake, not about metrics."""
     paths: list[str] = []
 
-    def do_GET(self):  # noqa: N802 (http.server's naming)
+    def do_POST(self):  # noqa: N802 (http.server's naming); the scaler POSTs its queries as forms
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
         type(self).paths.append(self.path.split("?")[0])
         body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
         self.send_response(200)
