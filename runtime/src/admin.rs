@@ -5,11 +5,15 @@
 //! * `GET /readyz`: 200 once [`Readiness::set`] says so, else 503 (readiness).
 //! * `GET /metrics`: the [`Registry`] in OpenMetrics text.
 //!
-//! ```ignore
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use runtime::admin;
+//! # async fn run(registry: prometheus_client::registry::Registry, shutdown: tokio_util::sync::CancellationToken) -> std::io::Result<()> {
 //! let readiness = admin::Readiness::default(); // starts unready
-//! let listener = tokio::net::TcpListener::bind(addr).await?;
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:9090").await?;
 //! tokio::spawn(admin::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
 //! readiness.set(true);
+//! # Ok(()) }
 //! ```
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

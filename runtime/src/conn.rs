@@ -8,8 +8,13 @@
 //!   keepalive pings and so are never idle; HTTP/1.1 idle keep-alive is hyper's
 //!   `header_read_timeout`.
 //!
-//! ```ignore
+//! ```no_run
+//! # use runtime::conn;
+//! # async fn run(limits: conn::Limits, shutdown: tokio_util::sync::CancellationToken) -> std::io::Result<()> {
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:6000").await?;
+//! // Each accepted socket is upgraded (TLS, say) by the closure; `None` drops it.
 //! let incoming = conn::incoming(listener, limits, shutdown.clone(), |io, _remote| async move { Some(io) });
+//! # drop(incoming); Ok(()) }
 //! ```
 use std::future::Future;
 use std::io;

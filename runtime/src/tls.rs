@@ -1,13 +1,17 @@
 //! Server-side TLS with certificate hot reload, shared by the gRPC scaler and the webhook.
 //!
-//! ```ignore
-//! let files = tls::TlsFiles { cert, key, client_ca: None };
+//! ```no_run
+//! # use std::path::PathBuf;
+//! # use runtime::{conn, tls};
+//! # async fn run(limits: conn::Limits, shutdown: tokio_util::sync::CancellationToken) -> Result<(), Box<dyn std::error::Error>> {
+//! let files = tls::TlsFiles { cert: PathBuf::from("/tls/tls.crt"), key: PathBuf::from("/tls/tls.key"), client_ca: None };
 //! // Fails now, with the file named, if the certificate or key do not load.
 //! let tls = tls::Reloading::spawn(files, tls::ALPN_GRPC, shutdown.clone())?;
-//! let listener = tokio::net::TcpListener::bind(addr).await?;
-//! // tonic: the stream yields `TlsConn`, which implements `tonic::transport::server::Connected`.
-//! server.serve_with_incoming_shutdown(tls.incoming(listener, limits, shutdown.clone()), shutdown.cancelled()).await?;
-//! // hyper-util (webhook): wrap each `TlsConn` in `hyper_util::rt::TokioIo`.
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:6000").await?;
+//! // For tonic's `serve_with_incoming_shutdown`: `TlsConn` implements its `Connected`. For
+//! // hyper-util (the webhook): wrap each `TlsConn` in `hyper_util::rt::TokioIo`.
+//! let incoming = tls.incoming(listener, limits, shutdown.clone());
+//! # drop(incoming); Ok(()) }
 //! ```
 //!
 //! * Every few seconds ([`RELOAD_POLL`]) the files are re-read. When their contents changed, a new
