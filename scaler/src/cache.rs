@@ -2,8 +2,8 @@
 //! the evaluations of all ScaledObjects into a few batched backend queries per interval.
 //!
 //! Key: (namespace, ScaledObject name, parsed metadata). Every `refresh` a tick evaluates every
-//! key whose last attempt is at least half an interval old, all in one [`Evaluate`] call (which
-//! batches them into a few queries). Per key:
+//! key whose last attempt is at least half an interval old, in as few [`Evaluate`] calls as fill
+//! the query slots (each batches its keys into a few queries). Per key:
 //! * calls are answered from memory: the last good evaluation while it is within `staleness`,
 //!   else the last failure (for up to two intervals, so retries do not hammer a sick backend);
 //! * a cold key (first call), or one with nothing usable, is evaluated alone, at once: a batch of
@@ -94,12 +94,14 @@ impl<E: Evaluate> Cache<E> {
         self.record(&key, &entry, result)
     }
 
-    /// One refresh tick: evaluates every due key at once and records each outcome. Cold keys
-    /// (never attempted) are their first caller's, and keys in a flight are skipped.
+    /// One refresh tick: evaluates every due key and records each outcome, in calls of at most
+    /// [`Evaluate::keys_per_call`] keys taken in (namespace, cluster) order, so one call's
+    /// answers and new evaluations are all a tick holds at once, whatever the fleet's size.
+    /// Cold keys (never attempted) are their first caller's, and keys in a flight are skipped.
     /// Returns how many keys were evaluated.
     pub async fn refresh_due(&self) -> usize {
         let now = Instant::now();
-        let due: Vec<_> = read(&self.entries)
+        let mut due: Vec<_> = read(&self.entries)
             .iter()
             .filter(|(_, entry)| self.is_due(entry, now))
             .filter_map(|(key, entry)| {
@@ -107,15 +109,23 @@ impl<E: Evaluate> Cache<E> {
                 Some((key.clone(), entry.clone(), flight))
             })
             .collect();
-        if due.is_empty() {
-            return 0;
+        let evaluated = due.len();
+        // Neighbours in one call share batched queries (the batches are cut in this order too).
+        due.sort_unstable_by(|(a, _, _), (b, _, _)| {
+            (&a.namespace, &a.config.cluster).cmp(&(&b.namespace, &b.config.cluster))
+        });
+        let per_call = self.evaluator.keys_per_call().max(1);
+        while !due.is_empty() {
+            let rest = due.split_off(per_call.min(due.len()));
+            let keys: Vec<Arc<Key>> = due.iter().map(|(key, _, _)| key.clone()).collect();
+            let results = self.evaluator.evaluate(&keys).await;
+            // Recorded, and their flights released, before the next call starts.
+            for ((key, entry, _flight), result) in due.drain(..).zip(results) {
+                let _ = self.record(&key, &entry, result);
+            }
+            due = rest;
         }
-        let keys: Vec<Arc<Key>> = due.iter().map(|(key, _, _)| key.clone()).collect();
-        let results = self.evaluator.evaluate(&keys).await;
-        for ((key, entry, _flight), result) in due.iter().zip(results) {
-            let _ = self.record(key, entry, result);
-        }
-        due.len()
+        evaluated
     }
 
     fn is_due(&self, entry: &Entry, now: Instant) -> bool {
@@ -252,9 +262,9 @@ impl<E: Evaluate> Cache<E> {
 
 fn object_labels(key: &Key) -> ObjectLabels {
     ObjectLabels {
-        namespace: key.namespace.clone(),
-        scaledobject: key.name.clone(),
-        cluster: key.config.cluster.clone(),
+        namespace: key.namespace.as_str().into(),
+        scaledobject: key.name.as_str().into(),
+        cluster: key.config.cluster.as_str().into(),
     }
 }
 

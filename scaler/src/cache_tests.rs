@@ -10,6 +10,8 @@ struct Fake {
     keys: Arc<Mutex<Vec<usize>>>,
     failing: Arc<AtomicBool>,
     delay: Duration,
+    /// `keys_per_call`; 0 = unbounded.
+    per_call: usize,
 }
 
 impl Fake {
@@ -24,6 +26,14 @@ impl Fake {
 }
 
 impl Evaluate for Fake {
+    fn keys_per_call(&self) -> usize {
+        if self.per_call == 0 {
+            usize::MAX
+        } else {
+            self.per_call
+        }
+    }
+
     async fn evaluate(&self, keys: &[Arc<Key>]) -> Vec<Result<Evaluation, ObserveError>> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         lock(&self.keys).push(keys.len());
@@ -123,6 +133,29 @@ async fn a_tick_refreshes_every_due_key_in_one_evaluation() {
         assert_eq!(load(&cache, name).await, 4.0);
     }
     assert_eq!(cache.refresh_due().await, 0);
+}
+
+#[tokio::test]
+async fn a_large_tick_is_split_into_calls_of_at_most_keys_per_call() {
+    let fake = Fake {
+        per_call: 3,
+        ..Fake::default()
+    };
+    let cache = cache(&fake, 100, 1_000);
+    let names = ["g", "c", "e", "a", "f", "b", "d"];
+    for name in names {
+        cache.get(key(name)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert_eq!(cache.refresh_due().await, 7);
+    assert_eq!(fake.batch_sizes()[names.len()..], [3, 3, 1]);
+    // Every key got its own call's evaluation (the load is the call's number): 8, 9, then 10.
+    let mut loads = Vec::new();
+    for name in names {
+        loads.push(load(&cache, name).await);
+    }
+    loads.sort_by(f64::total_cmp);
+    assert_eq!(loads, [8.0, 8.0, 8.0, 9.0, 9.0, 9.0, 10.0]);
 }
 
 #[tokio::test]

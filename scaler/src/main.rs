@@ -5,6 +5,9 @@ use clap::Parser;
 
 mod cli;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // kube (ring) and reqwest (no provider) share one rustls provider; install it

@@ -29,6 +29,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use scaler_core::decision::{Brake, ConvergencePhase, Reason};
@@ -57,35 +58,36 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
-/// Identifies one ScaledObject's decision gauges.
+/// Identifies one ScaledObject's decision gauges. The names are shared, not copied, by its dozen
+/// series: at 20,000 ScaledObjects, copies cost tens of MiB.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ObjectLabels {
-    pub namespace: String,
-    pub scaledobject: String,
-    pub cluster: String,
+    pub namespace: Arc<str>,
+    pub scaledobject: Arc<str>,
+    pub cluster: Arc<str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ObjectReasonLabels {
-    namespace: String,
-    scaledobject: String,
-    cluster: String,
+    namespace: Arc<str>,
+    scaledobject: Arc<str>,
+    cluster: Arc<str>,
     reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ObjectSignalLabels {
-    namespace: String,
-    scaledobject: String,
-    cluster: String,
+    namespace: Arc<str>,
+    scaledobject: Arc<str>,
+    cluster: Arc<str>,
     signal: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ObjectBrakeLabels {
-    namespace: String,
-    scaledobject: String,
-    cluster: String,
+    namespace: Arc<str>,
+    scaledobject: Arc<str>,
+    cluster: Arc<str>,
     state: &'static str,
 }
 

@@ -35,6 +35,9 @@ pub trait Evaluate: Send + Sync + 'static {
         &self,
         keys: &[Arc<Key>],
     ) -> impl Future<Output = Vec<Result<Evaluation, ObserveError>>> + Send;
+
+    /// Most keys a refresh tick hands to one [`Evaluate::evaluate`] call.
+    fn keys_per_call(&self) -> usize;
 }
 
 /// Reads Prometheus (in batched queries) and the Clusters, then decides for each key.
@@ -53,6 +56,12 @@ pub struct Observer {
 }
 
 impl Evaluate for Observer {
+    /// As many as fill every query slot of the tick once: more would not run sooner, only
+    /// hold more answers in memory at once.
+    fn keys_per_call(&self) -> usize {
+        self.batch_size * self.concurrency.max(1)
+    }
+
     async fn evaluate(&self, keys: &[Arc<Key>]) -> Vec<Result<Evaluation, ObserveError>> {
         // Keys that ask the same cluster the same way share a target; each shape is its own query.
         let mut targets: HashMap<Shape, Vec<Target>> = HashMap::new();
