@@ -47,11 +47,26 @@ struct State {
     last_asked: Option<Instant>,
 }
 
-#[derive(Default)]
 struct Entry {
     state: Mutex<State>,
     /// Held while refreshing: the single flight.
     refreshing: Arc<tokio::sync::Mutex<()>>,
+    /// Its decision gauges' labels, built once: every tick publishes under them.
+    labels: ObjectLabels,
+}
+
+impl Entry {
+    fn new(key: &Key) -> Self {
+        Self {
+            state: Mutex::default(),
+            refreshing: Arc::default(),
+            labels: ObjectLabels {
+                namespace: key.namespace.as_str().into(),
+                scaledobject: key.name.as_str().into(),
+                cluster: key.config.cluster.as_str().into(),
+            },
+        }
+    }
 }
 
 /// A cached answer: an evaluation, or the error that replaced it.
@@ -153,7 +168,7 @@ impl<E: Evaluate> Cache<E> {
                 } else {
                     debug!(namespace = %key.namespace, scaledobject = %key.name, desired = d.desired, reason = %d.reason, "decision unchanged");
                 }
-                self.metrics.decision(&object_labels(key), &evaluation);
+                self.metrics.decision(&entry.labels, &evaluation);
                 state.good = Some((now, evaluation.clone()));
                 state.attempt = Some((now, None));
                 Ok(evaluation)
@@ -186,7 +201,10 @@ impl<E: Evaluate> Cache<E> {
         }
         let mut entries = write(&self.entries);
         let key = Arc::new(key);
-        let entry = entries.entry(key.clone()).or_default().clone();
+        let entry = entries
+            .entry(key.clone())
+            .or_insert_with_key(|key| Arc::new(Entry::new(key)))
+            .clone();
         self.metrics.cache_entries.set(entries.len() as i64);
         (key, entry)
     }
@@ -216,11 +234,11 @@ impl<E: Evaluate> Cache<E> {
     pub fn evict_idle(&self, now: Instant) -> usize {
         let mut entries = write(&self.entries);
         let before = entries.len();
-        entries.retain(|key, entry| {
+        entries.retain(|_, entry| {
             let last = lock(&entry.state).last_asked;
             let keep = last.is_some_and(|at| now.saturating_duration_since(at) < self.timing.ttl);
             if !keep {
-                self.metrics.forget(&object_labels(key));
+                self.metrics.forget(&entry.labels);
             }
             keep
         });
@@ -257,14 +275,6 @@ impl<E: Evaluate> Cache<E> {
                 }
             }
         }
-    }
-}
-
-fn object_labels(key: &Key) -> ObjectLabels {
-    ObjectLabels {
-        namespace: key.namespace.as_str().into(),
-        scaledobject: key.name.as_str().into(),
-        cluster: key.config.cluster.as_str().into(),
     }
 }
 

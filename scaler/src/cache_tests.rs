@@ -10,8 +10,8 @@ struct Fake {
     keys: Arc<Mutex<Vec<usize>>>,
     failing: Arc<AtomicBool>,
     delay: Duration,
-    /// `keys_per_call`; 0 = unbounded.
-    per_call: usize,
+    /// `keys_per_call`; `None` = unbounded.
+    per_call: Option<usize>,
 }
 
 impl Fake {
@@ -27,11 +27,7 @@ impl Fake {
 
 impl Evaluate for Fake {
     fn keys_per_call(&self) -> usize {
-        if self.per_call == 0 {
-            usize::MAX
-        } else {
-            self.per_call
-        }
+        self.per_call.unwrap_or(usize::MAX)
     }
 
     async fn evaluate(&self, keys: &[Arc<Key>]) -> Vec<Result<Evaluation, ObserveError>> {
@@ -138,7 +134,7 @@ async fn a_tick_refreshes_every_due_key_in_one_evaluation() {
 #[tokio::test]
 async fn a_large_tick_is_split_into_calls_of_at_most_keys_per_call() {
     let fake = Fake {
-        per_call: 3,
+        per_call: Some(3),
         ..Fake::default()
     };
     let cache = cache(&fake, 100, 1_000);
