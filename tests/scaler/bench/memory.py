@@ -8,7 +8,9 @@ fill), then poll the whole fleet like KEDA (--polls calls per ScaledObject per r
 release build, copied aside) and the candidate after it: both run in the same VictoriaMetrics, on the
 same series, in one run, so the machine's load hits both alike.
 
-  tests/scaler/bench/memory.py --ghz "$ghz" --binary before=/tmp/scaler-old --binary after=target/release/scaler
+  eval "$(tests/scaler/bench/setup.sh)"   # sets ghz=…
+  "$COZY_TOOLS/venv/bin/python" tests/scaler/bench/memory.py --ghz "$ghz" \
+    --binary before=/tmp/scaler-old --binary after=target/release/scaler
 """
 import argparse
 import json
