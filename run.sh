@@ -6,17 +6,39 @@
 #                   (--inputs-only: stop after staging the static binary; docs/image.md)
 set -euo pipefail
 cd "$(dirname "$0")"
+
+# CI (CI=true) and COZY_FRESH_TOOLS=1 install every tool from scratch into a new, empty tools
+# directory, Go's module and build caches included, so each run proves the cold setup paths a new
+# machine takes. Only the content-addressed cache of the Go-built e2e binaries ($COZY_BUILD_CACHE,
+# tests/e2e/setup.sh) is reused: rebuilding them costs most of an hour.
+if [[ ${CI:-} == true || ${COZY_FRESH_TOOLS:-} == 1 ]]; then
+  COZY_TOOLS=$(mktemp -d "${TMPDIR:-/tmp}/cozy-tools.XXXXXX")
+  export GOCACHE="$COZY_TOOLS/go/cache" GOMODCACHE="$COZY_TOOLS/go/mod" COZY_FRESH_TOOLS=1
+  # Go's module cache is read-only.
+  trap 'chmod -R u+w "$COZY_TOOLS" 2>/dev/null; rm -rf "$COZY_TOOLS"' EXIT
+  echo "== fresh tools directory $COZY_TOOLS"
+fi
 export COZY_TOOLS="${COZY_TOOLS:-$HOME/.cache/cozy-autoscaling}"
 mkdir -p "$COZY_TOOLS"
 
-suites() { ls -d tests/*/ 2>/dev/null | xargs -rn1 basename | grep -vx lib || true; }
+suites() {
+  local d
+  for d in tests/*/; do
+    d=${d%/} d=${d#tests/}
+    [[ $d == lib ]] || echo "$d"
+  done
+}
 
 setup() {
+  echo "== setup lib"
   tests/lib/setup.sh
   for s in $(suites); do
     if [[ -x tests/$s/setup.sh ]]; then echo "== setup $s"; "tests/$s/setup.sh"; fi
   done
 }
+
+# Every shell script of the repository, with the files they source.
+shell_scripts() { git ls-files '*.sh' run.sh .ci/run; }
 
 # The static release binary and CA bundle under target/image/, then (unless --inputs-only) the
 # Containerfile built by buildah into an OCI archive. Version and repository come from the chart
@@ -73,16 +95,33 @@ case "${1:-}" in
     image "${2:-}"
     ;;
   test)
+    start=$SECONDS
     setup
+    if [[ ${COZY_FRESH_TOOLS:-} == 1 ]]; then
+      # The warm path, right after the cold one: every setup is idempotent.
+      echo "== setup again (warm: nothing to install)"
+      setup >/dev/null
+      tests/lib/check-setup.sh
+    fi
+    echo "== setup took $((SECONDS - start)) s"
+    echo "== shellcheck"
+    shell_scripts | xargs shellcheck -x -S style
     echo "== rust: fmt, clippy, unit tests"
+    step=$SECONDS
     cargo fmt --all --check
     cargo clippy --workspace --all-targets --quiet -- -D warnings
     cargo test --workspace --quiet
     cargo build --workspace --quiet
+    echo "== rust took $((SECONDS - step)) s"
     for s in ${SUITES:-$(suites)}; do
-      if [[ -x tests/$s/run.sh ]]; then echo "== suite $s"; "tests/$s/run.sh"; fi
+      if [[ -x tests/$s/run.sh ]]; then
+        echo "== suite $s"
+        step=$SECONDS
+        "tests/$s/run.sh"
+        echo "== suite $s took $((SECONDS - step)) s"
+      fi
     done
-    echo "== all tests passed"
+    echo "== all tests passed in $((SECONDS - start)) s"
     ;;
   *)
     sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'

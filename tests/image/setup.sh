@@ -2,11 +2,6 @@
 # Installs what `./run.sh image` needs, idempotently: Debian's buildah (builds the Containerfile
 # with no daemon and no registry) and ca-certificates (the bundle the image ships).
 set -euo pipefail
-missing=()
-command -v buildah >/dev/null || missing+=(buildah)
-[[ -f /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
-if ((${#missing[@]})); then
-  sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=tests/lib/apt.sh
+. "$(dirname "$0")/../lib/apt.sh"
+apt_install buildah=buildah ca-certificates=/etc/ssl/certs/ca-certificates.crt

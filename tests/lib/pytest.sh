@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the suites' run.sh: pytest from the shared venv ($COZY_TOOLS/venv, tests/lib/setup.sh).
 : "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
 export COZY_TOOLS PYTHONDONTWRITEBYTECODE=1

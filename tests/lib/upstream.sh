@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 
 # copy NAME MODULE VERSION PATH...: PATHs (files or globs inside the module) into $OUT/NAME-VERSION.
 copy() {
-  local name=$1 module=$2 version=$3 out="$OUT/$1-$3"
+  local module=$2 version=$3 out="$OUT/$1-$3"
   shift 3
   if [[ -d "$out" ]]; then return 0; fi
   local dir

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # the scripts that source it read them
 # Upstream versions the tests pin: the end-to-end rig's components (each must match the require
 # lines in tests/e2e/tools/*/go.mod; tests/e2e/setup.sh keys its build cache by these, so bump
 # both together) and the modules whose CRDs and data files the suites read (tests/lib/upstream.sh).

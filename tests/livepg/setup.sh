@@ -13,10 +13,10 @@ have_server() {
   return 1
 }
 if ! have_server || ! getent passwd postgres >/dev/null; then
-  sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
-  $sudo apt-get update -qq
+  # shellcheck source=tests/lib/apt.sh
+  . "$(dirname "$0")/../lib/apt.sh"
   # The package creates the `postgres` system user the servers run as when the suite runs as root.
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  apt_install postgresql
 fi
 command -v setpriv >/dev/null || { echo "livepg setup: setpriv (util-linux) is missing" >&2; exit 1; }
 

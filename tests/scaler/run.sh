@@ -7,4 +7,6 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
 . tests/lib/pytest.sh
 cargo build --quiet -p scaler
+# The Rust tests that need an outside binary (victoria-metrics), left out of a bare `cargo test`.
+cargo test --quiet -p scaler --test explain -- --ignored
 run_pytest "$here" --durations=8 -rxX "$@"

@@ -18,6 +18,7 @@ export PYTHONDONTWRITEBYTECODE=1
 mkdir -p "$OUT"
 cargo build --quiet --release -p scaler --bin scaler --example noop_external_scaler \
   -p webhook --example noop_admission
+ghz='' hey=''
 eval "$("$here/setup.sh")" # sets ghz=… hey=…
 py="$COZY_TOOLS/venv/bin/python"
 echo "scaler at $(git rev-parse --short HEAD); load average $(cut -d' ' -f1-3 /proc/loadavg)"

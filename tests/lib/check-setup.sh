@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Checks the setup the test command just ran into a fresh tools directory (run.sh, CI=true):
+# everything the suites use is there, no script relies on a RETURN trap (one set in a function
+# stays set after it returns and fires again elsewhere: the cold-cache bug of chartgen's setup),
+# and apt-get waits for a lock another apt-get holds instead of failing at once.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+: "${COZY_TOOLS:?run by ./run.sh test}"
+# shellcheck source=tests/lib/versions.sh
+. tests/lib/versions.sh
+fail() { echo "check-setup: $*" >&2; exit 1; }
+
+for f in venv/bin/python helm3/helm helm4/helm \
+         "upstream/keda-$KEDA_VERSION" "upstream/cnpg-$CNPG_VERSION" \
+         "upstream/helm-controller-$HELM_CONTROLLER_VERSION" "upstream/source-controller-$SOURCE_CONTROLLER_VERSION" \
+         "e2e/bin/etcd-$ETCD_VERSION" "e2e/bin/kube-apiserver-$KUBE_VERSION" "e2e/bin/kube-controller-manager-$KUBE_VERSION" \
+         "e2e/bin/keda-operator-$KEDA_VERSION" "e2e/bin/keda-adapter-$KEDA_VERSION" "e2e/bin/helm-controller-$HELM_CONTROLLER_VERSION"; do
+  [[ -e "$COZY_TOOLS/$f" ]] || fail "$COZY_TOOLS/$f is missing after setup"
+done
+compgen -G "$COZY_TOOLS/grafana-check/*/grafana-check" >/dev/null || fail "grafana-check was not built"
+"$COZY_TOOLS/helm3/helm" version --short | grep -q '^v3\.' || fail "helm3 is not Helm 3"
+"$COZY_TOOLS/helm4/helm" version --short | grep -q '^v4\.' || fail "helm4 is not Helm 4"
+
+if found=$(git grep -nE "^[[:space:]]*trap .* RETURN\b" -- '*.sh' run.sh .ci/run); then
+  fail "a RETURN trap outlives its function; use a subshell with an EXIT trap: $found"
+fi
+
+# Another apt-get holding the package lists' lock for 3 s: apt_get waits, then succeeds.
+if [[ $(id -u) == 0 ]]; then
+  # shellcheck source=tests/lib/apt.sh
+  . tests/lib/apt.sh
+  python3 -c 'import fcntl, sys, time
+f = open("/var/lib/apt/lists/lock", "w"); fcntl.lockf(f, fcntl.LOCK_EX)
+print("locked", flush=True); time.sleep(3)' | { read -r _; start=$SECONDS; APT_LOCK_WAIT=60 apt_get update; echo $((SECONDS - start)); } > "$COZY_TOOLS/apt-wait" ||
+    fail "apt-get update failed while another process held the lists lock"
+  (($(cat "$COZY_TOOLS/apt-wait") >= 2)) || fail "apt-get update did not wait for the held lock"
+  echo "check-setup: apt-get waited $(cat "$COZY_TOOLS/apt-wait") s for a held lock, then succeeded"
+fi
+echo "check-setup: every tool in place"
