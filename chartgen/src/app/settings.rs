@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 /// File name, in the chart directory next to Chart.yaml.
 pub const FILE: &str = "chartgen.yaml";
 
-const HEADER: &str = "# Settings of `chartgen app` (docs/chartgen.md). A re-run or `chartgen app --check` without\n\
+const HEADER: &str = "# Settings of `chartgen app` (`chartgen app --help`). A re-run or `chartgen app --check` without\n\
 # flags reproduces the run that wrote this file; a flag given later overrides and updates it.\n\
 # Unset target fields are read from the target's template on every run.\n";
 
