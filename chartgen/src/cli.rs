@@ -66,6 +66,10 @@ struct AppArgs {
     /// With --verify: a values file every render gets (`helm -f`), e.g. values a platform injects.
     #[arg(long = "values", requires = "verify")]
     values: Vec<PathBuf>,
+    /// With --verify: seconds one `helm template` may run before it is killed (its output is
+    /// capped at 64 MiB too).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600), requires = "verify")]
+    helm_timeout: u64,
     /// With --verify: the release name and namespace to render as.
     #[arg(long, num_args = 2, value_names = ["RELEASE", "NAMESPACE"], default_values = ["verify", "verify"], requires = "verify")]
     release: Vec<String>,
@@ -202,6 +206,7 @@ impl Cli {
                         values: &a.values,
                         release: &a.release[0],
                         namespace: &a.release[1],
+                        timeout: std::time::Duration::from_secs(a.helm_timeout),
                     };
                     return app::verify::run(&target, &out, &a.helms, &a.crds);
                 }

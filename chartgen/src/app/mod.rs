@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::output::{Plan, ensure_inside, read};
+use crate::output::{Plan, ensure_inside, read, read_optional};
 use crate::render::Renderer;
 use replica::ReplicaLine;
 use settings::Settings;
@@ -77,15 +77,14 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
     for path in [&values_path, &schema_path, &settings_path] {
         ensure_inside(chart, path)?;
     }
+    flags
+        .check(settings::Origin::Flags)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let stored = Settings::parse(read_optional(&settings_path)?.as_deref())
         .map_err(|e| anyhow::anyhow!("'{}': {e}", settings_path.display()))?;
     let settings = flags.over(stored);
     let mut notes = Vec::new();
 
-    // Checked before reading, so a huge file is refused without being loaded.
-    if std::fs::metadata(&values_path).is_ok_and(|m| m.len() > values::MAX_BYTES as u64) {
-        return Err(values::ValuesError::TooLarge.into());
-    }
     let values_text = read(&values_path)?;
     let values_root = values::parse(&values_text)?;
     let field = settings
@@ -231,6 +230,16 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
             change.removed.join(", ")
         ));
     }
+    reparse(&values_path, || {
+        let root = values::parse(&values_new)?;
+        values::merge(&root, values::defaults(""))?;
+        if values::has_path(&values_root, &spec.values_key)
+            && !values::has_path(&root, &spec.values_key)
+        {
+            bail!("`{}` is lost", spec.values_key);
+        }
+        Ok(())
+    })?;
     plan.add(&values_path, values_new);
 
     let existing = read_optional(&schema_path)?;
@@ -248,11 +257,20 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
     } else {
         schema::Existing::Replace
     };
-    plan.add(
-        &schema_path,
-        schema::merge(existing.as_deref(), &property, policy)?,
-    );
-    plan.add(&settings_path, settings.to_text());
+    let schema_new = schema::merge(existing.as_deref(), &property, policy)?;
+    reparse(&schema_path, || {
+        serde_json::from_str::<serde_json::Value>(&schema_new)?;
+        Ok(())
+    })?;
+    plan.add(&schema_path, schema_new);
+    let settings_new = settings.to_text();
+    reparse(&settings_path, || {
+        if Settings::parse(Some(&settings_new)).map_err(|e| anyhow::anyhow!(e))? != settings {
+            bail!("the settings read back differ");
+        }
+        Ok(())
+    })?;
+    plan.add(&settings_path, settings_new);
 
     for (tmpl, file) in GENERATED {
         let path = templates.join(file);
@@ -267,6 +285,17 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
         plan.add(path, r.render(tmpl, &ctx)?);
     }
     Ok(Outcome { plan, spec, notes })
+}
+
+/// Checks a file chartgen is about to write by parsing it back, so a chart is never left with a
+/// values.yaml, schema or settings file that Helm or the next run cannot load.
+fn reparse(path: &Path, check: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    check().map_err(|e| {
+        anyhow::anyhow!(
+            "the new '{}' would not load ({e:#}), so nothing was written; the file has a shape chartgen cannot edit: rewrite that part in plain block style and run chartgen app again",
+            path.display()
+        )
+    })
 }
 
 /// The expression to use for the target's `what`: the template's own (`derived`, located at a
@@ -599,14 +628,6 @@ pub fn next_steps(chart: &Path, spec: &AppSpec) -> String {
     )
 }
 
-fn read_optional(path: &Path) -> anyhow::Result<Option<String>> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok(Some(t)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot read '{}'", path.display())),
-    }
-}
-
 /// Template files under `dir`, sorted. Symlinks are followed only while they stay inside
 /// `chart`; one that leaves it is reported and skipped (chartgen never reads or writes outside
 /// the chart).
@@ -650,7 +671,15 @@ struct ChartMeta {
 
 fn chart_name(chart: &Path) -> anyhow::Result<String> {
     let path = chart.join("Chart.yaml");
-    let meta: ChartMeta = serde_norway::from_str(&read(&path)?)
+    let text = read(&path)?;
+    if let Some(line) = values::deeper_than(&text, values::MAX_DEPTH) {
+        bail!(
+            "'{}' nests deeper than {} levels (line {line}); chartgen refuses it to stay fast",
+            path.display(),
+            values::MAX_DEPTH
+        );
+    }
+    let meta: ChartMeta = serde_norway::from_str(&text)
         .with_context(|| format!("'{}' has no valid `name`", path.display()))?;
     if meta.name.is_empty()
         || !meta
