@@ -11,6 +11,7 @@ use crate::output::{Plan, read};
 use crate::render::Renderer;
 use crate::{app, package, shards};
 
+/// The package chart's sources: `chartgen package` only runs in this checkout.
 const DEFAULT_TEMPLATES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../templates");
 const DEFAULT_CHARTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts");
 const DEFAULT_FLUX: &str = concat!(
@@ -25,9 +26,11 @@ const DEFAULT_FLUX: &str = concat!(
     about = "Generates autoscaling, Flux shard and package chart pieces from minijinja templates"
 )]
 pub struct Cli {
-    /// Directory of the sources: minijinja templates (app/) and the package chart (package/).
-    #[arg(long, global = true, env = "CHARTGEN_TEMPLATES", default_value = DEFAULT_TEMPLATES)]
-    templates: PathBuf,
+    /// Directory of the sources, for developing them: minijinja templates (app/) and the package
+    /// chart (package/). `app` uses its built-in templates without it; `package` defaults to the
+    /// checkout chartgen was built from.
+    #[arg(long, global = true, env = "CHARTGEN_TEMPLATES")]
+    templates: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -63,6 +66,10 @@ struct AppArgs {
     /// With --verify: a values file every render gets (`helm -f`), e.g. values a platform injects.
     #[arg(long = "values", requires = "verify")]
     values: Vec<PathBuf>,
+    /// With --verify: seconds one `helm template` may run before it is killed (its output is
+    /// capped at 64 MiB too).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600), requires = "verify")]
+    helm_timeout: u64,
     /// With --verify: the release name and namespace to render as.
     #[arg(long, num_args = 2, value_names = ["RELEASE", "NAMESPACE"], default_values = ["verify", "verify"], requires = "verify")]
     release: Vec<String>,
@@ -188,13 +195,18 @@ impl Cli {
         let Self { templates, command } = self;
         match command {
             Command::App(a) => {
-                let out = app::plan(&a.chart, a.settings(), &Renderer::new(&templates)?)?;
+                let out = app::plan(
+                    &a.chart,
+                    a.settings(),
+                    &Renderer::new(templates.as_deref())?,
+                )?;
                 if a.verify {
                     let target = app::verify::Target {
                         chart: &a.chart,
                         values: &a.values,
                         release: &a.release[0],
                         namespace: &a.release[1],
+                        timeout: std::time::Duration::from_secs(a.helm_timeout),
                     };
                     return app::verify::run(&target, &out, &a.helms, &a.crds);
                 }
@@ -204,11 +216,12 @@ impl Cli {
                     for note in &out.notes {
                         eprintln!("chartgen: note: {note}");
                     }
-                    eprintln!("chartgen: {}", app::next_steps(&a.chart));
+                    eprintln!("chartgen: {}", app::next_steps(&a.chart, &out.spec));
                 }
                 Ok(code)
             }
             Command::Package(p) => {
+                let templates = templates.unwrap_or_else(|| DEFAULT_TEMPLATES.into());
                 let plan = package::plan(&p.out, &p.flux_deployment, &templates)?;
                 finish(&plan, p.check)
             }

@@ -1,5 +1,6 @@
 //! chartgen: renders KEDA autoscaling into app charts, helm-controller shard Deployments and
-//! the platform package chart (the app pieces from minijinja templates in `templates/`).
+//! the platform package chart (the app pieces from minijinja templates in `templates/app/`, built
+//! into the binary).
 #![forbid(unsafe_code)]
 
 mod app;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -42,13 +42,8 @@ impl Plan {
     pub fn drift(&self) -> anyhow::Result<Vec<PathBuf>> {
         let mut out = Vec::new();
         for (path, want) in &self.files {
-            match fs::read_to_string(path) {
-                Ok(have) if &have == want => {}
-                Ok(_) => out.push(path.clone()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => out.push(path.clone()),
-                Err(e) => {
-                    return Err(e).with_context(|| format!("cannot read '{}'", path.display()));
-                }
+            if read_optional(path)?.as_ref() != Some(want) {
+                out.push(path.clone());
             }
         }
         out.extend(self.stale()?);
@@ -302,9 +297,73 @@ fn walk(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Reads a file, naming it in the error.
+/// Largest file chartgen reads: far above any chart file, CRD or settings file.
+pub const MAX_READ: u64 = 8 << 20;
+
+/// Reads a text file, naming it in the error; see [`read_optional`].
 pub fn read(path: &Path) -> anyhow::Result<String> {
-    fs::read_to_string(path).with_context(|| format!("cannot read '{}'", path.display()))
+    read_optional(path)?
+        .ok_or_else(|| anyhow::anyhow!("cannot read '{}': no such file", path.display()))
+}
+
+/// Reads a text file of at most [`MAX_READ`] bytes; None when it does not exist. Anything but a
+/// regular file is refused before it is opened (a FIFO blocks the reader, a device such as
+/// /dev/zero never ends), and a file that grows past the cap while it is read is refused.
+pub fn read_optional(path: &Path) -> anyhow::Result<Option<String>> {
+    let regular = |m: &fs::Metadata| -> anyhow::Result<()> {
+        if !m.is_file() {
+            bail!(
+                "refusing to read '{}': it is not a regular file ({}); replace it with the file itself",
+                path.display(),
+                kind_of(m)
+            );
+        }
+        if m.len() > MAX_READ {
+            bail!(
+                "'{}' is larger than {} MiB; chartgen refuses it",
+                path.display(),
+                MAX_READ >> 20
+            );
+        }
+        Ok(())
+    };
+    match fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read '{}'", path.display())),
+        Ok(m) => regular(&m)?,
+    }
+    let file = fs::File::open(path).with_context(|| format!("cannot read '{}'", path.display()))?;
+    regular(&file.metadata()?)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_READ + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read '{}'", path.display()))?;
+    if bytes.len() as u64 > MAX_READ {
+        bail!(
+            "'{}' is larger than {} MiB; chartgen refuses it",
+            path.display(),
+            MAX_READ >> 20
+        );
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| anyhow::anyhow!("'{}' is not UTF-8 text", path.display()))
+}
+
+fn kind_of(m: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a plain file"
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! The minijinja environment `chartgen app` renders through.
 //!
 //! Delimiters are `[[ ]]`, `[% %]` and `[# #]` so Helm's `{{ }}` passes through untouched;
-//! undefined variables are errors (a typo must never render as an empty string); templates
-//! come only from the templates directory.
+//! undefined variables are errors (a typo must never render as an empty string). The app
+//! templates are compiled into the binary, so an installed chartgen needs no files beside it; a
+//! templates directory (`--templates`, `CHARTGEN_TEMPLATES`) replaces them while developing them.
 
 use std::path::Path;
 
@@ -12,18 +13,51 @@ use minijinja::{
 };
 use serde::Serialize;
 
+/// The app templates built into the binary, by the name `chartgen app` renders them under.
+const EMBEDDED: &[(&str, &str)] = &[
+    (
+        "app/_autoscaling.tpl",
+        include_str!("../../templates/app/_autoscaling.tpl"),
+    ),
+    (
+        "app/scaledobject.yaml",
+        include_str!("../../templates/app/scaledobject.yaml"),
+    ),
+    (
+        "app/values-autoscaling.yaml",
+        include_str!("../../templates/app/values-autoscaling.yaml"),
+    ),
+    (
+        "app/values-autoscaling.schema.json",
+        include_str!("../../templates/app/values-autoscaling.schema.json"),
+    ),
+];
+
 pub struct Renderer {
     env: Environment<'static>,
 }
 
 impl Renderer {
-    pub fn new(dir: &Path) -> anyhow::Result<Self> {
-        if !dir.is_dir() {
-            anyhow::bail!(
-                "templates directory '{}' does not exist; pass --templates DIR or set CHARTGEN_TEMPLATES",
+    /// Templates from `dir` when given (development), else the ones built into the binary.
+    pub fn new(dir: Option<&Path>) -> anyhow::Result<Self> {
+        let mut env = Self::environment()?;
+        match dir {
+            Some(dir) if !dir.is_dir() => anyhow::bail!(
+                "templates directory '{}' does not exist; pass --templates DIR or unset CHARTGEN_TEMPLATES to use the built-in templates",
                 dir.display()
-            );
+            ),
+            Some(dir) => env.set_loader(minijinja::path_loader(dir)),
+            None => env.set_loader(|name| {
+                Ok(EMBEDDED
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, text)| (*text).to_owned()))
+            }),
         }
+        Ok(Self { env })
+    }
+
+    fn environment() -> anyhow::Result<Environment<'static>> {
         let mut env = Environment::new();
         env.set_syntax(
             SyntaxConfig::builder()
@@ -38,10 +72,9 @@ impl Renderer {
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         // Output is YAML/JSON/Go-template text: never escape it.
         env.set_auto_escape_callback(|_| AutoEscape::None);
-        env.set_loader(minijinja::path_loader(dir));
         env.add_filter("yaml", yaml_filter);
         env.add_filter("json", json_filter);
-        Ok(Self { env })
+        Ok(env)
     }
 
     /// Renders template `name` (a path relative to the templates directory).

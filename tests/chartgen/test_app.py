@@ -1,8 +1,13 @@
 """`chartgen app` on the example chart: every autoscaling mode and guard, rendered by real helm 3
 and helm 4, asserted on parsed objects that pass schema validation."""
+import os
+import shutil
+import subprocess
+
 import pytest
 
-from conftest import EXAMPLE, PRISTINE, docs, one
+from conftest import CHARTGEN, EXAMPLE, PRISTINE, REPO, docs, one
+from test_reproducible import tree
 from validate import validate_all
 
 ON = ["autoscaling.enabled=true"]
@@ -188,3 +193,23 @@ def test_a_schedule_floor_above_max_replicas_fails_the_render(helm):
     out = helm.template(EXAMPLE, ON + SCHEDULE[:4] + ["autoscaling.maxReplicas=3"])
     assert out.returncode != 0
     assert "autoscaling.schedules entry 0: floor 4 is above autoscaling.maxReplicas (3)" in out.stderr, out.stderr
+
+
+def test_an_installed_binary_needs_no_files_beside_it(tmp_path):
+    """Only the binary is copied out of the checkout, and the checkout is hidden from it (a tmpfs
+    over the repository in a private mount namespace), so a chart repository elsewhere gets the
+    same chart as this one: the templates are built in."""
+    binary = tmp_path / "bin/chartgen"
+    binary.parent.mkdir()
+    shutil.copy2(CHARTGEN, binary)
+    chart = tmp_path / "work/example-postgres"
+    shutil.copytree(PRISTINE, chart)
+    env = {k: v for k, v in os.environ.items() if k != "CHARTGEN_TEMPLATES"}
+    hidden = f'mount -t tmpfs tmpfs "{REPO}" && test ! -e "{REPO}/templates" && exec "$0" "$@"'
+    out = subprocess.run(["unshare", "--mount", "sh", "-c", hidden, str(binary), "app", "--chart", "example-postgres"],
+                         cwd=chart.parent, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert tree(chart) == tree(EXAMPLE)
+    check = subprocess.run(["unshare", "--mount", "sh", "-c", hidden, str(binary), "app", "--chart", "example-postgres",
+                            "--check"], cwd=chart.parent, env=env, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr

@@ -2,7 +2,9 @@
 count keys, names and namespaces from helpers and library charts, namespaceOverride, a quorum
 absent from values.yaml (field by field, or a whole `synchronous: {}` rendered with toYaml), the
 legacy maxSyncReplicas, no schema, Bitnami and cozyvalues-gen annotations, a Go-escaped schema,
-an autoscaling block with the author's comments.
+an autoscaling block with the author's comments; and the shapes of issue 24: a Cluster behind the
+chart's own switch, a template default on the count, a Pooler reading the same count, a Cluster
+from a dependency, a Cluster per `range` entry.
 
 For every chart, with Helm 3 and Helm 4: the disabled render is byte-identical to the chart before
 chartgen; the enabled, transition and dryRun objects are valid against the CRDs and the
@@ -36,6 +38,9 @@ CORPUS = {
     "block-comments": Shape(),
     "synchronous-yaml": Shape(name="pg-cluster", quorum="cluster.postgresql.synchronous.number",
                               count="cluster.instances"),
+    "switched-cluster": Shape(count="postgresql.instances"),
+    "count-default": Shape(count="instances"),
+    "pooler-reader": Shape(count="instances"),
 }
 
 
@@ -281,3 +286,122 @@ def test_a_created_schema_and_the_next_steps_are_announced(generated):
     assert "created" in stderr and "values.schema.json because the chart had none" in stderr
     assert "--api-versions keda.sh/v1alpha1" in stderr and "--verify" in stderr and "transition" in stderr
     assert "created" not in generated["nested-count"][1]
+
+
+# Issue 24's shapes, each on its own fixture, rendered with Helm 3 and Helm 4.
+
+def test_the_scaledobject_renders_only_where_its_cluster_does(helm, generated):
+    """Shape 1: the Cluster behind `if .Values.postgresql.enabled`; the ScaledObject carries the
+    same condition, so turning the bundled database off never aims KEDA at a Cluster from elsewhere."""
+    chart = generated["switched-cluster"][0]
+    assert "{{- if and .Values.autoscaling.enabled (.Values.postgresql.enabled) }}" in (
+        chart / "templates/scaledobject.yaml").read_text()
+    off = helm.render(chart, ON + ["postgresql.enabled=false"])
+    assert [o["kind"] for o in off] == ["ConfigMap"], [o["kind"] for o in off]
+    on = helm.render(chart, ON)
+    assert one(on, "ScaledObject")["spec"]["scaleTargetRef"]["name"] == one(on, "Cluster")["metadata"]["name"]
+
+
+def test_branch_conditions_are_carried_too(helm, copy_of):
+    """An `else` branch: the Cluster renders when the external database is not chosen."""
+    chart = copy_of("switched-cluster")
+    tmpl = chart / "templates/cluster.yaml"
+    tmpl.write_text(tmpl.read_text().replace("{{- if .Values.postgresql.enabled }}",
+                                             "{{- if .Values.useExternal }}\n{{- else if .Values.postgresql.enabled }}"))
+    values = chart / "values.yaml"
+    values.write_text(values.read_text() + "useExternal: false\n")
+    out = chartgen("app", "--chart", chart)
+    assert out.returncode == 0, out.stderr
+    for sets, rendered in ([], True), (["useExternal=true"], False), (["postgresql.enabled=false"], False):
+        kinds = [o["kind"] for o in helm.render(chart, ON + sets)]
+        assert ("ScaledObject" in kinds) == ("Cluster" in kinds) == rendered, (sets, kinds)
+
+
+@pytest.mark.parametrize("sets,count", [([], 3), (["autoscaling.minReplicas=4"], 4), (["instances=5"], 5)])
+def test_a_template_default_on_the_count_is_kept(helm, generated, sets, count):
+    """Shape 2: `instances: {{ .Values.instances | default 3 }}` with the value unset renders 3 off
+    and on (raised only to the floor), not the floor of 2."""
+    chart = generated["count-default"][0]
+    assert "instances:" not in (chart / "values.yaml").read_text().replace("# instances:", "")
+    assert one(helm.render(chart, sets), "Cluster")["spec"]["instances"] == (5 if "instances=5" in sets else 3)
+    objs = helm.render(chart, ON + sets)
+    assert one(objs, "Cluster")["spec"]["instances"] == count
+    out = helm.template(chart, ON + ["autoscaling.maxReplicas=2", "autoscaling.minReplicas=2"])
+    assert out.returncode != 0 and "instances (3) is above autoscaling.maxReplicas (2)" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("flags", [[], ["--target-kind", "Cluster"]])
+def test_another_reader_of_the_count_is_a_note_not_a_refusal(helm, copy_of, flags):
+    """Shape 3: a Pooler's `instances` reads the same value; it is named and left alone."""
+    chart = copy_of("pooler-reader")
+    pooler = (chart / "templates/pooler.yaml").read_text()
+    out = chartgen("app", "--chart", chart, *flags)
+    assert out.returncode == 0, out.stderr
+    assert "templates/pooler.yaml:8 (Pooler) also reads .Values.instances" in out.stderr, out.stderr
+    assert (chart / "templates/pooler.yaml").read_text() == pooler
+    objs = helm.render(chart, ON + ["instances=4"])
+    assert one(objs, "Pooler")["spec"]["instances"] == 4 and one(objs, "Cluster")["spec"]["instances"] == 4
+    assert one(objs, "ScaledObject")["spec"]["scaleTargetRef"]["kind"] == "Cluster"
+
+
+def test_a_cluster_in_a_local_subchart_is_refused_with_the_dependency_and_the_fix(helm, copy_of):
+    """Shape 4, local subchart: the refusal names the subchart's file, why and what to do; doing it
+    gives the umbrella chart autoscaling through the subchart's values."""
+    chart = copy_of("umbrella-subchart")
+    before = tree(chart)
+    out = chartgen("app", "--chart", chart)
+    assert out.returncode == 2 and tree(chart) == before
+    err = out.stderr
+    assert "charts/db/templates/cluster.yaml:2" in err and "the dependency `db` does" in err, err
+    assert f"chartgen app --chart {chart}/charts/db" in err and "db.autoscaling.enabled: true" in err, err
+    flagged = chartgen("app", "--chart", chart, "--values-key", "db.replicas")
+    assert flagged.returncode == 2 and "the dependency `db` does" in flagged.stderr, flagged.stderr
+    assert chartgen("app", "--chart", chart / "charts/db").returncode == 0
+    objs = helm.render(chart, ["db.autoscaling.enabled=true"])
+    assert one(objs, "ScaledObject")["spec"]["scaleTargetRef"]["name"] == one(objs, "Cluster")["metadata"]["name"]
+    assert [o["kind"] for o in helm.render(chart)] == ["ConfigMap", "Cluster"]
+
+
+def test_a_cluster_in_a_packaged_dependency_is_refused_naming_the_archive(helm, copy_of):
+    """Shape 4, packaged: a `.tgz` under charts/ cannot be edited; the refusal says so and how."""
+    chart = copy_of("umbrella-subchart")
+    helm.output("package", chart / "charts/db", "--destination", chart / "charts")
+    shutil.rmtree(chart / "charts/db")
+    assert one(helm.render(chart), "Cluster")
+    out = chartgen("app", "--chart", chart)
+    assert out.returncode == 2, out.stderr
+    assert "db-0.1.0.tgz" in out.stderr and "does not edit a packaged chart" in out.stderr, out.stderr
+    assert "<name>.autoscaling.enabled: true" in out.stderr and "package it again" in out.stderr
+
+
+def test_a_cluster_per_range_entry_is_refused_saying_why(copy_of):
+    """Shape 5: one Cluster per entry of a `range`; chartgen says it scales one Cluster and how to
+    split the chart."""
+    chart = copy_of("cluster-per-entry")
+    before = tree(chart)
+    out = chartgen("app", "--chart", chart)
+    assert out.returncode == 2 and tree(chart) == before
+    assert "templates/clusters.yaml:4: the Cluster is rendered inside `range $name, $db := .Values.databases`" in out.stderr
+    assert "one per entry" in out.stderr and "its own chart" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("chart", sorted(CORPUS))
+def test_generated_text_cites_nothing_outside_the_chart(generated, chart):
+    """Shape 6: the files copied into a user's chart name no document of this repository."""
+    root = generated[chart][0]
+    for path in [root / "templates/_autoscaling.tpl", root / "templates/scaledobject.yaml",
+                 root / "values.schema.json", root / "values.yaml", root / "chartgen.yaml"]:
+        text = path.read_text()
+        for cited in (".md", "docs/", "templates/app", "§"):
+            assert cited not in text, f"{path.name} cites {cited!r}"
+
+
+def test_the_keda_guard_names_the_helm_template_flag(helm, generated):
+    out = helm.template(generated["nested-count"][0], ON, keda=False)
+    assert out.returncode != 0 and "pass --api-versions keda.sh/v1alpha1" in out.stderr, out.stderr
+
+
+def test_the_next_steps_name_the_charts_count_key(generated):
+    stderr = generated["nested-count"][1]
+    assert "(1) cluster.instances = the live count" in stderr, stderr
+    assert "replicas = the live count" not in stderr.replace("cluster.instances", "")

@@ -1,6 +1,9 @@
-"""chartgen against a broken environment and hostile inputs (issue 10): a rename that fails half
-way, links out of the chart, invalid and absurdly deep values, an absurd shard count."""
+"""chartgen against a broken environment and hostile inputs (issues 10 and 23): a rename that fails
+half way, links out of the chart, invalid and absurdly deep values and settings, FIFOs and devices
+in place of chart files, unsafe setting values, a values.yaml that would not load again, a helm
+that hangs or writes without end, an absurd shard count."""
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -9,6 +12,7 @@ import pytest
 
 from conftest import CHARTGEN, FLUX_FIXTURE, chartgen
 from test_reproducible import tree
+from testkit import upstream
 
 
 def immutable(path, on):
@@ -107,3 +111,117 @@ def test_shards_out_never_writes_through_a_linked_templates_dir(chart_copy, tmp_
     out = chartgen("shards", "--flux-deployment", FLUX_FIXTURE, "--count", "2", "--out", chart_copy)
     assert out.returncode == 2 and "is a symlink" in out.stderr, out.stderr
     assert list(outside.iterdir()) == []
+
+
+# Issue 23: every file chartgen reads is bounded and must be a regular file; every helm run is
+# bounded; every value chartgen writes is checked, and the written files load again.
+
+def peak_rss(*args, timeout=60):
+    """Runs chartgen with `args` under a Python parent whose only child it is: (returncode, stderr,
+    chartgen's peak RSS in KiB)."""
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(r.stdout + r.stderr)")
+    out = subprocess.run([sys.executable, "-c", probe, str(CHARTGEN), *map(str, args)],
+                         capture_output=True, text=True, timeout=timeout)
+    head, text = out.stdout.split("\n", 1)
+    code, rss = map(int, head.split())
+    return code, text, rss
+
+
+@pytest.mark.parametrize("name", ["chartgen.yaml", "values.yaml", "Chart.yaml", "values.schema.json"])
+@pytest.mark.parametrize("special", ["fifo", "dev-zero"])
+def test_a_chart_file_that_is_not_a_regular_file_is_refused_at_once(chart_copy, name, special):
+    """A FIFO blocks its reader until a writer comes; /dev/zero (a device node of its own, as root)
+    never ends."""
+    path = chart_copy / name
+    path.unlink(missing_ok=True)
+    if special == "fifo":
+        os.mkfifo(path)
+    else:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 5))
+    started = time.monotonic()
+    code, text, rss = peak_rss("app", "--chart", chart_copy, timeout=30)
+    assert code == 2 and "is not a regular file" in text and name in text, text
+    assert time.monotonic() - started < 5 and rss < 32 << 10, rss
+
+
+def test_deep_settings_are_refused_quickly(chart_copy):
+    (chart_copy / "chartgen.yaml").write_text("valuesKey: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    started = time.monotonic()
+    out = chartgen("app", "--chart", chart_copy)
+    assert out.returncode == 2 and "chartgen.yaml nests deeper than 64 levels" in out.stderr, out.stderr
+    assert time.monotonic() - started < 5
+
+
+def test_a_huge_settings_file_is_refused_without_being_loaded(chart_copy):
+    with (chart_copy / "chartgen.yaml").open("w") as f:
+        f.truncate(64 << 20)
+    code, text, rss = peak_rss("app", "--chart", chart_copy)
+    assert code == 2 and "chartgen.yaml' is larger than 8 MiB" in text, text
+    assert rss < 32 << 10, f"peak RSS {rss} KiB"
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("--scaler-address", "scaler.ns.svc:6000\nevil: true"),
+    ("--scaler-address", "scaler.ns.svc"),
+    ("--target-name", '.Release.Name }}{{ fail "x"'),
+    ("--values-key", "replicas\n"),
+    ("--replica-field", "instances: 1\n  x"),
+])
+def test_a_value_chartgen_would_write_is_checked_naming_the_flag(chart_copy, flag, value):
+    before = tree(chart_copy)
+    out = chartgen("app", "--chart", chart_copy, flag, value)
+    assert out.returncode == 2 and out.stderr.startswith(f"chartgen: error: {flag} "), out.stderr
+    assert "chartgen refuses it" in out.stderr
+    assert tree(chart_copy) == before
+
+
+def test_a_stored_setting_is_checked_naming_the_file(chart_copy):
+    (chart_copy / "chartgen.yaml").write_text('scalerAddress: "a:1\\nb: 2"\n')
+    out = chartgen("app", "--chart", chart_copy)
+    assert out.returncode == 2 and "`scalerAddress` in chartgen.yaml" in out.stderr, out.stderr
+
+
+def test_a_values_file_that_would_not_load_again_is_never_written(chart_copy):
+    """An `autoscaling:` block chartgen cannot extend line by line (a flow mapping on its own line):
+    appending keys would break values.yaml, so the re-parse refuses before anything is written."""
+    values = chart_copy / "values.yaml"
+    values.write_text(values.read_text() + "autoscaling:\n  {enabled: true}\n")
+    before = tree(chart_copy)
+    out = chartgen("app", "--chart", chart_copy)
+    assert out.returncode == 2 and "values.yaml' would not load" in out.stderr, out.stderr
+    assert "nothing was written" in out.stderr and tree(chart_copy) == before
+
+
+@pytest.fixture
+def fake_helm(tmp_path):
+    """A stand-in for helm (a shell script, named as such): only the verify bounds are tested here."""
+    def make(body):
+        path = tmp_path / "fake-helm"
+        path.write_text(f"#!/bin/sh\n# A stand-in for helm: {body}\n{body}\n")
+        path.chmod(0o755)
+        return path
+    return make
+
+
+def test_verify_kills_a_helm_that_does_not_finish(chart_copy, fake_helm):
+    assert chartgen("app", "--chart", chart_copy).returncode == 0
+    helm = fake_helm("exec sleep 600")
+    started = time.monotonic()
+    out = subprocess.run([str(CHARTGEN), "app", "--chart", str(chart_copy), "--verify", "--helm", str(helm),
+                          "--helm-timeout", "1", "--crds", upstream("keda"), "--crds", upstream("cnpg")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stdout.count("helm did not finish within 1 s (--helm-timeout)") == 12, out.stdout
+    assert "0 passed, 12 failed" in out.stdout
+    assert time.monotonic() - started < 30
+    assert subprocess.run(["pgrep", "-f", f"{helm}"], capture_output=True).returncode == 1, "helm was not killed"
+
+
+def test_verify_caps_what_helm_writes(chart_copy, fake_helm):
+    assert chartgen("app", "--chart", chart_copy).returncode == 0
+    helm = fake_helm("exec cat /dev/zero")
+    code, text, rss = peak_rss("app", "--chart", chart_copy, "--verify", "--helm", helm,
+                               "--crds", upstream("keda"), "--crds", upstream("cnpg"), timeout=120)
+    assert code == 1 and text.count("helm wrote more than 64 MiB to stdout") == 12, text
+    assert rss < 256 << 10, f"peak RSS {rss} KiB"

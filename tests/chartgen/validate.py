@@ -14,8 +14,10 @@ from testkit import crd_files
 
 K8S_VERSION = "1.33"
 CRD_FILES = crd_files("keda", "cnpg", "helm-controller")
-# No CRD for these is available offline (cert-manager, prometheus-operator, VictoriaMetrics operator).
+# No CRD for these is available offline (cert-manager, prometheus-operator, VictoriaMetrics operator,
+# and CNPG's Pooler: tests/lib/upstream.sh keeps only the Cluster CRD of CNPG).
 STRUCTURAL_ONLY = {
+    ("postgresql.cnpg.io/v1", "Pooler"),
     ("cert-manager.io/v1", "Issuer"),
     ("cert-manager.io/v1", "Certificate"),
     ("cert-manager.io/v1", "ClusterIssuer"),

@@ -15,10 +15,15 @@ pub struct ReplicaLine<'a> {
     pub chart: &'a str,
 }
 
+/// The expression of `<indent><field>: {{ <expr> }}`.
+pub fn count_expr<'a>(field: &str, line: &'a str) -> Option<&'a str> {
+    let rest = line.trim_start().strip_prefix(field)?.strip_prefix(':')?;
+    Some(rest.trim().strip_prefix("{{ ")?.strip_suffix(" }}")?.trim())
+}
+
 /// The values path of `<indent><field>: {{ .Values.<path> ... }}` (or `$.Values.`).
 pub fn values_path<'a>(field: &str, line: &'a str) -> Option<&'a str> {
-    let rest = line.trim_start().strip_prefix(field)?.strip_prefix(':')?;
-    let expr = rest.trim().strip_prefix("{{ ")?.strip_suffix(" }}")?.trim();
+    let expr = count_expr(field, line)?;
     let path = expr
         .strip_prefix(".Values.")
         .or_else(|| expr.strip_prefix("$.Values."))?;
@@ -73,7 +78,9 @@ impl ReplicaLine<'_> {
         values_path(self.field, line) == Some(self.key)
     }
 
-    pub fn rewrite(&self, text: &str) -> Result<Rewrite, Damaged> {
+    /// Rewrites the replica lines for which `target(line)` holds (0-based, in `text`); the
+    /// others (a Pooler reading the same value) stay as they are.
+    pub fn rewrite(&self, text: &str, target: &dyn Fn(usize) -> bool) -> Result<Rewrite, Damaged> {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let head = self.head();
         let mut out = String::with_capacity(text.len() + 256);
@@ -82,7 +89,7 @@ impl ReplicaLine<'_> {
         let mut i = 0;
         while i < lines.len() {
             let line = lines[i].trim_end_matches(['\n', '\r']);
-            if line == head {
+            if line == head && target(i + 1) {
                 let original = lines
                     .get(i + 1)
                     .map(|l| l.trim_end_matches(['\n', '\r']))
@@ -101,7 +108,7 @@ impl ReplicaLine<'_> {
                 found += 1;
                 at.push(i + 1);
                 i += 5;
-            } else if self.is_raw(line) {
+            } else if self.is_raw(line) && target(i) {
                 out.push_str(&self.block(line));
                 found += 1;
                 at.push(i);
@@ -146,7 +153,7 @@ mod tests {
     #[test]
     fn wraps_the_raw_line_and_keeps_the_rest() {
         let src = "spec:\n  instances: {{ .Values.replicas }}\n  imageName: x\n";
-        let r = RL.rewrite(src).unwrap();
+        let r = RL.rewrite(src, &|_| true).unwrap();
         assert_eq!(r.found, 1);
         assert_eq!(
             r.text,
@@ -159,8 +166,8 @@ mod tests {
     #[test]
     fn rewrite_is_idempotent() {
         let src = "spec:\n  instances: {{ .Values.replicas }}\n  imageName: x";
-        let once = RL.rewrite(src).unwrap();
-        let twice = RL.rewrite(&once.text).unwrap();
+        let once = RL.rewrite(src, &|_| true).unwrap();
+        let twice = RL.rewrite(&once.text, &|_| true).unwrap();
         assert_eq!((&once.text, once.found), (&twice.text, twice.found));
         assert!(
             !once.text.ends_with('\n'),
@@ -188,13 +195,29 @@ mod tests {
             RL.is_raw("  instances: {{ $.Values.replicas }}"),
             "inside with/range"
         );
-        assert_eq!(RL.rewrite("a: 1\n").unwrap().found, 0);
+        assert_eq!(RL.rewrite("a: 1\n", &|_| true).unwrap().found, 0);
+    }
+
+    #[test]
+    fn lines_outside_the_target_stay_as_they_are() {
+        let src = "kind: Cluster\n  instances: {{ .Values.replicas }}\n---\nkind: Pooler\n  instances: {{ .Values.replicas }}\n";
+        let r = RL.rewrite(src, &|i| i < 2).unwrap();
+        assert_eq!((r.found, r.lines), (1, vec![1]));
+        assert!(
+            r.text
+                .ends_with("kind: Pooler\n  instances: {{ .Values.replicas }}\n")
+        );
+        assert_eq!(RL.rewrite(&r.text, &|i| i < 6).unwrap().text, r.text);
+        assert_eq!(
+            count_expr("instances", "  instances: {{ .Values.n | default 3 }}"),
+            Some(".Values.n | default 3")
+        );
     }
 
     #[test]
     fn damaged_block_is_reported_with_its_line() {
         let src = "spec:\n{{- if eq (include \"pg.autoscaling.replicaField\" $) \"static\" }}\n  instances: 3\n";
-        let err = RL.rewrite(src).unwrap_err();
+        let err = RL.rewrite(src, &|_| true).unwrap_err();
         assert_eq!(err.line, 3);
     }
 }

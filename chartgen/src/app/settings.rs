@@ -6,9 +6,82 @@ use serde::{Deserialize, Serialize};
 /// File name, in the chart directory next to Chart.yaml.
 pub const FILE: &str = "chartgen.yaml";
 
-const HEADER: &str = "# Settings of `chartgen app` (docs/chartgen.md). A re-run or `chartgen app --check` without\n\
+const HEADER: &str = "# Settings of `chartgen app` (`chartgen app --help`). A re-run or `chartgen app --check` without\n\
 # flags reproduces the run that wrote this file; a flag given later overrides and updates it.\n\
 # Unset target fields are read from the target's template on every run.\n";
+
+/// Where a setting came from, to name it in an error.
+#[derive(Debug, Clone, Copy)]
+pub enum Origin {
+    Flags,
+    File,
+}
+
+/// What a setting must look like.
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    /// A field or kind name: `instances`, `Cluster`.
+    Name,
+    /// A dotted values path: `cluster.instances`.
+    Path,
+    /// A values path, or `''` for none.
+    PathOrNone,
+    /// `group/version` or `version`.
+    ApiVersion,
+    /// A one-line Go-template expression.
+    Expr,
+    /// `host:port`.
+    Address,
+}
+
+impl Rule {
+    fn check(self, v: &str) -> Result<(), &'static str> {
+        let name = |s: &str| {
+            s.chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let ok = match self {
+            Rule::Name => name(v),
+            Rule::Path => v.split('.').all(name),
+            Rule::PathOrNone => v.is_empty() || v.split('.').all(name),
+            Rule::ApiVersion => {
+                !v.is_empty()
+                    && v.len() <= 253
+                    && v.split('/').count() <= 2
+                    && v.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-/".contains(c))
+            }
+            Rule::Expr => {
+                !v.trim().is_empty()
+                    && v.len() <= 512
+                    && !v.chars().any(char::is_control)
+                    && !v.contains("{{")
+                    && !v.contains("}}")
+            }
+            Rule::Address => v.rsplit_once(':').is_some_and(|(host, port)| {
+                let host = host
+                    .strip_prefix('[')
+                    .and_then(|h| h.strip_suffix(']'))
+                    .unwrap_or(host);
+                !host.is_empty()
+                    && host.len() <= 253
+                    && host
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || ".-:".contains(c))
+                    && port.parse::<u16>().is_ok_and(|p| p > 0)
+            }),
+        };
+        ok.then_some(()).ok_or(match self {
+            Rule::Name => "a name (letters, digits and _)",
+            Rule::Path | Rule::PathOrNone => "a dotted values path (for example cluster.instances)",
+            Rule::ApiVersion => "an apiVersion (group/version)",
+            Rule::Expr => "a one-line Go-template expression without {{ or }}",
+            Rule::Address => "host:port (for example scaler.cozy-autoscaling.svc:6000)",
+        })
+    }
+}
 
 /// Every setting; `None` is "not given" (a flag) or "not stored" (the file).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -58,10 +131,75 @@ impl Settings {
             {
                 Ok(Settings::default())
             }
-            Some(t) => serde_norway::from_str(t).map_err(|e| {
-                format!("{FILE} is not valid: {e}; fix it or delete it and pass the flags again")
-            }),
+            Some(t) => {
+                if let Some(line) = super::values::deeper_than(t, super::values::MAX_DEPTH) {
+                    return Err(format!(
+                        "{FILE} nests deeper than {} levels (line {line}); it is a flat list of settings: fix it or delete it and pass the flags again",
+                        super::values::MAX_DEPTH
+                    ));
+                }
+                let stored: Settings = serde_norway::from_str(t).map_err(|e| {
+                    format!(
+                        "{FILE} is not valid: {e}; fix it or delete it and pass the flags again"
+                    )
+                })?;
+                stored.check(Origin::File)?;
+                Ok(stored)
+            }
         }
+    }
+
+    /// Refuses a setting chartgen cannot write safely into the chart: every one ends up in a
+    /// template or values.yaml, so a newline, a quote or a stray `}}` would break them.
+    pub fn check(&self, origin: Origin) -> Result<(), String> {
+        let fields: [(&str, &str, &Option<String>, Rule); 8] = [
+            (
+                "--replica-field",
+                "replicaField",
+                &self.replica_field,
+                Rule::Name,
+            ),
+            ("--values-key", "valuesKey", &self.values_key, Rule::Path),
+            (
+                "--target-api-version",
+                "targetApiVersion",
+                &self.target_api_version,
+                Rule::ApiVersion,
+            ),
+            ("--target-kind", "targetKind", &self.target_kind, Rule::Name),
+            ("--target-name", "targetName", &self.target_name, Rule::Expr),
+            (
+                "--target-namespace",
+                "targetNamespace",
+                &self.target_namespace,
+                Rule::Expr,
+            ),
+            (
+                "--max-sync-replicas-key",
+                "maxSyncReplicasKey",
+                &self.max_sync_replicas_key,
+                Rule::PathOrNone,
+            ),
+            (
+                "--scaler-address",
+                "scalerAddress",
+                &self.scaler_address,
+                Rule::Address,
+            ),
+        ];
+        for (flag, key, value, rule) in fields {
+            let Some(value) = value else { continue };
+            if let Err(want) = rule.check(value) {
+                let what = match origin {
+                    Origin::Flags => flag.to_owned(),
+                    Origin::File => format!("`{key}` in {FILE}"),
+                };
+                return Err(format!(
+                    "{what} {value:?} is not {want}; chartgen refuses it"
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub fn to_text(&self) -> String {
@@ -104,5 +242,45 @@ mod tests {
                 .contains(FILE)
         );
         assert!(Settings::parse(Some("bogus: 1\n")).is_err());
+        let deep = format!(
+            "valuesKey: {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        assert!(
+            Settings::parse(Some(&deep))
+                .unwrap_err()
+                .contains("nests deeper")
+        );
+    }
+
+    #[test]
+    fn unsafe_settings_are_refused_naming_where_they_came_from() {
+        let bad = |s: Settings, origin| s.check(origin).unwrap_err();
+        let address = Settings {
+            scaler_address: Some("scaler:6000\nevil: true".into()),
+            ..Settings::default()
+        };
+        assert!(bad(address.clone(), Origin::Flags).starts_with("--scaler-address "));
+        assert!(bad(address, Origin::File).starts_with("`scalerAddress` in chartgen.yaml"));
+        for ok in ["scaler.ns.svc:6000", "10.0.0.1:6000", "[fd00::1]:6000"] {
+            let s = Settings {
+                scaler_address: Some(ok.into()),
+                ..Settings::default()
+            };
+            assert!(s.check(Origin::Flags).is_ok(), "{ok}");
+        }
+        let name = Settings {
+            target_name: Some("x }}{{ fail \"boom\"".into()),
+            values_key: Some("cluster.instances".into()),
+            max_sync_replicas_key: Some(String::new()),
+            ..Settings::default()
+        };
+        assert!(bad(name, Origin::Flags).starts_with("--target-name"));
+        let key = Settings {
+            values_key: Some("a b".into()),
+            ..Settings::default()
+        };
+        assert!(bad(key, Origin::Flags).starts_with("--values-key"));
     }
 }

@@ -47,6 +47,14 @@ impl Doc<'_> {
             .find_map(|l| l.strip_prefix(key)?.strip_prefix(':').map(str::trim))
     }
 
+    /// The 0-based file line of the top-level `key:` line.
+    pub fn top_line(&self, key: &str) -> Option<usize> {
+        self.lines
+            .iter()
+            .position(|l| l.strip_prefix(key).is_some_and(|r| r.starts_with(':')))
+            .map(|i| self.first + i)
+    }
+
     /// `metadata.<field>` as an expression; None when the field is absent.
     pub fn metadata(&self, field: &str) -> Option<(usize, Expr)> {
         let (line, value) = self.child_of(&["metadata"], field)?;
@@ -76,15 +84,17 @@ impl Doc<'_> {
     /// `.Values.X.number`.
     fn synchronous_as_yaml(&self, line: usize) -> Expr {
         let blocks = enclosing_blocks(self.file, line);
-        let with_values = blocks.last().and_then(|(kind, expr)| {
-            let path = expr
+        let with_values = blocks.last().and_then(|b| {
+            let path = b
+                .expr
                 .strip_prefix("$")
-                .unwrap_or(expr)
+                .unwrap_or(&b.expr)
                 .strip_prefix(".Values.")?;
             let plain = path
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-            (kind == "with" && plain).then(|| format!(".Values.{path}.number"))
+            (b.word == "with" && b.passed.is_empty() && plain)
+                .then(|| format!(".Values.{path}.number"))
         });
         let next = self.file.lines().nth(line + 1).unwrap_or("").trim();
         match with_values {
@@ -142,7 +152,7 @@ impl Doc<'_> {
                     Ok(e) => e,
                     Err(why) => return Expr::Unknown(why),
                 };
-                if uses_dot(&e) && blocks.iter().any(|(b, _)| b == "with" || b == "range") {
+                if uses_dot(&e) && blocks.iter().any(|b| b.word == "with" || b.word == "range") {
                     return Expr::Unknown(
                         "it reads `.` inside a `with` or `range` block, where `.` is not the chart's root".into(),
                     );
@@ -317,22 +327,45 @@ fn assignment<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     Some(rest)
 }
 
-/// The template blocks (`if`, `with`, `range`, `define`) open at 0-based `line`, innermost last,
-/// as (keyword, the rest of the action).
-fn enclosing_blocks(file: &str, line: usize) -> Vec<(String, String)> {
-    let mut stack: Vec<(String, String)> = Vec::new();
+/// A template block (`if`, `with`, `range`, `define`, `block`) open at some line.
+#[derive(Debug, Clone, PartialEq)]
+struct Block {
+    word: String,
+    /// The action's argument of the branch the line is in (`""` in a plain `else`).
+    expr: String,
+    /// The arguments of the earlier branches (`if A` … `else if B` …): all false in this one.
+    passed: Vec<String>,
+}
+
+/// The template blocks open at 0-based `line`, innermost last.
+fn enclosing_blocks(file: &str, line: usize) -> Vec<Block> {
+    let mut stack: Vec<Block> = Vec::new();
     for l in file.lines().take(line) {
         let mut rest = l;
         while let Some(open) = rest.find("{{") {
             let after = &rest[open + 2..];
             let close = after.find("}}").unwrap_or(after.len());
             let inner = after[..close].trim_start_matches('-').trim();
+            let inner = inner.trim_end_matches('-').trim();
             let word = inner.split_whitespace().next().unwrap_or("");
             match word {
-                "if" | "with" | "range" | "define" | "block" => stack.push((
-                    word.to_owned(),
-                    inner[word.len()..].trim_end_matches('-').trim().to_owned(),
-                )),
+                "if" | "with" | "range" | "define" | "block" => stack.push(Block {
+                    word: word.to_owned(),
+                    expr: inner[word.len()..].trim().to_owned(),
+                    passed: Vec::new(),
+                }),
+                "else" => {
+                    if let Some(top) = stack.last_mut() {
+                        let branch = inner["else".len()..].trim();
+                        let next = branch
+                            .strip_prefix("if ")
+                            .or_else(|| branch.strip_prefix("with "))
+                            .unwrap_or("")
+                            .trim();
+                        let done = std::mem::replace(&mut top.expr, next.to_owned());
+                        top.passed.push(done);
+                    }
+                }
                 "end" => {
                     stack.pop();
                 }
@@ -342,6 +375,61 @@ fn enclosing_blocks(file: &str, line: usize) -> Vec<(String, String)> {
         }
     }
     stack
+}
+
+/// Why the target's document cannot get a ScaledObject that renders exactly when it does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Around {
+    /// Inside `range EXPR`: one target per entry.
+    Range(String),
+    /// A condition chartgen cannot carry to the top level of another template; says why.
+    Unknown(String),
+}
+
+/// The conditions under which the document holding 0-based `line` renders (its enclosing `if`
+/// and `with` branches), as Go-template expressions usable at a template's top level, outermost
+/// first. A document inside `define` renders wherever it is included: nothing is known there.
+pub fn conditions(file: &str, line: usize) -> Result<Vec<String>, Around> {
+    let blocks = enclosing_blocks(file, line);
+    if blocks
+        .iter()
+        .any(|b| b.word == "define" || b.word == "block")
+    {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for (depth, b) in blocks.iter().enumerate() {
+        if b.word == "range" {
+            return Err(Around::Range(b.expr.clone()));
+        }
+        let mut parts: Vec<String> = b
+            .passed
+            .iter()
+            .map(|p| format!("not ({})", value_of(p)))
+            .collect();
+        if !b.expr.is_empty() {
+            parts.push(value_of(&b.expr).to_owned());
+        }
+        for part in parts {
+            let inner_dot = blocks[..depth].iter().any(|o| o.word == "with");
+            if uses_dot(&part) && inner_dot {
+                return Err(Around::Unknown(format!(
+                    "`{part}` reads `.` inside a `with` block, where `.` is not the chart's root; write it with `$.Values`"
+                )));
+            }
+            let part = inline_variables(file, line, &part).map_err(Around::Unknown)?;
+            out.push(format!("({part})"));
+        }
+    }
+    Ok(out)
+}
+
+/// The value tested by `with $x := EXPR` / `if EXPR`: EXPR.
+fn value_of(expr: &str) -> &str {
+    match expr.split_once(":=") {
+        Some((var, value)) if var.trim().starts_with('$') => value.trim(),
+        _ => expr,
+    }
 }
 
 /// Every `.Values.a.b.c` in `expr` rewritten as a nil-safe chain, so a key absent from
@@ -491,6 +579,36 @@ mod tests {
             doc_at(yamlized, &lines, at).quorum().as_slice(),
             [(_, Expr::Unknown(_))]
         ));
+    }
+
+    #[test]
+    fn conditions_are_the_enclosing_branches_and_range_is_reported() {
+        let at = |text: &str| {
+            let line = text.lines().position(|l| l.starts_with("kind:")).unwrap();
+            conditions(text, line)
+        };
+        let plain = "{{- if .Values.postgresql.enabled }}\n{{- if and .Values.a (not .Values.b) }}{{ end }}\nkind: Cluster\n{{- end }}\n";
+        assert_eq!(at(plain), Ok(vec!["(.Values.postgresql.enabled)".into()]));
+        let branches = "{{- if .Values.external }}\nx: 1\n{{- else if .Values.local }}\n{{- with $db := .Values.db }}\nkind: Cluster\n";
+        assert_eq!(
+            at(branches),
+            Ok(vec![
+                "(not (.Values.external))".into(),
+                "(.Values.local)".into(),
+                "(.Values.db)".into()
+            ])
+        );
+        let negated = "{{ if .Values.external -}}\n{{- else -}}\nkind: Cluster\n";
+        assert_eq!(at(negated), Ok(vec!["(not (.Values.external))".into()]));
+        let ranged = "{{- range $name, $db := .Values.databases }}\n---\nkind: Cluster\n";
+        assert_eq!(
+            at(ranged),
+            Err(Around::Range("$name, $db := .Values.databases".into()))
+        );
+        let dotted = "{{- with .Values.db }}\n{{- if .enabled }}\nkind: Cluster\n";
+        assert!(matches!(at(dotted), Err(Around::Unknown(_))));
+        let defined = "{{- define \"x\" }}\n{{- if .enabled }}\nkind: Cluster\n";
+        assert_eq!(at(defined), Ok(vec![]));
     }
 
     #[test]

@@ -78,7 +78,7 @@ pub fn parse(values_text: &str) -> Result<serde_json::Map<String, Value>, Values
     if values_text.len() > MAX_BYTES {
         return Err(ValuesError::TooLarge);
     }
-    if let Some(line) = too_deep(values_text, MAX_DEPTH) {
+    if let Some(line) = deeper_than(values_text, MAX_DEPTH) {
         return Err(ValuesError::TooDeep(line));
     }
     if values_text.trim().is_empty() {
@@ -93,7 +93,7 @@ pub fn parse(values_text: &str) -> Result<serde_json::Map<String, Value>, Values
 
 /// The first line where the nesting (block indentation levels, `- ` entries and flow brackets)
 /// exceeds `limit`. A linear over-estimate: block scalars are skipped, quotes are honoured.
-fn too_deep(text: &str, limit: usize) -> Option<usize> {
+pub fn deeper_than(text: &str, limit: usize) -> Option<usize> {
     let mut indents: Vec<usize> = Vec::new();
     let mut flow = 0usize;
     let mut block_scalar: Option<usize> = None;

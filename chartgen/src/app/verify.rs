@@ -2,8 +2,11 @@
 //! validates every object against the CRDs given, after API-server-style defaulting. What `helm
 //! lint` cannot do: it passes no `--api-versions`, so the enabled path never renders there.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -134,6 +137,86 @@ pub struct Target<'a> {
     pub values: &'a [PathBuf],
     pub release: &'a str,
     pub namespace: &'a str,
+    /// How long one `helm template` may run before it is killed.
+    pub timeout: Duration,
+}
+
+/// Most output kept from one `helm template` (stdout; stderr gets [`MAX_STDERR`]): far above any
+/// real render, so a runaway template fails the case instead of filling memory.
+const MAX_OUTPUT: u64 = 64 << 20;
+/// The caps of helm's stdout and stderr.
+const CAPS: [u64; 2] = [MAX_OUTPUT, 1 << 20];
+
+/// What a bounded helm run produced.
+struct Ran {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd` with its output read into at most [`MAX_OUTPUT`] bytes and killed after
+/// `timeout`; either limit fails the run with a message naming it.
+fn bounded(mut cmd: Command, timeout: Duration) -> anyhow::Result<Ran> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let (tx, rx) = mpsc::channel();
+    let pipes: [Box<dyn Read + Send>; 2] = [
+        Box::new(child.stdout.take().expect("piped")),
+        Box::new(child.stderr.take().expect("piped")),
+    ];
+    for (i, (pipe, cap)) in pipes.into_iter().zip(CAPS).enumerate() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let read = pipe.take(cap + 1).read_to_end(&mut bytes);
+            let _ = tx.send((i, read.map(|_| bytes)));
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + timeout;
+    let mut out: [Option<Vec<u8>>; 2] = [None, None];
+    let mut failure = None;
+    while out.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, Ok(bytes))) if bytes.len() as u64 > CAPS[i] => {
+                failure = Some(format!(
+                    "helm wrote more than {} MiB to {}; the render is runaway",
+                    CAPS[i] >> 20,
+                    ["stdout", "stderr"][i]
+                ));
+                break;
+            }
+            Ok((i, Ok(bytes))) => out[i] = Some(bytes),
+            Ok((_, Err(e))) => {
+                failure = Some(format!("cannot read helm's output: {e}"));
+                break;
+            }
+            Err(_) => {
+                failure = Some(format!(
+                    "helm did not finish within {} s (--helm-timeout)",
+                    timeout.as_secs()
+                ));
+                break;
+            }
+        }
+    }
+    if let Some(why) = failure {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("{why}");
+    }
+    let status = child.wait()?;
+    let [stdout, stderr] =
+        out.map(|b| String::from_utf8_lossy(&b.unwrap_or_default()).into_owned());
+    Ok(Ran {
+        success: status.success(),
+        stdout,
+        stderr,
+    })
 }
 
 pub fn run(
@@ -203,13 +286,11 @@ fn check(
     for s in &case.sets {
         cmd.arg("--set").arg(s);
     }
-    let out = cmd
-        .output()
-        .with_context(|| format!("cannot run '{}'", helm.display()))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = bounded(cmd, target.timeout).with_context(|| format!("'{}'", helm.display()))?;
+    let stderr = &out.stderr;
     match case.expect {
         Expect::Fails(text) => {
-            if out.status.success() {
+            if out.success {
                 bail!("rendered, but the guard should have refused it");
             }
             if !stderr.contains(text) {
@@ -218,10 +299,16 @@ fn check(
             Ok(())
         }
         Expect::Renders { scaled, paused } => {
-            if !out.status.success() {
+            if !out.success {
                 bail!("helm template failed: {}", stderr.trim());
             }
-            let objects = documents(&String::from_utf8_lossy(&out.stdout))?;
+            if let Some(line) = super::values::deeper_than(&out.stdout, super::values::MAX_DEPTH) {
+                bail!(
+                    "the render nests deeper than {} levels (line {line}); chartgen does not parse it",
+                    super::values::MAX_DEPTH
+                );
+            }
+            let objects = documents(&out.stdout)?;
             for o in &objects {
                 schemas.validate(o)?;
             }
