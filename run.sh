@@ -40,7 +40,7 @@ setup() {
 # Every shell script of the repository, with the files they source.
 shell_scripts() { git ls-files '*.sh' run.sh .ci/run; }
 
-# The static release binary and CA bundle under target/image/, then (unless --inputs-only) the
+# The static release binaries and CA bundle under target/image/, then (unless --inputs-only) the
 # Containerfile built by buildah into an OCI archive. Version and repository come from the chart
 # chartgen generated, so the archive is the image the chart of this commit names.
 image() {
@@ -52,9 +52,10 @@ image() {
   # off build scripts and proc macros. The clone's own target/ caches it: a target dir shared by
   # several checkouts would hand one checkout another's binary (docs/image.md).
   echo "== release build (static, $host)"
-  RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --quiet --target "$host" -p scaler
+  RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --quiet --target "$host" -p scaler -p chartgen
   rm -rf "$out" && mkdir -p "$out"
   install -m 0555 "${CARGO_TARGET_DIR:-target}/$host/release/scaler" "$out/scaler"
+  install -m 0555 "${CARGO_TARGET_DIR:-target}/$host/release/chartgen" "$out/chartgen"
   install -m 0444 /etc/ssl/certs/ca-certificates.crt "$out/ca-certificates.crt"
 
   local version repository revision epoch

@@ -29,20 +29,21 @@ from testkit import CA, REPO, Proc, free_port, wait_until
 
 UID = 65532
 BINARY = "usr/local/bin/scaler"
+CHARTGEN = "usr/local/bin/chartgen"
 BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 # The budget docs/image.md states: compressed config + layers, what a registry stores and a node pulls.
 SIZE_BUDGET_MIB = 16
-EXPECTED_FILES = {"etc", "etc/ssl", "etc/ssl/certs", BUNDLE, "usr", "usr/local", "usr/local/bin", BINARY}
+EXPECTED_FILES = {"etc", "etc/ssl", "etc/ssl/certs", BUNDLE, "usr", "usr/local", "usr/local/bin", BINARY, CHARTGEN}
 CHROOT = shutil.which("chroot") or "chroot"
 OCI_LABELS = {"org.opencontainers.image." + k for k in
               ("title", "description", "source", "version", "revision", "licenses")}
 
 
-def image_command(rootfs, *args, env=None):
-    """The image's binary inside its own unpacked filesystem, as the image's user, with only `env`
-    as environment: nothing of the host (libraries, certificates, variables) is reachable."""
+def image_command(rootfs, *args, env=None, binary=BINARY):
+    """One of the image's binaries inside its own unpacked filesystem, as the image's user, with only
+    `env` as environment: nothing of the host (libraries, certificates, variables) is reachable."""
     variables = [f"{k}={v}" for k, v in (env or {}).items()]
-    return ["env", "-i", *variables, CHROOT, f"--userspec={UID}:{UID}", str(rootfs), f"/{BINARY}", *map(str, args)]
+    return ["env", "-i", *variables, CHROOT, f"--userspec={UID}:{UID}", str(rootfs), f"/{binary}", *map(str, args)]
 
 
 def pod_root(rootfs, tmp_path, hosts="127.0.0.1 localhost\n"):
@@ -53,10 +54,10 @@ def pod_root(rootfs, tmp_path, hosts="127.0.0.1 localhost\n"):
     return pod
 
 
-def in_image(rootfs, *args, check=True):
-    out = subprocess.run(image_command(rootfs, *args), capture_output=True, text=True, timeout=60)
+def in_image(rootfs, *args, check=True, binary=BINARY):
+    out = subprocess.run(image_command(rootfs, *args, binary=binary), capture_output=True, text=True, timeout=60)
     if check:
-        assert out.returncode == 0, f"scaler {' '.join(args)} failed ({out.returncode}): {out.stderr}"
+        assert out.returncode == 0, f"{binary} {' '.join(args)} failed ({out.returncode}): {out.stderr}"
     return out
 
 
@@ -101,7 +102,7 @@ def test_labels_name_source_version_revision_and_license(image, chart):
     assert re.fullmatch(r"https://\S+", labels[prefix + "source"])
 
 
-def test_layers_hold_exactly_the_binary_and_the_ca_bundle(image):
+def test_layers_hold_exactly_the_binaries_and_the_ca_bundle(image):
     members = [m for data in image.layers for m in layer_members(data)]
     names = [m.name.removeprefix("./").rstrip("/") for m in members]
     assert not [n for n in names if "/.wh." in "/" + n], "whiteouts: a layer deletes something"
@@ -109,7 +110,7 @@ def test_layers_hold_exactly_the_binary_and_the_ca_bundle(image):
     for m, name in zip(members, names):
         assert (m.uid, m.gid) == (0, 0), f"{name} is not owned by root"
         assert not m.mode & (stat.S_ISUID | stat.S_ISGID | 0o022), f"{name} mode {m.mode:o}"
-        if name == BINARY:
+        if name in (BINARY, CHARTGEN):
             assert m.isfile() and m.mode & 0o777 == 0o555
         elif name == BUNDLE:
             assert m.isfile() and m.mode & 0o777 == 0o444
@@ -130,8 +131,9 @@ def test_ca_bundle_is_a_pem_bundle(rootfs):
     assert text.count("-----BEGIN CERTIFICATE-----") >= 100
 
 
-def test_binary_is_statically_linked(rootfs):
-    data = (rootfs / BINARY).read_bytes()
+@pytest.mark.parametrize("binary", [BINARY, CHARTGEN])
+def test_binary_is_statically_linked(rootfs, binary):
+    data = (rootfs / binary).read_bytes()
     assert data[:4] == b"\x7fELF" and data[4] == 2  # ELF64
     phoff, = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
@@ -145,6 +147,25 @@ def test_binary_runs_alone_in_the_image(rootfs, chart):
     assert "--listen" in serve and "--admin-listen" in serve and "--prometheus-url" in serve
     assert "--tls-cert" in in_image(rootfs, "webhook", "--help").stdout
     assert in_image(rootfs, "no-such-command", check=False).returncode == 2
+
+
+def test_chartgen_in_the_image_generates_a_chart_with_no_other_files(rootfs, tmp_path):
+    """A chart repository's CI runs the image's chartgen on its own chart: the templates are built
+    in, so the chart comes out as this repository's example with nothing but the image around it."""
+    pod = pod_root(rootfs, tmp_path)
+    shutil.copytree(REPO / "tests/chartgen/fixtures/example-postgres", pod / "work/example-postgres")
+    os.chown(pod / "work", UID, UID)
+    for path in (pod / "work").rglob("*"):
+        os.chown(path, UID, UID)
+    out = in_image(pod, "app", "--chart", "/work/example-postgres", binary=CHARTGEN)
+    assert "autoscaling" in out.stdout + out.stderr
+    generated = pod / "work/example-postgres"
+    expected = REPO / "charts/example-postgres"
+    names = sorted(p.relative_to(expected) for p in expected.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(generated) for p in generated.rglob("*") if p.is_file())
+    for name in names:
+        assert (generated / name).read_bytes() == (expected / name).read_bytes(), f"{name} differs"
+    in_image(pod, "app", "--chart", "/work/example-postgres", "--check", binary=CHARTGEN)
 
 
 @pytest.fixture(scope="session")
