@@ -78,19 +78,6 @@ pub struct Limits {
     pub protocol: Protocol,
 }
 
-impl Limits {
-    /// Refuses zero caps and timeouts, naming the fields.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.max_connections == 0 || self.max_connections_per_peer == 0 {
-            return Err("connection caps must be above 0".into());
-        }
-        if self.handshake_timeout.is_zero() || self.idle_timeout.is_zero() {
-            return Err("handshake and idle timeouts must be above 0".into());
-        }
-        Ok(())
-    }
-}
-
 /// Process-wide budget of descriptors for accepted connections, set by [`raise_fd_limit`];
 /// unset (tests) means no budget.
 static FD_BUDGET: OnceLock<usize> = OnceLock::new();
