@@ -5,6 +5,10 @@
 //! * `GET /readyz`: 200 once [`Readiness::set`] says so, else 503 (readiness).
 //! * `GET /metrics`: the [`Registry`] in OpenMetrics text.
 //!
+//! Probes and scrapes need few connections: the port takes [`LIMITS`] (see [`crate::conn`]:
+//! a cap, a per-peer cap, half-sent or silent connections closed first to make room) and request
+//! headers must arrive within [`HEADER_TIMEOUT`].
+//!
 //! ```no_run
 //! # use std::sync::Arc;
 //! # use runtime::admin;
@@ -17,15 +21,34 @@
 //! ```
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt as _;
 use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::conn;
+
+/// The admin port's connection limits: kubelet probes and a few scrapers.
+pub const LIMITS: conn::Limits = conn::Limits {
+    max_connections: 64,
+    max_connections_per_peer: 16,
+    handshake_timeout: HEADER_TIMEOUT,
+    idle_timeout: Duration::from_secs(30),
+    protocol: conn::Protocol::Http1,
+};
+/// Request headers must arrive within this.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -80,9 +103,34 @@ pub async fn serve(
             registry,
             readiness,
         });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let mut incoming = conn::incoming(listener, LIMITS, shutdown.clone(), |tcp, _| async {
+        Some(tcp)
+    });
+    let graceful = GracefulShutdown::new();
+    loop {
+        let conn = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            conn = incoming.next() => match conn {
+                Some(Ok(conn)) => conn,
+                Some(Err(_)) => continue,
+                None => break,
+            },
+        };
+        let remote = conn.remote_addr();
+        let service = TowerToHyperService::new(app.clone());
+        let served = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
+        tokio::spawn(async move {
+            if let Err(error) = served.await {
+                debug!(%error, %remote, "admin connection closed");
+            }
+        });
+    }
+    // Open requests are answered at once (no handler waits); header reads are bounded above.
+    graceful.shutdown().await;
+    Ok(())
 }
 
 async fn readyz(State(state): State<AdminState>) -> Response {

@@ -21,29 +21,29 @@
 //! * With `client_ca`, clients must present a certificate signed by it (mTLS).
 //! * TLS 1.2 and 1.3 only; ALPN is set by the caller: [`ALPN_GRPC`] (grpc-go ≥ 1.67 refuses a
 //!   server that selects no ALPN protocol) or [`ALPN_HTTPS`].
-//! * Handshakes run in their own tasks under [`HANDSHAKE_TIMEOUT`], so a slow or broken client
-//!   never stalls the accept loop; failed handshakes are logged and skipped.
+//! * Handshakes run in their own tasks under the listener's `handshake_timeout`, so a slow or
+//!   broken client never stalls the accept loop; failed handshakes are logged and skipped.
+//! * The files are read on a thread of their own, bounded by [`READ_TIMEOUT`]: a path that blocks
+//!   (a FIFO, a hung network mount) costs that one thread, never the async runtime. The current
+//!   config keeps serving; later polls try again, with at most a few such threads at once.
 use std::io;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::{Arc, RwLock};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::conn::{self, Guarded};
+use crate::conn::{self, Guarded, Tracked};
 
 /// ALPN for the gRPC server: HTTP/2 only.
 pub const ALPN_GRPC: &[&[u8]] = &[b"h2"];
@@ -52,8 +52,10 @@ pub const ALPN_GRPC: &[&[u8]] = &[b"h2"];
 pub const ALPN_HTTPS: &[&[u8]] = &[b"h2", b"http/1.1"];
 /// How often the certificate files are re-read.
 pub const RELOAD_POLL: Duration = Duration::from_secs(5);
-/// Longest time a client may take to finish the TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest time one reload's file reads may take before the current config is kept.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// Blocked reads (threads) tolerated at once; past it polls are skipped until one returns.
+const MAX_STUCK_READS: usize = 4;
 
 /// PEM files making up the server identity.
 #[derive(Debug, Clone)]
@@ -140,8 +142,8 @@ impl Reloading {
         conn::incoming(listener, limits, shutdown, move |tcp, remote| {
             let acceptor = TlsAcceptor::from(this.config());
             async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => Some(TlsConn { stream, remote }),
+                match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => Some(stream),
                     Ok(Err(error)) => {
                         debug!(%error, %remote, "TLS handshake failed");
                         None
@@ -165,16 +167,36 @@ impl Reloading {
     ) {
         let mut tick = tokio::time::interval(poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Reads that outlived READ_TIMEOUT, each holding a thread until it returns.
+        let mut stuck: Vec<oneshot::Receiver<Result<Contents, TlsError>>> = Vec::new();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let contents = match Contents::read(&files) {
-                Ok(contents) => contents,
+            stuck.retain_mut(|read| {
+                matches!(read.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+            });
+            if stuck.len() >= MAX_STUCK_READS {
+                debug!(cert = %files.cert.display(), "TLS file reads are still blocked; keeping the current config");
+                continue;
+            }
+            let mut read = read_off_runtime(files.clone());
+            let contents = match tokio::time::timeout(READ_TIMEOUT, &mut read).await {
+                Ok(Ok(Ok(contents))) => contents,
                 // Mid-swap reads can fail transiently; the next poll retries.
-                Err(error) => {
+                Ok(Ok(Err(error))) => {
                     debug!(%error, "TLS files not readable; keeping the current config");
+                    continue;
+                }
+                Ok(Err(_)) => {
+                    warn!("the TLS file reader stopped; keeping the current config");
+                    continue;
+                }
+                Err(_) => {
+                    warn!(cert = %files.cert.display(), key = %files.key.display(), timeout = ?READ_TIMEOUT,
+                          "reading the TLS files did not finish (a FIFO or a hung mount?); keeping the current certificate");
+                    stuck.push(read);
                     continue;
                 }
             };
@@ -196,6 +218,22 @@ impl Reloading {
             seen = contents;
         }
     }
+}
+
+/// Reads `files` on a thread of its own (not `spawn_blocking`: a runtime waits for its blocking
+/// tasks when it shuts down, and a read stuck forever would then stop the process from exiting).
+fn read_off_runtime(files: TlsFiles) -> oneshot::Receiver<Result<Contents, TlsError>> {
+    let (tx, rx) = oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("tls-read".into())
+        .spawn(move || {
+            let _ = tx.send(Contents::read(&files));
+        });
+    if let Err(error) = spawned {
+        // The sender was dropped with the closure: the caller sees the reader stop.
+        warn!(%error, "cannot start a thread to read the TLS files");
+    }
+    rx
 }
 
 /// Raw file contents; comparing them detects rotation whatever the filesystem does.
@@ -280,69 +318,11 @@ fn parse_certs(
 }
 
 /// An accepted TLS connection; usable with tonic (`Connected`) and hyper-util (`TokioIo`).
-pub struct TlsConn {
-    stream: TlsStream<Guarded>,
-    remote: SocketAddr,
-}
+pub type TlsConn = Tracked<TlsStream<Guarded>>;
 
-impl TlsConn {
-    pub fn remote_addr(&self) -> SocketAddr {
-        self.remote
-    }
-
+impl Tracked<TlsStream<Guarded>> {
     /// The client's certificate chain when mTLS is on.
     pub fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
-        self.stream.get_ref().1.peer_certificates()
-    }
-}
-
-impl tonic::transport::server::Connected for TlsConn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        tonic::transport::server::TcpConnectInfo {
-            local_addr: self.stream.get_ref().0.get_ref().local_addr().ok(),
-            remote_addr: Some(self.remote),
-        }
-    }
-}
-
-impl AsyncRead for TlsConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+        self.get_ref().get_ref().1.peer_certificates()
     }
 }

@@ -15,7 +15,10 @@ async fn serve(tls: &Reloading, shutdown: CancellationToken) -> std::net::Socket
     let addr = listener.local_addr().unwrap();
     let limits = runtime::conn::Limits {
         max_connections: 64,
+        max_connections_per_peer: 64,
+        handshake_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(60),
+        protocol: runtime::conn::Protocol::Http1,
     };
     let mut incoming = tls.incoming(listener, limits, shutdown);
     tokio::spawn(async move {
@@ -183,4 +186,91 @@ async fn reloads_new_files_and_keeps_the_old_config_when_they_are_broken() {
         pem_der(&cert_b)
     );
     shutdown.cancel();
+}
+
+async fn healthz(addr: std::net::SocketAddr) -> String {
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    tcp.read_to_string(&mut reply).await.unwrap();
+    reply
+}
+
+/// A certificate path that blocks on read (a FIFO nobody writes: what a hung mount looks like)
+/// costs the reload one thread: on a single-threaded runtime, /healthz and TLS keep answering
+/// with the old pair, and the reloader recovers once the path reads again.
+#[test]
+fn a_blocking_certificate_read_freezes_nothing_and_keeps_the_old_pair() {
+    install_provider();
+    let dir = TempDir::new("tls-fifo");
+    let ca = Ca::new();
+    let files = server_files(&dir, &ca, false);
+    let cert_path = files.cert.clone();
+    let cert_a = std::fs::read_to_string(&files.cert).unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let shutdown = CancellationToken::new();
+            let tls = Reloading::spawn_polling(
+                files,
+                ALPN_GRPC,
+                Duration::from_millis(100),
+                shutdown.clone(),
+            )
+            .unwrap();
+            let addr = serve(&tls, shutdown.clone()).await;
+            let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let admin_addr = admin.local_addr().unwrap();
+            let registry = std::sync::Arc::new(prometheus_client::registry::Registry::default());
+            tokio::spawn(runtime::admin::serve(
+                admin,
+                registry,
+                Default::default(),
+                shutdown.clone(),
+            ));
+            let client = connector(&ca.pem(), None, &[b"h2"]);
+
+            std::fs::remove_file(&cert_path).unwrap();
+            let made = std::process::Command::new("mkfifo")
+                .arg(&cert_path)
+                .status()
+                .unwrap();
+            assert!(made.success(), "mkfifo failed");
+            // Past the read timeout (2 s): the first read is stuck, later polls are skipped.
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_secs(3) {
+                assert!(healthz(admin_addr).await.starts_with("HTTP/1.1 200"));
+                let leaf = peer_leaf(&tls_connect(&client, addr).await.unwrap());
+                assert_eq!(leaf, pem_der(&cert_a), "the old pair stopped serving");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // Unblock the stuck reader (it reads an empty file: refused), then rotate for real.
+            let fifo = cert_path.clone();
+            std::thread::spawn(move || drop(std::fs::OpenOptions::new().write(true).open(fifo)));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            std::fs::remove_file(&cert_path).unwrap();
+            let (cert_b, key_b) = ca.leaf();
+            write(&dir.path("tls.key"), &key_b);
+            write(&cert_path, &cert_b);
+            let start = std::time::Instant::now();
+            while peer_leaf(&tls_connect(&client, addr).await.unwrap()) != pem_der(&cert_b) {
+                assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "the reloader never recovered"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            shutdown.cancel();
+        });
+        let _ = done_tx.send(());
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the runtime froze (or the test failed) while the certificate read blocked");
 }

@@ -85,12 +85,19 @@ pub struct Args {
     /// Close client connections after this age so new scaler pods get traffic (headless Service).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub max_connection_age: Option<Duration>,
-    /// Most open client connections; past it new ones wait in the listen backlog.
+    /// Most open client connections. At the cap a new one closes, first, the oldest connection
+    /// that has sent no rpc yet, then the one idle longest; only when all are busy is it refused.
     #[arg(long, default_value = "1024")]
     pub max_connections: usize,
-    /// Close a connection that sends nothing for this long (a socket that never speaks HTTP/2,
-    /// a dead peer). The server PINGs quiet connections every quarter of it, and live clients
-    /// answer, so they are never idle.
+    /// Most open connections from one IP address (the same room-making rule applies among them).
+    #[arg(long, default_value = "128")]
+    pub max_connections_per_peer: usize,
+    /// A client must finish the TLS handshake and send its first rpc's headers within this.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub handshake_timeout: Duration,
+    /// Close a connection with no rpc in flight and no request for this long; PINGs from the
+    /// client do not count. The server PINGs quiet connections every quarter of it to find
+    /// dead peers.
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
     /// Most concurrent HTTP/2 streams (rpcs, StreamIsActive streams) on one connection.
@@ -112,6 +119,7 @@ pub struct Args {
 impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
         self.log.init()?;
+        conn::raise_fd_limit();
         let shutdown = CancellationToken::new();
         tokio::spawn(shutdown::cancel_on_signal(shutdown.clone()));
         let grpc = TcpListener::bind(self.listen)
@@ -141,8 +149,11 @@ impl Args {
             humantime::format_duration(MIN_IDLE_TIMEOUT)
         );
         anyhow::ensure!(
-            self.max_connections > 0 && self.max_streams_per_connection > 0,
-            "--max-connections and --max-streams-per-connection must be above 0"
+            self.max_connections > 0
+                && self.max_connections_per_peer > 0
+                && self.max_streams_per_connection > 0
+                && !self.handshake_timeout.is_zero(),
+            "--max-connections, --max-connections-per-peer, --max-streams-per-connection and --handshake-timeout must be above 0"
         );
         anyhow::ensure!(
             self.staleness >= self.refresh_interval,
@@ -253,7 +264,10 @@ impl Args {
         let local = grpc.local_addr()?;
         let limits = conn::Limits {
             max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
+            handshake_timeout: self.handshake_timeout,
             idle_timeout: self.idle_timeout,
+            protocol: conn::Protocol::Http2,
         };
         info!(listen = %local, tls = tls.is_some(), max_connections = limits.max_connections, "serving gRPC");
         let signal = {

@@ -61,7 +61,10 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("binding --listen {}", args.listen))?;
     let limits = conn::Limits {
         max_connections: MAX_CONNECTIONS,
+        max_connections_per_peer: MAX_CONNECTIONS,
+        handshake_timeout: HEADER_READ_TIMEOUT,
         idle_timeout: IDLE_TIMEOUT,
+        protocol: conn::Protocol::Http1,
     };
     let incoming = tls.incoming(socket, limits, shutdown.clone());
     let router = Router::new().route(webhook::server::PATH, post(allow));

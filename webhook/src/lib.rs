@@ -58,9 +58,17 @@ struct Settings {
     /// an API server configured to present one (see docs/webhook.md). Re-read when it changes.
     #[arg(long, env = "WEBHOOK_CLIENT_CA")]
     client_ca: Option<PathBuf>,
-    /// Most open connections; past it new ones wait in the listen backlog.
+    /// Most open connections. At the cap a new one closes, first, the oldest connection that has
+    /// not been answered yet (mid-handshake, silent, half-sent), then the one idle longest; only
+    /// when all are busy is it refused.
     #[arg(long, default_value = "256")]
     max_connections: usize,
+    /// Most open connections from one IP address (the same room-making rule applies among them).
+    #[arg(long, default_value = "64")]
+    max_connections_per_peer: usize,
+    /// The TLS handshake must finish within this.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    handshake_timeout: Duration,
     /// Request headers must arrive within this; also closes keep-alive connections idle this long.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     header_read_timeout: Duration,
@@ -122,6 +130,8 @@ impl Args {
             tls_key,
             client_ca,
             max_connections,
+            max_connections_per_peer,
+            handshake_timeout,
             header_read_timeout,
             body_read_timeout,
             idle_timeout,
@@ -137,10 +147,12 @@ impl Args {
         log.init()?;
         anyhow::ensure!(
             max_connections > 0
+                && max_connections_per_peer > 0
+                && !handshake_timeout.is_zero()
                 && !header_read_timeout.is_zero()
                 && !body_read_timeout.is_zero()
                 && !idle_timeout.is_zero(),
-            "--max-connections, --header-read-timeout, --body-read-timeout and --idle-timeout must be above 0"
+            "--max-connections, --max-connections-per-peer, --handshake-timeout, --header-read-timeout, --body-read-timeout and --idle-timeout must be above 0"
         );
         let shutdown = CancellationToken::new();
         let files = tls::TlsFiles {
@@ -196,7 +208,10 @@ impl Args {
         let local = socket.local_addr()?;
         let limits = conn::Limits {
             max_connections,
+            max_connections_per_peer,
+            handshake_timeout,
             idle_timeout,
+            protocol: conn::Protocol::Http1,
         };
         let incoming = tls.incoming(socket, limits, shutdown.clone());
         info!(%local, shards, max_connections, "serving the shard-placement webhook");
@@ -231,6 +246,7 @@ async fn start<M>(
     flux_namespace: Option<&str>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Started<M>> {
+    conn::raise_fd_limit();
     let client = kube::Client::try_default()
         .await
         .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
