@@ -292,3 +292,18 @@ def test_every_query_uses_exported_names_and_returns_data(helm, imported):
     assert {m["shard"] for m in results[("Tenant HelmReleases per shard", "A")]} == {"shard0", "shard1", "shard2"}
     assert {m["reason"] for m in results[("Tenant moves", "A")]} == {"shard_removed"}
     assert {m["reason"] for m in results[("Tenant moves", "B")]} == {"deleting"}
+
+
+def test_alert_rules_and_their_unit_tests_use_exported_names(helm, imported):
+    """Every scaler_* / cozy_flux_shard_* name in the chart's rules and in test_alerts.py's input
+    series is one the binaries export (`up` and kube-state-metrics' HPA series come from the scraper)."""
+    import test_alerts
+
+    _, scraped = imported
+    exported = {line.split("{")[0].split(" ")[0] for line in scraped.splitlines() if line and not line.startswith("#")}
+    objs = helm.render(PACKAGE, keda=False, release=NS, namespace=NS)
+    exprs = [r["expr"] for o in objs if o["kind"] == "PrometheusRule" for g in o["spec"]["groups"] for r in g["rules"]]
+    series = [s for case in test_alerts.CASES.values() for s, _ in case["series"] + case["harmless"]]
+    used = {name for text in exprs + series for name in METRIC.findall(text)}
+    assert used, "no names found: the pattern is broken"
+    assert used <= exported, f"not exported by any binary: {sorted(used - exported)}"

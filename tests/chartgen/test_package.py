@@ -186,8 +186,10 @@ def test_scrape_kind_is_selectable(helm, scrape, kind):
 def test_alerts_use_the_scaler_and_hpa_metrics(helm):
     rule = one(render(helm), "PrometheusRule", "cozy-autoscaling")
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(rules) == {"CozyAutoscalerScalerErrors", "CozyAutoscalerScaleUpStuck", "CozyAutoscalerPinnedAtMax",
-                          "CozyAutoscalerConvergenceHeld", "CozyAutoscalerQuotaCapped"}
+    assert set(rules) == {"CozyAutoscalerScalerAbsent", "CozyAutoscalerScalerErrors", "CozyAutoscalerScaleUpStuck",
+                          "CozyAutoscalerPinnedAtMax", "CozyAutoscalerConvergenceHeld", "CozyAutoscalerQuotaCapped",
+                          "CozyAutoscalerBrakeHeld"}
+    assert f'namespace="{NS}"' in rules["CozyAutoscalerScalerAbsent"]["expr"]
     assert "scaler_decision_convergence_backoff" in rules["CozyAutoscalerConvergenceHeld"]["expr"]
     assert "scaler_decision_reason{reason=\"quota\"}" in rules["CozyAutoscalerQuotaCapped"]["expr"]
     assert "scaler_backend_queries_total" in rules["CozyAutoscalerScalerErrors"]["expr"]
