@@ -24,13 +24,15 @@ def pod_of(objs, component):
 
 def test_every_package_object_and_pod_carries_the_recommended_labels(helm):
     objs = render(helm, ["monitoring.dashboard.enabled=true"])
-    ours = [o for o in objs if not o["metadata"]["name"].startswith("helm-controller-shard")]
-    assert len(ours) > 40
-    for o in ours:
+    assert len(objs) > 40
+    for o in objs:
         labels = o["metadata"].get("labels", {})
         missing = [k for k in RECOMMENDED if k not in labels]
         assert not missing, f"{o['kind']}/{o['metadata']['name']} lacks {missing}"
         assert labels["app.kubernetes.io/instance"] == NS and labels["app.kubernetes.io/managed-by"] == "Helm"
+    shard = one(objs, "Deployment", "helm-controller-shard0")
+    assert shard["metadata"]["labels"]["app.kubernetes.io/part-of"] == "flux", "a shard runs flux's helm-controller"
+    assert shard["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/instance"] == NS
     for component in COMPONENTS:
         labels = pod_of(objs, component)["metadata"]["labels"]
         assert [k for k in RECOMMENDED if k not in labels] == [], component

@@ -135,3 +135,10 @@ podAntiAffinity:
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/* What the package adds to the shard Deployments' and pods' own (flux-aio's) labels: part-of and
+version stay flux's, since the shards run flux's helm-controller. */}}
+{{- define "cozy-autoscaling.shardLabels" -}}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: helm-controller-shard
+{{- end }}
