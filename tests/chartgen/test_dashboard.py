@@ -111,7 +111,7 @@ def test_dashboard_has_the_shape_grafana_loads(helm):
         assert not cells & mine, f"{p['title']} overlaps another panel"
         cells |= mine
     for p in panels(dash):
-        assert p["type"] in ("timeseries", "table"), p["title"]
+        assert p["type"] in ("timeseries", "table", "stat"), p["title"]
         assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
         assert p["targets"], p["title"]
         refs = [t["refId"] for t in p["targets"]]
@@ -121,8 +121,37 @@ def test_dashboard_has_the_shape_grafana_loads(helm):
     for name in ("namespace", "cluster"):
         assert variables[name]["datasource"]["uid"] == "${datasource}"
     titles = " ".join(p["title"] for p in panels(dash))
-    for wanted in ("desired", "reason", "target", "lag", "brake", "gRPC errors", "gRPC latency", "per shard"):
+    for wanted in ("desired", "reason", "target", "lag", "brake", "gRPC errors", "gRPC latency", "per shard",
+                   "HPA desired vs current", "Errors per ScaledObject", "KEDA scaler errors"):
         assert wanted in titles, wanted
+
+
+def test_dashboard_leads_with_a_headline_and_marks_its_limits(helm):
+    """A row of stat panels first; counts drawn as steps; fixed limits (KEDA's 3 s, the query
+    timeout, the webhook timeout, the rebalance threshold) drawn as threshold lines; load in the
+    trigger metric's own unit."""
+    _, dash = dashboard_of(helm)
+    first = dash["panels"][0]
+    assert first["type"] == "row" and first["gridPos"]["y"] == 0
+    headline = [p for p in dash["panels"] if p["gridPos"]["y"] == 1]
+    assert len(headline) >= 5 and {p["type"] for p in headline} == {"stat"}
+    for p in headline:
+        assert p["fieldConfig"]["defaults"]["thresholds"]["steps"][0] == {"color": "green", "value": None}
+    by_title = {p["title"]: p for p in panels(dash)}
+
+    def limit(title):
+        defaults = by_title[title]["fieldConfig"]["defaults"]
+        assert defaults["custom"]["thresholdsStyle"] == {"mode": "line"}, title
+        return [s["value"] for s in defaults["thresholds"]["steps"][1:]]
+
+    assert limit("gRPC latency") == [3]
+    assert limit("Backend query latency") == [2]
+    assert limit("Admission latency") == [5]
+    assert limit("Imbalance") == [0.25]
+    for title in ("Instances: desired, recommended, current", "Convergence holds", "Tenant HelmReleases per shard",
+                  "Shard count", "HPA desired vs current replicas"):
+        assert by_title[title]["fieldConfig"]["defaults"]["custom"]["lineInterpolation"] == "stepAfter", title
+    assert by_title["Load per replica vs target"]["fieldConfig"]["defaults"]["unit"] == "none"
 
 
 # --- against the real binaries ------------------------------------------------------------------
@@ -203,6 +232,24 @@ class Stack:
             stop()
 
 
+def standins(step: int) -> str:
+    """Stand-ins for the series of kube-state-metrics and the KEDA operator (neither runs here) that
+    the HPA and KEDA panels read, named and labelled as those exporters do (KEDA v2.21's
+    pkg/metricscollector/prommetrics.go), for the scenario's ScaledObjects; `step` 0 or 1 makes
+    the counters rise between the two scrapes."""
+    lines = []
+    for ns, so in (("tenant-a", "so-pg"), ("tenant-b", "so-quiet"), ("tenant-c", "so-busy-lag"), ("tenant-c", "so-idle-lag")):
+        hpa = f'job="kube-state-metrics",namespace="{ns}",horizontalpodautoscaler="keda-hpa-{so}"'
+        lines += [f"kube_horizontalpodautoscaler_status_desired_replicas{{{hpa}}} {3 + step}",
+                  f"kube_horizontalpodautoscaler_status_current_replicas{{{hpa}}} 3",
+                  f'keda_scaled_object_errors_total{{job="keda-operator",namespace="{ns}",scaledObject="{so}"}} {step}',
+                  f'keda_scaler_detail_errors_total{{job="keda-operator",namespace="{ns}",scaledObject="{so}",scaler="externalScaler",'
+                  f'triggerIndex="0",metric="s0-cnpg",type="scaledobject"}} {step}',
+                  f'keda_scaler_metrics_latency_seconds{{job="keda-operator",namespace="{ns}",scaledObject="{so}",scaler="externalScaler",'
+                  f'triggerIndex="0",metric="s0-cnpg",type="scaledobject"}} 0.004']
+    return "\n".join(lines) + "\n"
+
+
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     """The VictoriaMetrics holding two scrapes of each binary, and the scraped texts."""
@@ -226,6 +273,10 @@ def imported(tmp_path_factory):
                 r = requests.post(f"{stack.vm.url}/api/v1/import/prometheus", params={"extra_label": f"job={job}"},
                                   data=with_timestamp(text, ms).encode(), timeout=30)
                 r.raise_for_status()
+        for ms, step in ((now_ms - 60_000, 0), (now_ms, 1)):
+            r = requests.post(f"{stack.vm.url}/api/v1/import/prometheus", data=with_timestamp(standins(step), ms).encode(),
+                              timeout=30)
+            r.raise_for_status()
         requests.get(f"{stack.vm.url}/internal/force_flush", timeout=10).raise_for_status()
         wait_until(lambda: stack.vm.scalar('count(count_over_time(scaler_grpc_requests_total[2m]) >= 2)'),
                    timeout=20, what="both scrapes searchable")
@@ -272,7 +323,9 @@ def test_every_query_uses_exported_names_and_returns_data(helm, imported):
             assert name in exported, f"{title}: {name} is not exported by any binary"
         result = vm.query(substitute(t["expr"], variables))
         assert result, f"{title} ({t['refId']}) returned no data: {t['expr']}"
-        grouping = re.findall(r"by \(([^)]*)\)", t["expr"])
+        # An outer aggregation without `by` (the headline's counts) leaves no labels to check.
+        outer_total = re.match(r"\s*(count|sum|max|min|avg)\s*\(", t["expr"])
+        grouping = [] if outer_total else re.findall(r"by \(([^)]*)\)", t["expr"])
         needed = {label.strip() for g in grouping for label in g.split(",")} - {"le"}
         needed |= set(re.findall(r"\{\{(\w+)\}\}", t.get("legendFormat", "")))
         for series in result:
@@ -292,3 +345,18 @@ def test_every_query_uses_exported_names_and_returns_data(helm, imported):
     assert {m["shard"] for m in results[("Tenant HelmReleases per shard", "A")]} == {"shard0", "shard1", "shard2"}
     assert {m["reason"] for m in results[("Tenant moves", "A")]} == {"shard_removed"}
     assert {m["reason"] for m in results[("Tenant moves", "B")]} == {"deleting"}
+
+
+def test_alert_rules_and_their_unit_tests_use_exported_names(helm, imported):
+    """Every scaler_* / cozy_flux_shard_* name in the chart's rules and in test_alerts.py's input
+    series is one the binaries export (`up` and kube-state-metrics' HPA series come from the scraper)."""
+    import test_alerts
+
+    _, scraped = imported
+    exported = {line.split("{")[0].split(" ")[0] for line in scraped.splitlines() if line and not line.startswith("#")}
+    objs = helm.render(PACKAGE, keda=False, release=NS, namespace=NS)
+    exprs = [r["expr"] for o in objs if o["kind"] == "PrometheusRule" for g in o["spec"]["groups"] for r in g["rules"]]
+    series = [s for case in test_alerts.CASES.values() for s, _ in case["series"] + case["harmless"]]
+    used = {name for text in exprs + series for name in METRIC.findall(text)}
+    assert used, "no names found: the pattern is broken"
+    assert used <= exported, f"not exported by any binary: {sorted(used - exported)}"

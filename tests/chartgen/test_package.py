@@ -116,7 +116,8 @@ def test_shards_follow_the_count(helm):
 def test_chart_shards_equal_what_chartgen_shards_builds(helm, tmp_path):
     """The chart's Helm range over the sanitised data and `chartgen shards` fill the same slots: for a
     flux-aio variant with two-token flags, proxies and a reordered pod, every shard Deployment the
-    chart renders is the one the shards command prints (plus Helm's managed-by label)."""
+    chart renders is the one the shards command prints (plus the package's instance, component,
+    managed-by and chart labels)."""
     flux = yaml.safe_load(FLUX_FIXTURE.read_text())
     pod = flux["spec"]["template"]["spec"]
     pod["containers"].reverse()
@@ -137,8 +138,12 @@ def test_chart_shards_equal_what_chartgen_shards_builds(helm, tmp_path):
                    "--flux-namespace", "flux-system", "--source-controller-address", "flux.flux-system.svc:80")
     assert out.returncode == 0, out.stderr
     expected = docs(out.stdout)
+    version = yaml.safe_load((PACKAGE / "Chart.yaml").read_text())["version"]
+    package_labels = {"app.kubernetes.io/instance": NS, "app.kubernetes.io/component": "helm-controller-shard"}
     for d in expected:
-        d["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "Helm"
+        d["metadata"]["labels"].update({**package_labels, "app.kubernetes.io/managed-by": "Helm",
+                                        "helm.sh/chart": f"cozy-autoscaling-{version}"})
+        d["spec"]["template"]["metadata"]["labels"].update(package_labels)
     assert rendered == expected
     args = rendered[2]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["--log-level=debug", "--concurrent=9", "--watch-all-namespaces",
@@ -186,8 +191,10 @@ def test_scrape_kind_is_selectable(helm, scrape, kind):
 def test_alerts_use_the_scaler_and_hpa_metrics(helm):
     rule = one(render(helm), "PrometheusRule", "cozy-autoscaling")
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(rules) == {"CozyAutoscalerScalerErrors", "CozyAutoscalerScaleUpStuck", "CozyAutoscalerPinnedAtMax",
-                          "CozyAutoscalerConvergenceHeld", "CozyAutoscalerQuotaCapped"}
+    assert set(rules) == {"CozyAutoscalerScalerAbsent", "CozyAutoscalerScalerErrors", "CozyAutoscalerScaleUpStuck",
+                          "CozyAutoscalerPinnedAtMax", "CozyAutoscalerConvergenceHeld", "CozyAutoscalerQuotaCapped",
+                          "CozyAutoscalerBrakeHeld"}
+    assert f'namespace="{NS}"' in rules["CozyAutoscalerScalerAbsent"]["expr"]
     assert "scaler_decision_convergence_backoff" in rules["CozyAutoscalerConvergenceHeld"]["expr"]
     assert "scaler_decision_reason{reason=\"quota\"}" in rules["CozyAutoscalerQuotaCapped"]["expr"]
     assert "scaler_backend_queries_total" in rules["CozyAutoscalerScalerErrors"]["expr"]
