@@ -149,7 +149,9 @@ current-context: e2e
             self.bins.controller_manager,
             "--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
             "--bind-address", "127.0.0.1", "--secure-port", free_port(),
-            "--controllers", "horizontalpodautoscaling,garbagecollector,namespace,resourcequota",
+            # clusterrole-aggregation fills the built-in view/edit/admin roles from labelled ClusterRoles
+            # (the package's tenant read access).
+            "--controllers", "horizontalpodautoscaling,garbagecollector,namespace,resourcequota,clusterrole-aggregation",
             # Fast HPA loop so scenarios take seconds, not minutes.
             "--horizontal-pod-autoscaler-sync-period", "3s",
             "--leader-elect=false", "--v=2"])
