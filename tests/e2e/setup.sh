@@ -8,6 +8,7 @@
 # published versions) because they pin different k8s.io versions. Binaries built from one module
 # share one `go build` (KEDA's operator and adapter, kube-apiserver and kube-controller-manager), so
 # their common packages compile once. Builds run one at a time, niced: the machine may be shared.
+# E2E_KEYS_ONLY=1 prints each build's cache key and builds nothing (tests/lib/check-setup.sh).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=tests/lib/versions.sh
@@ -17,8 +18,10 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 BIN="$COZY_TOOLS/e2e/bin"
 mkdir -p "$BIN" "$COZY_BUILD_CACHE"
 # Several checkouts (engineers, CI) share the cache: one setup builds, the others wait for it.
-exec 9>"$COZY_BUILD_CACHE/.lock"
-flock 9
+if [[ ${E2E_KEYS_ONLY:-} != 1 ]]; then
+  exec 9>"$COZY_BUILD_CACHE/.lock"
+  flock 9
+fi
 TIMES="$COZY_BUILD_CACHE/build-times.log"
 
 # shellcheck source=tests/lib/go.sh
@@ -47,6 +50,7 @@ build() {
   for pair in "$@"; do names+=("${pair%%=*}"); pkgs+=("${pair#*=}"); done
   local key out
   key=$(build_key "$version" "$dir" "$ldflags" "${pkgs[@]}")
+  if [[ ${E2E_KEYS_ONLY:-} == 1 ]]; then echo "${names[*]} $key"; return; fi
   out="$COZY_BUILD_CACHE/${names[0]}-$version-$key"
   if [[ ! -f "$out/.complete" ]]; then
     echo "e2e setup: building ${names[*]} $version (cache key $key); a cold build takes minutes" >&2

@@ -25,6 +25,33 @@ if found=$(git grep -nE "^[[:space:]]*trap .* RETURN\b" -- '*.sh' run.sh .ci/run
   fail "a RETURN trap outlives its function; use a subshell with an EXIT trap: $found"
 fi
 
+# The e2e build cache's keys: each changes with its component's version, packages, build flags or
+# tools module, and only that one. Mutations are made in a copy of the scripts and modules.
+keys() { (cd "$1" && E2E_KEYS_ONLY=1 COZY_BUILD_CACHE="$1/cache" bash tests/e2e/setup.sh); }
+copy=$(mktemp -d)
+trap 'rm -rf "$copy"' EXIT
+mkdir -p "$copy/tests/e2e" "$copy/tests/lib"
+cp -r tests/e2e/setup.sh tests/e2e/tools "$copy/tests/e2e/"
+cp tests/lib/versions.sh tests/lib/go.sh "$copy/tests/lib/"
+base=$(keys "$copy")
+[[ $(wc -l <<<"$base") == 4 ]] || fail "expected four e2e builds, got: $base"
+# mutate WHAT SED-SCRIPT FILE COMPONENT: after the edit exactly COMPONENT's key differs.
+mutate() {
+  local what=$1 script=$2 file=$3 component=$4 changed
+  cp "$copy/$file" "$copy/$file.orig"
+  sed -i "$script" "$copy/$file"
+  cmp -s "$copy/$file" "$copy/$file.orig" && fail "mutation '$what' changed nothing in $file"
+  changed=$({ diff <(echo "$base") <(keys "$copy") || true; } | sed -n 's/^> //p' | cut -d' ' -f1)
+  mv "$copy/$file.orig" "$copy/$file"
+  [[ $changed == "$component" ]] || fail "'$what' changed the keys of [${changed//$'\n'/ }], not [$component]"
+}
+mutate "KEDA version" 's/^KEDA_VERSION=.*/KEDA_VERSION=v9.9.9/' tests/lib/versions.sh keda-operator
+mutate "etcd go.sum" '1s/^/# /' tests/e2e/tools/etcd/go.sum etcd
+mutate "helm-controller go.mod" "\$a // changed" tests/e2e/tools/flux/go.mod helm-controller
+mutate "build flags" 's/^FLAGS=(-trimpath)/FLAGS=(-trimpath -race)/' tests/e2e/setup.sh etcd$'\n'kube-apiserver$'\n'keda-operator$'\n'helm-controller
+mutate "kube ldflags" 's/gitTreeState=clean/gitTreeState=dirty/' tests/e2e/setup.sh kube-apiserver
+echo "check-setup: each e2e build key changes with its version, module, flags and only with them"
+
 # Another apt-get holding the package lists' lock for 3 s: apt_get waits, then succeeds.
 if [[ $(id -u) == 0 ]]; then
   # shellcheck source=tests/lib/apt.sh
