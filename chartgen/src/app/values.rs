@@ -481,4 +481,55 @@ mod tests {
             .collect();
         assert_eq!(parse(&over), Err(ValuesError::TooDeep(MAX_DEPTH + 1)));
     }
+
+    /// Fuzz properties of the values reader (every chart author's values.yaml goes through it).
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Scalars, lists and maps up to four levels, as values.yaml holds them.
+        fn value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                "[ -~]{0,12}".prop_map(Value::from),
+            ];
+            leaf.prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                    prop::collection::btree_map("[a-zA-Z_][a-zA-Z0-9_.-]{0,8}", inner, 0..6)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+
+            /// Any text: an answer or a named error, never a panic, and fast.
+            #[test]
+            fn any_text_is_parsed_or_refused_quickly(text in "[ -~\n\t]{0,2048}") {
+                let started = std::time::Instant::now();
+                let _ = parse(&text);
+                prop_assert!(started.elapsed() < std::time::Duration::from_secs(1));
+            }
+
+            /// Bracket and indentation soup: the depth bound answers before the YAML parser runs.
+            #[test]
+            fn nesting_soup_is_bounded(text in "([\\[\\]{}:,\n-]| {1,3}|k|\"){0,2048}") {
+                let started = std::time::Instant::now();
+                let _ = parse(&text);
+                prop_assert!(started.elapsed() < std::time::Duration::from_secs(1));
+            }
+
+            /// A mapping written as YAML reads back as the same values.
+            #[test]
+            fn written_values_read_back(root in prop::collection::btree_map("[a-z][a-z0-9]{0,8}", value(), 0..8)) {
+                let root: serde_json::Map<String, Value> = root.into_iter().collect();
+                let text = serde_norway::to_string(&root).unwrap();
+                prop_assert_eq!(parse(&text).unwrap(), root);
+            }
+        }
+    }
 }
