@@ -9,6 +9,7 @@
 //! namespace A never serves B, and `pg` never matches `pg-archive-1` (that pod's cluster is
 //! `pg-archive`). The single-cluster query is the batch of one. Replicas are the pods whose
 //! `cnpg_pg_replication_in_recovery` is 1, the primary the one where it is 0.
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -358,6 +359,12 @@ pub enum QueryError {
     Unreachable(String),
     #[error("Prometheus answered HTTP {status}: {body}")]
     Status { status: u16, body: String },
+    /// `location` is a bounded echo of the header.
+    #[error(
+        "Prometheus answered HTTP {status} redirecting to {location}; redirects are not followed \
+         (another server's answer is not this cluster's load): set --prometheus-url to the address that answers"
+    )]
+    Redirect { status: u16, location: String },
     #[error("Prometheus returned an unusable answer: {0}")]
     Garbage(String),
 }
@@ -379,7 +386,7 @@ struct Data<T> {
 }
 
 /// The `result` of a successful answer of `result_type` `want`; anything else is an error.
-fn result<T: serde::de::DeserializeOwned>(body: &[u8], want: &str) -> Result<Vec<T>, QueryError> {
+fn result<'a, T: Deserialize<'a>>(body: &'a [u8], want: &str) -> Result<Vec<T>, QueryError> {
     let garbage = |m: String| QueryError::Garbage(m);
     let response: Response<T> = serde_json::from_slice(body).map_err(|e| {
         garbage(format!(
@@ -465,35 +472,63 @@ fn checked_value(name: &str, text: &str) -> Result<f64, QueryError> {
 }
 
 #[derive(Deserialize)]
-struct MatrixSeries {
-    metric: HashMap<String, String>,
-    values: Vec<(f64, String)>,
+struct MatrixSeries<'a> {
+    #[serde(borrow)]
+    metric: HashMap<Cow<'a, str>, Cow<'a, str>>,
+    /// Borrowed from the body: a sample costs 32 bytes here, not a heap string of its own.
+    #[serde(borrow)]
+    values: Vec<(f64, Cow<'a, str>)>,
 }
 
-/// Parses a `/api/v1/query_range` answer of a one-cluster [`decision_query`] into, per evaluation
-/// time (Unix seconds), `part` → value: that cluster's parts in [`parse_answer`] for an instant
-/// query at that time.
-pub fn parse_matrix(body: &[u8]) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
+/// Parses a `/api/v1/query_range` answer of a one-cluster [`decision_query`] for `target` into,
+/// per evaluation time (Unix seconds) within `times`, `part` → value: that cluster's parts in
+/// [`parse_answer`] for an instant query at that time. A series labelled with another namespace
+/// or cluster, or a sample outside `times`, makes the whole answer an error: it is not this
+/// cluster's history (a proxy or cache that answered another query).
+pub fn parse_matrix(
+    body: &[u8],
+    target: &Target,
+    times: std::ops::RangeInclusive<i64>,
+) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
     let garbage = |m: String| QueryError::Garbage(m);
     let result: Vec<MatrixSeries> = result(body, "matrix")?;
     let mut steps: BTreeMap<i64, HashMap<String, f64>> = BTreeMap::new();
     for series in result {
-        let name = series
-            .metric
-            .get("part")
-            .ok_or_else(|| garbage("a series without a part label".into()))?;
-        for (time, text) in series.values {
+        let label = |name: &str| series.metric.get(name).map(|v| v.as_ref());
+        let name = label("part").ok_or_else(|| garbage("a series without a part label".into()))?;
+        let (namespace, cluster) = (label("namespace"), label("cluster"));
+        if namespace != Some(target.namespace.as_str()) || cluster != Some(target.cluster.as_str())
+        {
+            return Err(garbage(format!(
+                "{}: a series labelled namespace {} cluster {}, but the query asked for {}/{} only: \
+                 refusing another cluster's history",
+                echo(name),
+                echo(namespace.unwrap_or("(none)")),
+                echo(cluster.unwrap_or("(none)")),
+                target.namespace,
+                target.cluster
+            )));
+        }
+        for (time, text) in &series.values {
             if !time.is_finite() || time.fract() != 0.0 {
                 return Err(garbage(format!(
                     "{}: timestamp {time} is not a whole second: use a whole-second --step",
                     echo(name)
                 )));
             }
-            let value = checked_value(name, &text)?;
+            if !times.contains(&(*time as i64)) || time.abs() > 1e15 {
+                return Err(garbage(format!(
+                    "{}: timestamp {time} is outside the range asked for ({} to {})",
+                    echo(name),
+                    times.start(),
+                    times.end()
+                )));
+            }
+            let value = checked_value(name, text)?;
             if steps
-                .entry(time as i64)
+                .entry(*time as i64)
                 .or_default()
-                .insert(name.clone(), value)
+                .insert(name.to_owned(), value)
                 .is_some()
             {
                 return Err(garbage(format!(

@@ -319,7 +319,26 @@ mod tests {
                 Code::NotFound,
             ),
             (
-                ObserveError::Topology(TopologyError::NotSynced).into(),
+                ObserveError::Topology(TopologyError::NotSynced { last_error: None }).into(),
+                Code::Unavailable,
+            ),
+            // Only a real 404 is NOT_FOUND: an API failure or an unreadable object says what.
+            (
+                ObserveError::Topology(TopologyError::Api {
+                    namespace: "n".into(),
+                    name: "c".into(),
+                    error: "forbidden".into(),
+                })
+                .into(),
+                Code::Unavailable,
+            ),
+            (
+                ObserveError::Topology(TopologyError::Unreadable {
+                    namespace: "n".into(),
+                    name: "c".into(),
+                    error: "spec.instances \"five\" is not a count".into(),
+                })
+                .into(),
                 Code::Unavailable,
             ),
         ];

@@ -176,7 +176,8 @@ impl Args {
             namespace: self.namespace.clone(),
             cluster: config.cluster.clone(),
         };
-        let query = promql::decision_query(&[target], promql::Shape::of(&config));
+        let query =
+            promql::decision_query(std::slice::from_ref(&target), promql::Shape::of(&config));
         let client = backend::Client::new(
             &self.prometheus_url,
             self.query_timeout,
@@ -192,7 +193,7 @@ impl Args {
         while start <= to {
             let end = to.min(start + (POINTS_PER_QUERY - 1) * step as i64);
             let answers = client
-                .range_parts(&query, start, end, step)
+                .range_parts(&query, &target, start, end, step)
                 .await
                 .with_context(|| {
                     format!(
