@@ -79,6 +79,11 @@ pub struct Args {
     /// Forget ScaledObjects nobody asked about for this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub cache_ttl: Duration,
+    /// Most ScaledObjects (and distinct trigger metadata) held; past it the least recently asked
+    /// are forgotten. Callers choose the keys, so this bounds memory and /metrics.
+    #[arg(long, default_value_t = crate::cache::DEFAULT_CAPACITY,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_cached_objects: usize,
     /// How often StreamIsActive repeats `true`.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub stream_heartbeat: Duration,
@@ -194,6 +199,7 @@ impl Args {
             refresh: self.refresh_interval,
             staleness: self.staleness,
             ttl: self.cache_ttl,
+            capacity: self.max_cached_objects,
         };
         let cache = Arc::new(Cache::new(observer, timing, metrics.clone()));
         tokio::spawn(cache.clone().run(shutdown.clone()));
