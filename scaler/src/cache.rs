@@ -36,7 +36,8 @@ pub const DEFAULT_CAPACITY: usize = 10_000;
 pub struct Key {
     pub namespace: String,
     pub name: String,
-    pub config: ScalerConfig,
+    /// Shared with the metadata cache ([`crate::parsed`]): not copied per rpc.
+    pub config: Arc<ScalerConfig>,
 }
 
 #[derive(Debug, Clone, Copy)]

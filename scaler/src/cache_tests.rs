@@ -71,7 +71,7 @@ fn key(name: &str) -> Key {
     Key {
         namespace: "ns".into(),
         name: name.into(),
-        config: scaler_core::metadata::parse("pg", &md).unwrap(),
+        config: scaler_core::metadata::parse("pg", &md).unwrap().into(),
     }
 }
 

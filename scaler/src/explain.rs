@@ -147,7 +147,7 @@ impl Args {
         let key = Key {
             namespace: self.namespace.clone(),
             name: config.cluster.clone(),
-            config: config.clone(),
+            config: config.clone().into(),
         };
         let evaluation = observer
             .evaluate(&[Arc::new(key)])

@@ -17,6 +17,7 @@ use crate::cache::{Cache, Timing};
 use crate::grpc::Scaler;
 use crate::metrics::Metrics;
 use crate::observe::{self, Observer};
+use crate::parsed::MetadataCache;
 use crate::proto::external_scaler_server::ExternalScalerServer;
 use crate::topology::{self, ClusterIndex, Topology};
 use runtime::logging::LogArgs;
@@ -239,6 +240,7 @@ impl Args {
 
         let scaler = Scaler {
             cache,
+            metadata: Arc::new(MetadataCache::new(self.max_cached_objects, metrics.clone())),
             metrics,
             shutdown: shutdown.clone(),
             heartbeat: self.stream_heartbeat,
