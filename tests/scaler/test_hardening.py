@@ -2,13 +2,19 @@
 reproduces one finding against the real binary, the real VictoriaMetrics of the suite or a tiny
 stand-in HTTP server (named as such), bounded in time and loopback only, and fails on the binary
 before the fix. Figures go to $TEST_FIGURES (testkit.record_figure) for docs/scaler-tests.md."""
+import csv
+import io
+import json
 import multiprocessing
+import os
+import stat
 import statistics
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
+import pytest
 
 from keda import Keda, code_of, error_of, metadata
 from promtext import scrape, select, total
@@ -146,3 +152,52 @@ def test_a_flood_of_expensive_schedules_leaves_other_keys_fast(start_scaler, vm)
     print(f"schedule flood: {figures}")
     assert len(codes) > 100 and set(codes) == {"INVALID_ARGUMENT"}, (len(codes), set(codes))
     assert loaded_p99 <= 2 * quiet_p99, figures
+
+
+# --- scaler backtest: flag values and output paths (item 7) ---------------------------------
+
+from test_backtest import DAY, FIXTURE, backtest, history_vm  # noqa: E402,F401 (the fixture)
+
+DEAD = "http://127.0.0.1:9"  # nothing listens: a run that got this far would say "unreachable"
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("--from", "-9223372036854775808"),
+    ("--from", "9223372036854775807"),
+    ("--to", "-9223372036854775808"),
+    ("--from", "now-300000years"),
+])
+def test_no_flag_value_panics(tmp_path, flag, value):
+    args = {"--from": str(DAY), "--to": str(DAY + 600), flag: value}
+    result = backtest(DEAD, "--scaled-object", str(FIXTURE), "--csv", str(tmp_path / "t.csv"),
+                      *[f"{k}={v}" for k, v in args.items()])
+    assert result.returncode == 2, (result.returncode, result.stderr)  # clap's usage error, not 101
+    assert "panicked" not in result.stderr and flag in result.stderr, result.stderr
+
+
+def test_one_path_for_two_outputs_is_refused_before_any_query(tmp_path):
+    out = tmp_path / "out"
+    result = backtest(DEAD, "--scaled-object", str(FIXTURE), "--from", str(DAY), "--to", str(DAY + 600),
+                      "--csv", str(out), "--json", str(tmp_path / "." / "out"))
+    assert result.returncode != 0 and "--csv and --json name the same file" in result.stderr, result.stderr
+    assert not out.exists()
+
+
+def test_outputs_that_are_not_regular_files_are_written_as_streams(history_vm, tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    fifo = tmp_path / "plot.fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = backtest(history_vm.url, "--scaled-object", str(FIXTURE), "--from", str(DAY), "--to", str(DAY + 600),
+                      "--step", "60s", "--csv", "/dev/stdout", "--json", str(link), "--plot", str(fifo))
+    reader.join(10)
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout.split("\n\n")[0])))
+    assert len(rows) >= 11 and rows[0]["unix_seconds"] == str(DAY), result.stdout[:300]
+    assert link.is_symlink() and json.loads(real.read_text())["rows"], "the link kept, its file written"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and received and received[0].startswith(b"<svg"), received[:1]
