@@ -59,6 +59,20 @@ pub mod part {
     }
     pub const LAG: &str = "lag";
     pub const WAL: &str = "wal";
+    /// Every part name the query can label a series with.
+    pub const ALL: [&str; 11] = [
+        INSTANCES,
+        LOAD,
+        REPLICAS,
+        LOAD_PODS,
+        USAGE_PODS,
+        WARMING,
+        "load_readconnections",
+        "load_readcpuutilization",
+        "load_readconnectionusage",
+        LAG,
+        WAL,
+    ];
 }
 
 /// One CNPG cluster a query answers for.
@@ -496,6 +510,14 @@ pub fn parse_matrix(
     for series in result {
         let label = |name: &str| series.metric.get(name).map(|v| v.as_ref());
         let name = label("part").ok_or_else(|| garbage("a series without a part label".into()))?;
+        // Only the query's own parts: with the time check below, what is kept is bounded by the
+        // chunk's evaluation times × these names, whatever the answer holds.
+        if !part::ALL.contains(&name) {
+            return Err(garbage(format!(
+                "{}: not a part of the decision query",
+                echo(name)
+            )));
+        }
         let (namespace, cluster) = (label("namespace"), label("cluster"));
         if namespace != Some(target.namespace.as_str()) || cluster != Some(target.cluster.as_str())
         {

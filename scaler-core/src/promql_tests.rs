@@ -203,6 +203,8 @@ fn parses_a_range_answer_per_evaluation_time() {
         br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","cluster":"pg","part":"instances"},"values":[[60,"2.5"]]}]}}"#,
         br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","cluster":"pg","part":"load"},"values":[[60.5,"1"]]}]}}"#,
         br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","cluster":"pg"},"values":[[60,"1"]]}]}}"#,
+        // Not a part of the query.
+        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","cluster":"pg","part":"made-up"},"values":[[60,"1"]]}]}}"#,
         // Outside the range asked for.
         br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","cluster":"pg","part":"load"},"values":[[900,"1"]]}]}}"#,
     ] {
@@ -390,6 +392,15 @@ proptest! {
                     prop_assert!(v.fract() == 0.0 && *v <= MAX_COUNT, "{name}={v}");
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn every_load_part_is_a_known_part() {
+    for metric in crate::metadata::Metric::ALL {
+        for primary in [true, false] {
+            assert!(part::ALL.contains(&part::load_of(metric, primary)));
         }
     }
 }

@@ -9,6 +9,8 @@ import multiprocessing
 import os
 import stat
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,7 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 import pytest
 
+from fake_backend import FakePrometheus
 from keda import Keda, code_of, error_of, metadata
+from scaler_proc import scaler_binary
 from promtext import scrape, select, total
 from testkit import free_port, record_figure
 
@@ -201,3 +205,45 @@ def test_outputs_that_are_not_regular_files_are_written_as_streams(history_vm, t
     assert len(rows) >= 11 and rows[0]["unix_seconds"] == str(DAY), result.stdout[:300]
     assert link.is_symlink() and json.loads(real.read_text())["rows"], "the link kept, its file written"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and received and received[0].startswith(b"<svg"), received[:1]
+
+
+# --- scaler backtest: bounded inputs (item 4) ------------------------------------------------
+
+def test_a_deeply_nested_or_endless_scaled_object_is_refused_fast(tmp_path):
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("kind: ScaledObject\nspec: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    fifo = tmp_path / "so.fifo"
+    os.mkfifo(fifo)
+    for path, says in [(nested, "nested deeper"), (fifo, "not a regular file"), ("/dev/zero", "not a regular file")]:
+        t0 = time.monotonic()
+        result = backtest(DEAD, "--scaled-object", str(path), "--from", str(DAY), "--to", str(DAY + 600),
+                          "--csv", str(tmp_path / "t.csv"), timeout=30)
+        took = time.monotonic() - t0
+        record_figure("scaled object input", input=str(path.name if hasattr(path, "name") else path), seconds=took)
+        assert result.returncode != 0 and says in result.stderr and "--scaled-object" in result.stderr, result.stderr
+        assert took < 5, took
+
+
+def test_a_60_mib_range_answer_is_parsed_within_the_memory_budget(tmp_path):
+    # One series of the asked cluster with 3.8 million samples: bigger than any real chunk, and
+    # refused after parsing (its times are outside the chunk), so the peak is the parse's.
+    values = ",".join(f'[{DAY + i},"1"]' for i in range(3_800_000))
+    body = ('{"status":"success","data":{"resultType":"matrix","result":[{"metric":'
+            '{"namespace":"backtest","cluster":"shop","part":"load"},"values":[' + values + ']}]}}').encode()
+    assert len(body) > 60 << 20
+    backend = FakePrometheus("answer", answer=body)
+    try:
+        probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], capture_output=True); "
+                 "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+        argv = [scaler_binary(), "backtest", "--prometheus-url", backend.url, "--namespace", "backtest",
+                "--scaled-object", str(FIXTURE), "--from", str(DAY), "--to", str(DAY + 600),
+                "--csv", str(tmp_path / "t.csv"), "--max-response-bytes", str(64 << 20)]
+        peak_kib = int(subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True,
+                                      timeout=120, check=True).stdout)
+    finally:
+        backend.close()
+    record_figure("60 MiB range answer", answer_mib=len(body) / (1 << 20), peak_rss_mib=peak_kib / 1024)
+    print(f"60 MiB range answer: peak RSS {peak_kib / 1024:.0f} MiB")
+    # docs/backtest.md: at most 10 x --max-response-bytes while parsing (1.3 GB before the fix).
+    assert peak_kib < 10 * 64 * 1024, peak_kib
+    assert not (tmp_path / "t.csv").exists()

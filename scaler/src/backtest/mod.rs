@@ -31,8 +31,9 @@ pub const MAX_STEPS: i64 = 200_000;
 /// HPA syncs per backtest: bounds the simulation's time when --step is far above the sync period
 /// (two years at 15 s).
 pub const MAX_SYNCS: i64 = 4_000_000;
-/// Default `--max-response-bytes`: a chunk's answer is a few MiB.
-const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 << 20;
+/// Default `--max-response-bytes`: a chunk's answer is at most about 2 MiB (10,000 times × a
+/// dozen parts × 20 bytes). Parsing one costs at most 10× this (docs/backtest.md).
+const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 << 20;
 
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("outputs").required(true).multiple(true).args(["csv", "json", "plot"])))]
