@@ -265,12 +265,20 @@ impl Window {
                     let Ok(first) = jiff::civil::Date::new(year, month, 1) else {
                         return false;
                     };
-                    self.month_matches(first)
-                        && (0..first.days_in_month()).any(|offset| {
-                            first
-                                .checked_add(SignedDuration::from_hours(24 * i64::from(offset)))
-                                .is_ok_and(|day| self.day_matches(day))
-                        })
+                    if !self.month_matches(first) {
+                        return false;
+                    }
+                    // Weekdays by offset from the first: one calendar lookup per month.
+                    let weekday = weekday_of(first);
+                    (0..first.days_in_month()).any(|offset| {
+                        p.day_match(
+                            year.into(),
+                            month.unsigned_abs().into(),
+                            (offset + 1).unsigned_abs().into(),
+                            weekday.shift(offset.into()),
+                        )
+                        .unwrap_or(false)
+                    })
                 })
             })
     }
@@ -284,9 +292,7 @@ impl Window {
 
     /// The pattern's day fields (day of month, weekday, `L`, `W`, `#`) and month accept `day`.
     fn day_matches(&self, day: Date) -> bool {
-        let weekday = croner::Weekday::from_days_from_sunday(
-            day.weekday().to_sunday_zero_offset().unsigned_abs().into(),
-        );
+        let weekday = weekday_of(day);
         self.month_matches(day)
             && self
                 .cron
@@ -355,6 +361,12 @@ impl Window {
         }
         None
     }
+}
+
+fn weekday_of(day: Date) -> croner::Weekday {
+    croner::Weekday::from_days_from_sunday(
+        day.weekday().to_sunday_zero_offset().unsigned_abs().into(),
+    )
 }
 
 #[cfg(test)]

@@ -96,20 +96,33 @@ NEVER = "0 {minute} 31 2 * for 1h floor 2"
 FLOOD_RATE = 100  # rpc/s: ten times the rate that pushed other keys past 5 s before the fix
 
 
+QUIET_FLOOR = 0.005  # s
+FLOOD_THREADS = 8  # in flight at once, as several KEDA replicas and retries would be
+
+
 def flood(address: str, on, stop, codes):
-    """In its own process (its own GIL): while `on` is set, GetMetricSpec at FLOOD_RATE, each
-    with a new never-matching schedule, so nothing can be cached; `codes` collects status names."""
+    """In its own process (its own GIL): while `on` is set, GetMetricSpec from FLOOD_THREADS
+    threads at FLOOD_RATE in all, each with a new never-matching schedule, so nothing can be
+    cached; `codes` collects the status names."""
     keda = Keda(address)
-    i = 0
-    while not stop.is_set():
-        if not on.wait(0.05):
-            continue
-        i += 1
-        md = metadata(cluster="pg", schedules=f"0 1 * * * for 1h floor 2; {NEVER.format(minute=i % 60)}",
-                      target=str(1 + i // 60))
-        t0 = time.monotonic()
-        codes.append(code_of(lambda: keda.spec(keda.ref("tenant-a", "flood", md), timeout=10)).name)
-        time.sleep(max(0.0, 1 / FLOOD_RATE - (time.monotonic() - t0)))
+    counter = iter(range(1 << 30))
+
+    def one_thread():
+        while not stop.is_set():
+            if not on.wait(0.05):
+                continue
+            i = next(counter)
+            md = metadata(cluster="pg", schedules=f"0 1 * * * for 1h floor 2; {NEVER.format(minute=i % 60)}",
+                          target=str(1 + i // 60))
+            t0 = time.monotonic()
+            codes.append(code_of(lambda: keda.spec(keda.ref("tenant-a", "flood", md), timeout=10)).name)
+            time.sleep(max(0.0, FLOOD_THREADS / FLOOD_RATE - (time.monotonic() - t0)))
+
+    threads = [threading.Thread(target=one_thread) for _ in range(FLOOD_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     keda.close()
 
 
@@ -137,7 +150,7 @@ def test_a_flood_of_expensive_schedules_leaves_other_keys_fast(start_scaler, vm)
         try:
             # Quiet and flooded windows interleaved, so the shared machine's own load drifts
             # into both alike.
-            for _ in range(6):
+            for _ in range(10):
                 quiet += latencies(keda, refs, 150)
                 on.set()
                 time.sleep(0.3)  # the flood is on
@@ -154,8 +167,11 @@ def test_a_flood_of_expensive_schedules_leaves_other_keys_fast(start_scaler, vm)
                    flood_p50_ms=statistics.median(loaded) * 1e3, flood_p99_ms=loaded_p99 * 1e3)
     record_figure("schedule flood", **figures)
     print(f"schedule flood: {figures}")
+    # Within 2x of the quiet p99, taken as at least 5 ms: below that the shared 2-core machine's
+    # scheduling decides a p99 of 1,500 calls (quiet runs measured 3.6 to 11 ms). Before the fix
+    # the flooded p99 was 498 ms.
+    assert loaded_p99 <= 2 * max(quiet_p99, QUIET_FLOOR), figures
     assert len(codes) > 100 and set(codes) == {"INVALID_ARGUMENT"}, (len(codes), set(codes))
-    assert loaded_p99 <= 2 * quiet_p99, figures
 
 
 # --- scaler backtest: flag values and output paths (item 7) ---------------------------------
