@@ -9,7 +9,6 @@
 //! namespace A never serves B, and `pg` never matches `pg-archive-1` (that pod's cluster is
 //! `pg-archive`). The single-cluster query is the batch of one. Replicas are the pods whose
 //! `cnpg_pg_replication_in_recovery` is 1, the primary the one where it is 0.
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -461,7 +460,7 @@ pub fn parse_answer(body: &[u8]) -> Result<HashMap<Target, Parts>, QueryError> {
 }
 
 /// A part's value, parsed and range-checked like every answer (counts are whole numbers).
-fn checked_value(name: &str, text: &str) -> Result<f64, QueryError> {
+pub(crate) fn checked_value(name: &str, text: &str) -> Result<f64, QueryError> {
     let garbage = |m: String| QueryError::Garbage(m);
     let value: f64 = text.parse().map_err(|_| {
         garbage(format!(
@@ -485,82 +484,18 @@ fn checked_value(name: &str, text: &str) -> Result<f64, QueryError> {
     Ok(value)
 }
 
-#[derive(Deserialize)]
-struct MatrixSeries<'a> {
-    #[serde(borrow)]
-    metric: HashMap<Cow<'a, str>, Cow<'a, str>>,
-    /// Borrowed from the body: a sample costs 32 bytes here, not a heap string of its own.
-    #[serde(borrow)]
-    values: Vec<(f64, Cow<'a, str>)>,
-}
-
 /// Parses a `/api/v1/query_range` answer of a one-cluster [`decision_query`] for `target` into,
 /// per evaluation time (Unix seconds) within `times`, `part` → value: that cluster's parts in
 /// [`parse_answer`] for an instant query at that time. A series labelled with another namespace
-/// or cluster, or a sample outside `times`, makes the whole answer an error: it is not this
-/// cluster's history (a proxy or cache that answered another query).
+/// or cluster, of a part the query does not have, or a sample outside `times`, makes the whole
+/// answer an error: it is not this cluster's history (a proxy or cache that answered another
+/// query). Streamed ([`crate::matrix`]): memory is the body plus what is kept.
 pub fn parse_matrix(
     body: &[u8],
     target: &Target,
     times: std::ops::RangeInclusive<i64>,
 ) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
-    let garbage = |m: String| QueryError::Garbage(m);
-    let result: Vec<MatrixSeries> = result(body, "matrix")?;
-    let mut steps: BTreeMap<i64, HashMap<String, f64>> = BTreeMap::new();
-    for series in result {
-        let label = |name: &str| series.metric.get(name).map(|v| v.as_ref());
-        let name = label("part").ok_or_else(|| garbage("a series without a part label".into()))?;
-        // Only the query's own parts: with the time check below, what is kept is bounded by the
-        // chunk's evaluation times × these names, whatever the answer holds.
-        if !part::ALL.contains(&name) {
-            return Err(garbage(format!(
-                "{}: not a part of the decision query",
-                echo(name)
-            )));
-        }
-        let (namespace, cluster) = (label("namespace"), label("cluster"));
-        if namespace != Some(target.namespace.as_str()) || cluster != Some(target.cluster.as_str())
-        {
-            return Err(garbage(format!(
-                "{}: a series labelled namespace {} cluster {}, but the query asked for {}/{} only: \
-                 refusing another cluster's history",
-                echo(name),
-                echo(namespace.unwrap_or("(none)")),
-                echo(cluster.unwrap_or("(none)")),
-                target.namespace,
-                target.cluster
-            )));
-        }
-        for (time, text) in &series.values {
-            if !time.is_finite() || time.fract() != 0.0 {
-                return Err(garbage(format!(
-                    "{}: timestamp {time} is not a whole second: use a whole-second --step",
-                    echo(name)
-                )));
-            }
-            if !times.contains(&(*time as i64)) || time.abs() > 1e15 {
-                return Err(garbage(format!(
-                    "{}: timestamp {time} is outside the range asked for ({} to {})",
-                    echo(name),
-                    times.start(),
-                    times.end()
-                )));
-            }
-            let value = checked_value(name, text)?;
-            if steps
-                .entry(*time as i64)
-                .or_default()
-                .insert(name.to_owned(), value)
-                .is_some()
-            {
-                return Err(garbage(format!(
-                    "{}: more than one sample at {time}",
-                    echo(name)
-                )));
-            }
-        }
-    }
-    Ok(steps)
+    crate::matrix::parse(body, target, times)
 }
 
 #[cfg(test)]

@@ -207,7 +207,12 @@ async fn read_at_most(
     response: &mut reqwest::Response,
     limit: usize,
 ) -> Result<(Vec<u8>, bool), reqwest::Error> {
-    let mut body = Vec::new();
+    // Sized once when the length is announced (it is within the limit, checked above): growing
+    // by doubling would copy the body several times over.
+    let announced = response
+        .content_length()
+        .map_or(0, |n| n.min(limit as u64) as usize);
+    let mut body = Vec::with_capacity(announced);
     while let Some(chunk) = response.chunk().await? {
         if body.len() + chunk.len() > limit {
             body.extend_from_slice(&chunk[..limit - body.len()]);

@@ -32,7 +32,7 @@ pub const MAX_STEPS: i64 = 200_000;
 /// (two years at 15 s).
 pub const MAX_SYNCS: i64 = 4_000_000;
 /// Default `--max-response-bytes`: a chunk's answer is at most about 2 MiB (10,000 times × a
-/// dozen parts × 20 bytes). Parsing one costs at most 10× this (docs/backtest.md).
+/// dozen parts × 20 bytes); it is parsed streaming (docs/backtest.md's memory budget).
 const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 << 20;
 
 #[derive(Debug, Clone, clap::Args)]
