@@ -211,15 +211,21 @@ def test_outputs_that_are_not_regular_files_are_written_as_streams(history_vm, t
     fifo = tmp_path / "plot.fifo"
     os.mkfifo(fifo)
     received = []
+    # `--csv /dev/stdout`, through a link of our own: run as root, a binary with the defect
+    # would replace /dev/stdout itself with a regular file (it did, once, while this test was
+    # checked against the binary before the fix).
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to("/proc/self/fd/1")
     reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
     reader.start()
     result = backtest(history_vm.url, "--scaled-object", str(FIXTURE), "--from", str(DAY), "--to", str(DAY + 600),
-                      "--step", "60s", "--csv", "/dev/stdout", "--json", str(link), "--plot", str(fifo))
+                      "--step", "60s", "--csv", str(stdout), "--json", str(link), "--plot", str(fifo))
     reader.join(10)
     assert result.returncode == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout.split("\n\n")[0])))
     assert len(rows) >= 11 and rows[0]["unix_seconds"] == str(DAY), result.stdout[:300]
-    assert link.is_symlink() and json.loads(real.read_text())["rows"], "the link kept, its file written"
+    assert stdout.is_symlink() and link.is_symlink() and json.loads(real.read_text())["rows"], \
+        "the links kept, their targets written"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and received and received[0].startswith(b"<svg"), received[:1]
 
 
