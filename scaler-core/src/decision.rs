@@ -7,7 +7,8 @@
 //! 4. Schedule: an open window's floor raises it, capped at the ceiling (maxReplicas wins).
 //! 5. Quota ceiling: a growing `recommended` is capped at the largest count the namespace's
 //!    ResourceQuotas fit, but never below the current count or the floor (quorum and floor win;
-//!    the quota wins over a schedule).
+//!    the quota wins over a schedule). A quota that cannot be read fits nothing more: growth is
+//!    held (reason `quota-unreadable`), never left unguarded.
 //! 6. Scale-in hold (`scaleIn: disabled`, or an open window that says so): never below
 //!    `min(current, ceiling)` (a lowered maxReplicas still wins).
 //! 7. Convergence hold: when `spec.instances` has been above the ready count for longer than the
@@ -43,6 +44,8 @@ pub enum Reason {
     DryRun,
     /// Growth capped by the namespace's ResourceQuota.
     Quota,
+    /// Growth held: a ResourceQuota of the namespace cannot be read, so what fits is unknown.
+    QuotaUnreadable,
     /// Held at the ready count: a scale-up did not converge within the deadline.
     Stuck,
     /// Raised to the floor of an open schedule window.
@@ -52,7 +55,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Self::Load,
         Self::Floor,
         Self::Quorum,
@@ -60,6 +63,7 @@ impl Reason {
         Self::Brake,
         Self::DryRun,
         Self::Quota,
+        Self::QuotaUnreadable,
         Self::Stuck,
         Self::Schedule,
         Self::ScaleInHold,
@@ -74,6 +78,7 @@ impl Reason {
             Self::Brake => "brake",
             Self::DryRun => "dry-run",
             Self::Quota => "quota",
+            Self::QuotaUnreadable => "quota-unreadable",
             Self::Stuck => "stuck",
             Self::Schedule => "schedule",
             Self::ScaleInHold => "scale-in-hold",
@@ -116,6 +121,8 @@ pub struct Policy {
 pub struct QuotaCeiling {
     pub instances: u32,
     pub resource: &'static str,
+    /// The binding quota could not be read: `instances` is what exists, growth is held.
+    pub unreadable: bool,
 }
 
 /// The Cluster's convergence, from its status (the same for every scaler replica).
@@ -305,8 +312,12 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
     };
     // The quota only limits growth: never below the current count or the floor.
     let quota_ceiling = obs.quota.map(|q| q.instances.max(obs.current).max(floor));
+    let quota_reason = match obs.quota {
+        Some(q) if q.unreadable => Reason::QuotaUnreadable,
+        _ => Reason::Quota,
+    };
     let (capped, bound_reason) = match quota_ceiling {
-        Some(cap) if bounded > cap => (cap, Reason::Quota),
+        Some(cap) if bounded > cap => (cap, quota_reason),
         _ => (bounded, bound_reason),
     };
     // The quota's cap is never below the current count, so it never conflicts with this hold.
@@ -421,6 +432,11 @@ impl Decision {
                 "{load}; capped at {} instances: the namespace's ResourceQuota ({}) fits no more",
                 self.desired,
                 obs.quota.map_or("?", |q| q.resource)
+            ),
+            Reason::QuotaUnreadable => format!(
+                "{load}; growth held at {} instances: a ResourceQuota of the namespace cannot be \
+                 read, so what fits is unknown",
+                self.desired
             ),
             Reason::Stuck => format!(
                 "spec.instances {} has been above the {} ready instances for longer than the \

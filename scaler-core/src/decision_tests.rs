@@ -34,6 +34,7 @@ fn quota(instances: u32) -> Option<QuotaCeiling> {
     Some(QuotaCeiling {
         instances,
         resource: "requests.cpu",
+        unreadable: false,
     })
 }
 

@@ -203,6 +203,7 @@ pub fn evaluate(
         quota: fit.as_ref().map(|f| QuotaCeiling {
             instances: existing.saturating_add(f.more),
             resource: f.resource,
+            unreadable: f.unreadable.is_some(),
         }),
         convergence: status.map(|s| Convergence {
             ready: s.ready,
@@ -214,6 +215,13 @@ pub fn evaluate(
         }),
     };
     let decision = decision::decide(&policy, &observation);
+    let mut summary = decision.summary(&policy, &observation);
+    if let Some((quota, error)) = fit
+        .as_ref()
+        .and_then(|f| Some((&f.quota, f.unreadable.as_ref()?)))
+    {
+        summary.push_str(&format!(" (ResourceQuota {quota}: {error})"));
+    }
     Ok(Evaluation {
         namespace: namespace.to_owned(),
         cluster: config.cluster.clone(),
@@ -230,7 +238,7 @@ pub fn evaluate(
         current_source,
         quorum_source,
         schedule,
-        summary: decision.summary(&policy, &observation),
+        summary,
         policy,
         observation,
         decision,
@@ -496,6 +504,44 @@ mod tests {
             (e.decision.desired, e.decision.reason, e.quota),
             (6, Reason::Max, None)
         );
+    }
+
+    #[test]
+    fn an_unreadable_quota_holds_growth_and_names_itself() {
+        let cluster = json!({
+            "spec": {"instances": 3, "resources": {"requests": {"cpu": "500m"}}},
+            "status": {"instances": 3, "readyInstances": 3},
+        });
+        let broken = Quota::unreadable("tenant", false, "requests.cpu: \"lots\"".into());
+        let snap = snapshot(cluster, vec![broken]);
+        let e = evaluate(
+            "ns",
+            &config(&[]),
+            &inputs("kube"),
+            &parts(&[("instances", 3.0), ("load", 40.0)]),
+            Some(&snap),
+        )
+        .unwrap();
+        // Load asks for 6; what fits is unknown: hold the 3 that exist.
+        assert_eq!(
+            (e.decision.desired, e.decision.reason),
+            (3, Reason::QuotaUnreadable)
+        );
+        assert!(
+            e.summary.contains("cannot be read") && e.summary.contains("ResourceQuota tenant"),
+            "{}",
+            e.summary
+        );
+        // Scale-in is not held by it: load 0 still goes down to the floor.
+        let e = evaluate(
+            "ns",
+            &config(&[]),
+            &inputs("kube"),
+            &parts(&[("instances", 3.0), ("load", 0.0)]),
+            Some(&snap),
+        )
+        .unwrap();
+        assert_eq!((e.decision.desired, e.decision.reason), (2, Reason::Floor));
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod decision;
 pub mod evaluate;
 pub mod hpa;
+pub mod matrix;
 pub mod metadata;
 pub mod promql;
 pub mod quota;

@@ -58,6 +58,20 @@ pub mod part {
     }
     pub const LAG: &str = "lag";
     pub const WAL: &str = "wal";
+    /// Every part name the query can label a series with.
+    pub const ALL: [&str; 11] = [
+        INSTANCES,
+        LOAD,
+        REPLICAS,
+        LOAD_PODS,
+        USAGE_PODS,
+        WARMING,
+        "load_readconnections",
+        "load_readcpuutilization",
+        "load_readconnectionusage",
+        LAG,
+        WAL,
+    ];
 }
 
 /// One CNPG cluster a query answers for.
@@ -358,6 +372,12 @@ pub enum QueryError {
     Unreachable(String),
     #[error("Prometheus answered HTTP {status}: {body}")]
     Status { status: u16, body: String },
+    /// `location` is a bounded echo of the header.
+    #[error(
+        "Prometheus answered HTTP {status} redirecting to {location}; redirects are not followed \
+         (another server's answer is not this cluster's load): set --prometheus-url to the address that answers"
+    )]
+    Redirect { status: u16, location: String },
     #[error("Prometheus returned an unusable answer: {0}")]
     Garbage(String),
 }
@@ -379,7 +399,7 @@ struct Data<T> {
 }
 
 /// The `result` of a successful answer of `result_type` `want`; anything else is an error.
-fn result<T: serde::de::DeserializeOwned>(body: &[u8], want: &str) -> Result<Vec<T>, QueryError> {
+fn result<'a, T: Deserialize<'a>>(body: &'a [u8], want: &str) -> Result<Vec<T>, QueryError> {
     let garbage = |m: String| QueryError::Garbage(m);
     let response: Response<T> = serde_json::from_slice(body).map_err(|e| {
         garbage(format!(
@@ -440,7 +460,7 @@ pub fn parse_answer(body: &[u8]) -> Result<HashMap<Target, Parts>, QueryError> {
 }
 
 /// A part's value, parsed and range-checked like every answer (counts are whole numbers).
-fn checked_value(name: &str, text: &str) -> Result<f64, QueryError> {
+pub(crate) fn checked_value(name: &str, text: &str) -> Result<f64, QueryError> {
     let garbage = |m: String| QueryError::Garbage(m);
     let value: f64 = text.parse().map_err(|_| {
         garbage(format!(
@@ -464,46 +484,18 @@ fn checked_value(name: &str, text: &str) -> Result<f64, QueryError> {
     Ok(value)
 }
 
-#[derive(Deserialize)]
-struct MatrixSeries {
-    metric: HashMap<String, String>,
-    values: Vec<(f64, String)>,
-}
-
-/// Parses a `/api/v1/query_range` answer of a one-cluster [`decision_query`] into, per evaluation
-/// time (Unix seconds), `part` → value: that cluster's parts in [`parse_answer`] for an instant
-/// query at that time.
-pub fn parse_matrix(body: &[u8]) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
-    let garbage = |m: String| QueryError::Garbage(m);
-    let result: Vec<MatrixSeries> = result(body, "matrix")?;
-    let mut steps: BTreeMap<i64, HashMap<String, f64>> = BTreeMap::new();
-    for series in result {
-        let name = series
-            .metric
-            .get("part")
-            .ok_or_else(|| garbage("a series without a part label".into()))?;
-        for (time, text) in series.values {
-            if !time.is_finite() || time.fract() != 0.0 {
-                return Err(garbage(format!(
-                    "{}: timestamp {time} is not a whole second: use a whole-second --step",
-                    echo(name)
-                )));
-            }
-            let value = checked_value(name, &text)?;
-            if steps
-                .entry(time as i64)
-                .or_default()
-                .insert(name.clone(), value)
-                .is_some()
-            {
-                return Err(garbage(format!(
-                    "{}: more than one sample at {time}",
-                    echo(name)
-                )));
-            }
-        }
-    }
-    Ok(steps)
+/// Parses a `/api/v1/query_range` answer of a one-cluster [`decision_query`] for `target` into,
+/// per evaluation time (Unix seconds) within `times`, `part` → value: that cluster's parts in
+/// [`parse_answer`] for an instant query at that time. A series labelled with another namespace
+/// or cluster, of a part the query does not have, or a sample outside `times`, makes the whole
+/// answer an error: it is not this cluster's history (a proxy or cache that answered another
+/// query). Streamed ([`crate::matrix`]): memory is the body plus what is kept.
+pub fn parse_matrix(
+    body: &[u8],
+    target: &Target,
+    times: std::ops::RangeInclusive<i64>,
+) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
+    crate::matrix::parse(body, target, times)
 }
 
 #[cfg(test)]

@@ -189,20 +189,46 @@ fn parses_labelled_parts_per_cluster() {
 
 #[test]
 fn parses_a_range_answer_per_evaluation_time() {
+    let pg = t("ns", "pg");
+    let parse = |body: &[u8]| parse_matrix(body, &pg, 0..=600);
     let body = br#"{"status":"success","data":{"resultType":"matrix","result":[
-        {"metric":{"part":"instances"},"values":[[60,"3"],[120,"4"]]},
-        {"metric":{"part":"load"},"values":[[120,"42.5"]]}]}}"#;
-    let steps = parse_matrix(body).unwrap();
+        {"metric":{"namespace":"ns","cluster":"pg","part":"instances"},"values":[[60,"3"],[120,"4"]]},
+        {"metric":{"namespace":"ns","cluster":"pg","part":"load"},"values":[[120,"42.5"]]}]}}"#;
+    let steps = parse(body).unwrap();
     assert_eq!(steps.len(), 2);
     assert_eq!(steps[&60].get("load"), None);
     assert_eq!((steps[&120]["instances"], steps[&120]["load"]), (4.0, 42.5));
     for bad in [
         &br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#[..],
-        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"part":"instances"},"values":[[60,"2.5"]]}]}}"#,
-        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"part":"load"},"values":[[60.5,"1"]]}]}}"#,
-        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[60,"1"]]}]}}"#,
+        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","cluster":"pg","part":"instances"},"values":[[60,"2.5"]]}]}}"#,
+        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","cluster":"pg","part":"load"},"values":[[60.5,"1"]]}]}}"#,
+        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","cluster":"pg"},"values":[[60,"1"]]}]}}"#,
+        // Not a part of the query.
+        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","cluster":"pg","part":"made-up"},"values":[[60,"1"]]}]}}"#,
+        // Outside the range asked for.
+        br#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","cluster":"pg","part":"load"},"values":[[900,"1"]]}]}}"#,
     ] {
-        assert!(matches!(parse_matrix(bad), Err(QueryError::Garbage(_))), "{}", String::from_utf8_lossy(bad));
+        assert!(matches!(parse(bad), Err(QueryError::Garbage(_))), "{}", String::from_utf8_lossy(bad));
+    }
+}
+
+#[test]
+fn a_range_answer_for_another_namespace_or_cluster_is_refused() {
+    let pg = t("ns", "pg");
+    for labels in [
+        r#""namespace":"other","cluster":"pg""#,
+        r#""namespace":"ns","cluster":"pg-archive""#,
+        r#""cluster":"pg""#,
+        r#""namespace":"ns""#,
+    ] {
+        let body = format!(
+            r#"{{"status":"success","data":{{"resultType":"matrix","result":[{{"metric":{{{labels},"part":"load"}},"values":[[60,"9"]]}}]}}}}"#
+        );
+        let error = parse_matrix(body.as_bytes(), &pg, 0..=600).unwrap_err();
+        assert!(
+            error.to_string().contains("another cluster's history"),
+            "{labels}: {error}"
+        );
     }
 }
 
@@ -366,6 +392,15 @@ proptest! {
                     prop_assert!(v.fract() == 0.0 && *v <= MAX_COUNT, "{name}={v}");
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn every_load_part_is_a_known_part() {
+    for metric in crate::metadata::Metric::ALL {
+        for primary in [true, false] {
+            assert!(part::ALL.contains(&part::load_of(metric, primary)));
         }
     }
 }

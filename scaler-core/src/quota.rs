@@ -5,7 +5,8 @@
 //! storage requests; for each quota and resource, `more = floor((hard − used) / cost)`, and the
 //! smallest wins. Requests default to limits when only limits are set, as the API server does.
 //! Quotas with scopes are ignored (their selection of pods is not modelled), and so are resources
-//! an instance does not use (cost 0 or unset; a LimitRange default is not read).
+//! an instance does not use (cost 0 or unset; a LimitRange default is not read). An unscoped quota
+//! that cannot be read fits nothing: growth is held (what it allows is unknown), never unguarded.
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -196,6 +197,8 @@ pub struct Quota {
     pub hard: BTreeMap<String, Milli>,
     /// `status.used`; `None` until the quota controller has computed it.
     pub used: Option<BTreeMap<String, Milli>>,
+    /// Why the quota could not be read (a quantity that does not parse); it then holds growth.
+    pub unreadable: Option<String>,
 }
 
 impl Quota {
@@ -224,9 +227,24 @@ impl Quota {
             used: used
                 .map(|u| read(u.into_iter().collect(), Rounding::Up))
                 .transpose()?,
+            unreadable: None,
         })
     }
+
+    /// A quota that could not be read, and why: it fits no more instances.
+    pub fn unreadable(name: &str, scoped: bool, error: String) -> Self {
+        Self {
+            name: name.to_owned(),
+            scoped,
+            hard: BTreeMap::new(),
+            used: None,
+            unreadable: Some(error),
+        }
+    }
 }
+
+/// [`Fit::resource`] of a quota that could not be read.
+pub const UNREADABLE: &str = "unreadable";
 
 /// The binding limit: how many more instances fit, and where it comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -241,13 +259,29 @@ pub struct Fit {
     pub used: Option<Milli>,
     /// One instance's cost in this resource.
     pub cost: Milli,
+    /// Why the binding quota could not be read (then `more` is 0 and `resource` [`UNREADABLE`]).
+    pub unreadable: Option<String>,
 }
 
 /// The tightest limit over every unscoped quota and resource an instance uses; `None` when no
-/// quota limits anything an instance consumes.
+/// quota limits anything an instance consumes. An unscoped quota that cannot be read binds first.
 pub fn tightest(quotas: &[Quota], cost: &InstanceCost) -> Option<Fit> {
+    let unscoped = || quotas.iter().filter(|q| !q.scoped);
+    if let Some((quota, error)) =
+        unscoped().find_map(|q| q.unreadable.as_ref().map(|error| (q, error)))
+    {
+        return Some(Fit {
+            more: 0,
+            resource: UNREADABLE,
+            quota: quota.name.clone(),
+            hard: Milli(0),
+            used: None,
+            cost: Milli(0),
+            unreadable: Some(error.clone()),
+        });
+    }
     let mut best: Option<Fit> = None;
-    for quota in quotas.iter().filter(|q| !q.scoped) {
+    for quota in unscoped() {
         for (key, resource) in RESOURCES {
             let (Some(hard), Some(per_instance)) = (quota.hard.get(key), cost.of(resource)) else {
                 continue;
@@ -271,6 +305,7 @@ pub fn tightest(quotas: &[Quota], cost: &InstanceCost) -> Option<Fit> {
                     hard: *hard,
                     used,
                     cost: per_instance,
+                    unreadable: None,
                 });
             }
         }

@@ -213,6 +213,25 @@ fn a_malformed_quota_names_itself_and_the_key() {
     );
 }
 
+#[test]
+fn an_unreadable_quota_fits_nothing_and_says_why() {
+    let roomy = quota("roomy", &[("pods", "50")], Some(&[("pods", "1")]));
+    let broken = Quota::unreadable(
+        "broken",
+        false,
+        "requests.cpu: \"lots\" is not a quantity".into(),
+    );
+    let fit = tightest(&[roomy.clone(), broken], &cost()).unwrap();
+    assert_eq!(
+        (fit.more, fit.resource, fit.quota.as_str()),
+        (0, UNREADABLE, "broken")
+    );
+    assert!(fit.unreadable.unwrap().contains("lots"));
+    // A scoped quota is not applied, readable or not.
+    let scoped = Quota::unreadable("scoped", true, "x".into());
+    assert_eq!(tightest(&[roomy, scoped], &cost()).unwrap().more, 49);
+}
+
 proptest! {
     #[test]
     fn millis_round_trip(milli in 0i128..1_000_000_000_000) {
@@ -228,6 +247,7 @@ proptest! {
             scoped: false,
             hard: [("requests.cpu".to_owned(), Milli(hard))].into(),
             used: Some([("requests.cpu".to_owned(), Milli(used))].into()),
+            unreadable: None,
         };
         let c = InstanceCost { requests_cpu: Some(Milli(per)), ..InstanceCost::default() };
         let more = i128::from(tightest(&[q], &c).unwrap().more);

@@ -11,8 +11,9 @@ use std::hash::{Hash, Hasher};
 
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
+use jiff::civil::Date;
 use jiff::tz::TimeZone;
-use jiff::{SignedDuration, Timestamp, Zoned};
+use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 
 use names::echo;
@@ -21,6 +22,8 @@ use names::echo;
 pub const MAX_WINDOWS: usize = 16;
 /// Longest `schedules` value read (16 windows of a long time zone name fit easily).
 pub const MAX_LEN: usize = 4096;
+/// Years after which the Gregorian calendar repeats, weekdays included.
+const CALENDAR_CYCLE_YEARS: i16 = 400;
 /// Shortest window: one minute, cron's resolution.
 pub const MIN_DURATION: SignedDuration = SignedDuration::from_secs(60);
 /// Longest window: 31 days (a monthly window); only the latest start is looked up, so a window
@@ -240,26 +243,130 @@ impl Window {
             scale_in_disabled,
         };
         // A pattern that never matches (`0 0 31 2 *`) is a mistake, not a window.
-        let epoch = Timestamp::UNIX_EPOCH.to_zoned(window.zone.clone());
-        window
-            .cron
-            .find_next_occurrence(&epoch, true)
-            .map_err(|_| "the cron expression never matches".to_owned())?;
+        if !window.matches_some_day() {
+            return Err("the cron expression never matches".to_owned());
+        }
         Ok(window)
     }
 
-    /// The window's span around `now` when it is open: its latest start at or before `now` is
-    /// less than its duration ago.
-    fn open_at(&self, now: Timestamp) -> Option<OpenWindow> {
-        let here = now.to_zoned(self.zone.clone());
-        let start: Zoned = self.cron.find_previous_occurrence(&here, true).ok()?;
-        let end = start.timestamp().checked_add(self.duration).ok()?;
-        (now < end).then(|| OpenWindow {
-            window: self.text.clone(),
-            opened: start.to_string(),
-            closes: end.to_zoned(self.zone.clone()).to_string(),
-        })
+    /// Whether the pattern matches any minute at all, decided exactly within a bounded search:
+    /// the Gregorian calendar repeats every 400 years (146,097 days, a whole number of weeks),
+    /// so a pattern that matches no day of one cycle never matches. At most 146,097 day checks
+    /// (bit tests), only in the months the pattern allows; croner's own search walks to the year
+    /// 5000 first (about 80 ms per never-matching window, issue 23).
+    fn matches_some_day(&self) -> bool {
+        let p = &self.cron.pattern;
+        let hours = (0..24).any(|h| p.hour_match(h).unwrap_or(false));
+        let minutes = (0..60).any(|m| p.minute_match(m).unwrap_or(false));
+        hours
+            && minutes
+            && (2000..2000 + CALENDAR_CYCLE_YEARS).any(|year| {
+                (1..=12).any(|month| {
+                    let Ok(first) = jiff::civil::Date::new(year, month, 1) else {
+                        return false;
+                    };
+                    if !self.month_matches(first) {
+                        return false;
+                    }
+                    // Weekdays by offset from the first: one calendar lookup per month.
+                    let weekday = weekday_of(first);
+                    (0..first.days_in_month()).any(|offset| {
+                        p.day_match(
+                            year.into(),
+                            month.unsigned_abs().into(),
+                            (offset + 1).unsigned_abs().into(),
+                            weekday.shift(offset.into()),
+                        )
+                        .unwrap_or(false)
+                    })
+                })
+            })
     }
+
+    fn month_matches(&self, day: Date) -> bool {
+        self.cron
+            .pattern
+            .month_match(day.month().unsigned_abs().into())
+            .unwrap_or(false)
+    }
+
+    /// The pattern's day fields (day of month, weekday, `L`, `W`, `#`) and month accept `day`.
+    fn day_matches(&self, day: Date) -> bool {
+        let weekday = weekday_of(day);
+        self.month_matches(day)
+            && self
+                .cron
+                .pattern
+                .day_match(
+                    day.year().into(),
+                    day.month().unsigned_abs().into(),
+                    day.day().unsigned_abs().into(),
+                    weekday,
+                )
+                .unwrap_or(false)
+    }
+
+    /// The window's span around `now` when it is open: its latest start at or before `now` is
+    /// less than its duration ago. Bounded: only the days from `now − duration` to `now` are
+    /// looked at (at most 32, [`MAX_DURATION`]), latest first; within a day the matching hours
+    /// and minutes, latest first, in wall-clock time (a time in a DST gap is the instant after
+    /// it, an ambiguous one the earlier instant).
+    fn open_at(&self, now: Timestamp) -> Option<OpenWindow> {
+        let p = &self.cron.pattern;
+        let here = now.to_zoned(self.zone.clone());
+        let earliest = now.checked_sub(self.duration).ok()?;
+        let first_day = earliest.to_zoned(self.zone.clone()).date();
+        // Wall-clock times this far past `now` cannot be at or before it, whatever DST does.
+        let latest_civil = here
+            .datetime()
+            .checked_add(SignedDuration::from_hours(3))
+            .ok()?;
+        let hours: Vec<i8> = (0..24i8)
+            .rev()
+            .filter(|h| p.hour_match(h.unsigned_abs().into()).unwrap_or(false))
+            .collect();
+        let minutes: Vec<i8> = (0..60i8)
+            .rev()
+            .filter(|m| p.minute_match(m.unsigned_abs().into()).unwrap_or(false))
+            .collect();
+        let mut day = here.date();
+        while day >= first_day {
+            if self.day_matches(day) {
+                for (&hour, &minute) in hours
+                    .iter()
+                    .flat_map(|h| minutes.iter().map(move |m| (h, m)))
+                {
+                    let civil = day.at(hour, minute, 0, 0);
+                    if civil > latest_civil {
+                        continue;
+                    }
+                    let Ok(start) = civil.to_zoned(self.zone.clone()) else {
+                        continue;
+                    };
+                    if start.timestamp() > now {
+                        continue;
+                    }
+                    if start.timestamp() <= earliest {
+                        return None;
+                    }
+                    let end = start.timestamp().checked_add(self.duration).ok()?;
+                    return Some(OpenWindow {
+                        window: self.text.clone(),
+                        opened: start.to_string(),
+                        closes: end.to_zoned(self.zone.clone()).to_string(),
+                    });
+                }
+            }
+            day = day.yesterday().ok()?;
+        }
+        None
+    }
+}
+
+fn weekday_of(day: Date) -> croner::Weekday {
+    croner::Weekday::from_days_from_sunday(
+        day.weekday().to_sunday_zero_offset().unsigned_abs().into(),
+    )
 }
 
 #[cfg(test)]
@@ -359,6 +466,52 @@ mod tests {
                 .contains("at most")
         );
         assert!(Schedules::parse(&"x".repeat(MAX_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn never_matching_and_rare_patterns_cost_a_bounded_search() {
+        // Never: refused, fast (croner's own search walked to the year 5000: ~80 ms each).
+        let started = std::time::Instant::now();
+        for text in [
+            "0 0 31 2 * for 1h floor 2",
+            "0 0 30 2 * for 1h floor 2",
+            "0 0 31 4,6,9,11 * for 1h floor 2",
+            "0 0 30,31 2 * for 1h floor 2",
+        ]
+        .repeat(2)
+        {
+            let err = Schedules::parse(text).unwrap_err();
+            assert!(err.problem.contains("never matches"), "{text}: {err}");
+        }
+        // Rare but real: Feb 29, once every four years (eight around 2100).
+        let leap = Schedules::parse("0 0 29 2 * for 1h floor 2").unwrap();
+        assert_eq!(leap.active(at("2028-02-29T00:30:00Z")).floor, 2);
+        assert_eq!(leap.active(at("2027-03-01T00:30:00Z")).floor, 0);
+        // A closed rare window costs a bounded walk (its duration's days), not years of search.
+        for _ in 0..100 {
+            assert_eq!(leap.active(at("2026-12-01T00:00:00Z")).floor, 0);
+        }
+        // Before the bounded search these eight refusals alone took 2.6 s (debug build).
+        let took = started.elapsed();
+        assert!(
+            took < std::time::Duration::from_millis(1200),
+            "took {took:?}"
+        );
+    }
+
+    #[test]
+    fn windows_open_across_dst_changes_in_wall_clock_time() {
+        // Berlin leaves summer time on 2026-10-25 at 03:00 CEST (01:00 UTC).
+        let s = Schedules::parse("30 1 * * * for 2h floor 3 in Europe/Berlin").unwrap();
+        // 01:30 CEST = 23:30 UTC the day before; open for 2 h of absolute time.
+        assert_eq!(s.active(at("2026-10-24T23:29:00Z")).floor, 0);
+        assert_eq!(s.active(at("2026-10-24T23:30:00Z")).floor, 3);
+        assert_eq!(s.active(at("2026-10-25T01:29:00Z")).floor, 3);
+        assert_eq!(s.active(at("2026-10-25T01:30:00Z")).floor, 0);
+        // A start in the spring gap (02:30 on 2026-03-29 does not exist) opens after the gap.
+        let gap = Schedules::parse("30 2 * * * for 1h floor 3 in Europe/Berlin").unwrap();
+        assert_eq!(gap.active(at("2026-03-29T01:29:00Z")).floor, 0);
+        assert_eq!(gap.active(at("2026-03-29T01:31:00Z")).floor, 3);
     }
 
     #[test]

@@ -66,6 +66,8 @@ impl Client {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
+            // A redirect would put another server's answer in place of the cluster's load.
+            .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(Duration::from_secs(60))
             .build()?;
         Ok(Self {
@@ -96,9 +98,11 @@ impl Client {
 
     /// Runs one range query (`/api/v1/query_range`, Unix seconds) and returns, per evaluation
     /// time, the value of each `part` label; bounded like [`Client::answer`].
+    /// Series of another namespace or cluster than `target` make the answer an error.
     pub async fn range_parts(
         &self,
         query: &str,
+        target: &Target,
         start: i64,
         end: i64,
         step_seconds: u64,
@@ -109,7 +113,9 @@ impl Client {
             ("end", end.to_string()),
             ("step", format!("{step_seconds}s")),
         ];
-        self.bounded("range", self.fetch(&self.range_url, &params, parse_matrix))
+        let target = target.clone();
+        let parse = move |body: &[u8]| parse_matrix(body, &target, start..=end);
+        self.bounded("range", self.fetch(&self.range_url, &params, parse))
             .await
     }
 
@@ -147,7 +153,7 @@ impl Client {
         &self,
         url: &str,
         params: &[(&str, String)],
-        parse: fn(&[u8]) -> Result<T, QueryError>,
+        parse: impl FnOnce(&[u8]) -> Result<T, QueryError> + Send + 'static,
     ) -> Result<T, QueryError> {
         let unreachable = |e: reqwest::Error| QueryError::Unreachable(error_chain(&e));
         let mut response = self
@@ -158,6 +164,18 @@ impl Client {
             .await
             .map_err(unreachable)?;
         let status = response.status();
+        if status.is_redirection() {
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .map_or("(no Location header)".into(), |l| {
+                    names::echo(&String::from_utf8_lossy(l.as_bytes()))
+                });
+            return Err(QueryError::Redirect {
+                status: status.as_u16(),
+                location,
+            });
+        }
         if !status.is_success() {
             let (head, _) = read_at_most(&mut response, ERROR_BODY_PREFIX)
                 .await
@@ -189,7 +207,12 @@ async fn read_at_most(
     response: &mut reqwest::Response,
     limit: usize,
 ) -> Result<(Vec<u8>, bool), reqwest::Error> {
-    let mut body = Vec::new();
+    // Sized once when the length is announced (it is within the limit, checked above): growing
+    // by doubling would copy the body several times over.
+    let announced = response
+        .content_length()
+        .map_or(0, |n| n.min(limit as u64) as usize);
+    let mut body = Vec::with_capacity(announced);
     while let Some(chunk) = response.chunk().await? {
         if body.len() + chunk.len() > limit {
             body.extend_from_slice(&chunk[..limit - body.len()]);
@@ -299,6 +322,36 @@ mod tests {
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
         url
+    }
+
+    #[tokio::test]
+    async fn redirects_are_errors_naming_the_status_and_location_never_followed() {
+        // The redirect's target answers like a healthy Prometheus: following it would serve
+        // another server's numbers as this cluster's load.
+        let (elsewhere, asked) = slow_backend(Duration::ZERO).await;
+        let location = format!("{elsewhere}/api/v1/query");
+        let app = axum::Router::new().route(
+            "/api/v1/query",
+            axum::routing::post(move || {
+                let location = location.clone();
+                async move {
+                    (
+                        axum::http::StatusCode::TEMPORARY_REDIRECT,
+                        [(axum::http::header::LOCATION, location)],
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let error = client(&url, 2_000, 1).query("q").await.unwrap_err();
+        assert!(
+            matches!(&error, QueryError::Redirect { status: 307, location } if location.contains(&elsewhere)),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("HTTP 307"), "{error}");
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 
     #[tokio::test]

@@ -11,7 +11,11 @@
 //!   caller finding the key in a tick or in another caller's flight waits for it;
 //! * a failed refresh keeps serving the last good answer until it is `staleness` old, then the
 //!   error;
-//! * keys not asked for during `ttl` are evicted, with their decision gauges.
+//! * keys not asked for during `ttl` are evicted, with their decision gauges;
+//! * at most `capacity` keys are held (callers choose the keys: made-up names must not grow the
+//!   process): a new key past it evicts the least recently asked, a sixteenth of the capacity at
+//!   once so the scan is amortised, with their gauges. Each key has at most a dozen gauges, so
+//!   this bounds the per-ScaledObject series on `/metrics` too.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -24,11 +28,16 @@ use crate::observe::{Evaluate, ObserveError};
 use scaler_core::evaluate::Evaluation;
 use scaler_core::metadata::ScalerConfig;
 
+/// Default `--max-cached-objects`: a fleet of this many ScaledObjects fits (about 4 KiB each,
+/// docs/benchmarks.md); larger fleets raise it.
+pub const DEFAULT_CAPACITY: usize = 10_000;
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {
     pub namespace: String,
     pub name: String,
-    pub config: ScalerConfig,
+    /// Shared with the metadata cache ([`crate::parsed`]): not copied per rpc.
+    pub config: Arc<ScalerConfig>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +45,8 @@ pub struct Timing {
     pub refresh: Duration,
     pub staleness: Duration,
     pub ttl: Duration,
+    /// Most keys held (`--max-cached-objects`).
+    pub capacity: usize,
 }
 
 #[derive(Default)]
@@ -200,6 +211,10 @@ impl<E: Evaluate> Cache<E> {
             return (k.clone(), e.clone());
         }
         let mut entries = write(&self.entries);
+        if !entries.contains_key(&key) && entries.len() >= self.timing.capacity.max(1) {
+            let evicted = self.evict_least_recent(&mut entries);
+            self.metrics.evicted("decisions", "capacity", evicted);
+        }
         let key = Arc::new(key);
         let entry = entries
             .entry(key.clone())
@@ -207,6 +222,26 @@ impl<E: Evaluate> Cache<E> {
             .clone();
         self.metrics.cache_entries.set(entries.len() as i64);
         (key, entry)
+    }
+
+    /// Evicts the least recently asked sixteenth of the capacity (at least one key), with their
+    /// gauges; keys never asked yet (a first caller is evaluating them) count as the newest.
+    fn evict_least_recent(&self, entries: &mut HashMap<Arc<Key>, Arc<Entry>>) -> usize {
+        let now = Instant::now();
+        let mut ages: Vec<(Instant, Arc<Key>)> = entries
+            .iter()
+            .map(|(key, entry)| (lock(&entry.state).last_asked.unwrap_or(now), key.clone()))
+            .collect();
+        let count = (self.timing.capacity / 16).clamp(1, ages.len());
+        if count < ages.len() {
+            ages.select_nth_unstable_by_key(count, |(at, _)| *at);
+        }
+        for (_, key) in ages.iter().take(count) {
+            if let Some(entry) = entries.remove(key) {
+                self.metrics.forget(&entry.labels);
+            }
+        }
+        count
     }
 
     /// What a caller gets without evaluating: the last good evaluation within staleness, else a
@@ -243,7 +278,9 @@ impl<E: Evaluate> Cache<E> {
             keep
         });
         self.metrics.cache_entries.set(entries.len() as i64);
-        before - entries.len()
+        let evicted = before - entries.len();
+        self.metrics.evicted("decisions", "idle", evicted);
+        evicted
     }
 
     pub fn len(&self) -> usize {

@@ -71,18 +71,33 @@ fn key(name: &str) -> Key {
     Key {
         namespace: "ns".into(),
         name: name.into(),
-        config: scaler_core::metadata::parse("pg", &md).unwrap(),
+        config: scaler_core::metadata::parse("pg", &md).unwrap().into(),
     }
 }
 
 fn cache(fake: &Fake, refresh_ms: u64, staleness_ms: u64) -> Arc<Cache<Fake>> {
+    bounded(fake, refresh_ms, staleness_ms, usize::MAX).0
+}
+
+/// A cache of at most `capacity` keys, and the registry of its metrics.
+fn bounded(
+    fake: &Fake,
+    refresh_ms: u64,
+    staleness_ms: u64,
+    capacity: usize,
+) -> (Arc<Cache<Fake>>, prometheus_client::registry::Registry) {
     let timing = Timing {
         refresh: Duration::from_millis(refresh_ms),
         staleness: Duration::from_millis(staleness_ms),
         ttl: Duration::from_millis(200),
+        capacity,
     };
-    let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-    Arc::new(Cache::new(fake.clone(), timing, metrics))
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    (
+        Arc::new(Cache::new(fake.clone(), timing, metrics)),
+        registry,
+    )
 }
 
 async fn load(cache: &Arc<Cache<Fake>>, name: &str) -> f64 {
@@ -239,4 +254,48 @@ async fn idle_keys_are_evicted() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(cache.evict_idle(Instant::now()), 1);
     assert_eq!(cache.len(), 1);
+}
+
+#[tokio::test]
+async fn past_the_capacity_the_least_recently_asked_keys_go_first() {
+    let fake = Fake::default();
+    let (cache, registry) = bounded(&fake, 10_000, 20_000, 32);
+    for i in 0..32 {
+        cache.get(key(&format!("so-{i}"))).await.unwrap();
+    }
+    // so-0 and so-1 are asked again: the least recently asked are now so-2 and so-3.
+    cache.get(key("so-0")).await.unwrap();
+    cache.get(key("so-1")).await.unwrap();
+    // A flood of made-up keys never grows the cache past its capacity.
+    for i in 0..200 {
+        cache.get(key(&format!("made-up-{i}"))).await.unwrap();
+        assert!(cache.len() <= 32, "{} keys", cache.len());
+    }
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let evicted: u64 = text
+        .lines()
+        .find(|l| {
+            l.starts_with("scaler_cache_evictions_total{cache=\"decisions\",cause=\"capacity\"}")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no eviction counter in\n{text}"));
+    assert_eq!(evicted as usize, 32 + 200 - cache.len());
+    // Gauges go with their keys: /metrics holds the held keys' series only.
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("scaler_decision_desired_instances{"))
+        .count();
+    assert_eq!(series, cache.len());
+
+    // The order is by last ask: of 16 keys, the two asked last survive a sixteenth's eviction.
+    let (cache, _) = bounded(&fake, 10_000, 20_000, 16);
+    for i in 0..16 {
+        cache.get(key(&format!("k-{i}"))).await.unwrap();
+    }
+    cache.get(key("k-0")).await.unwrap();
+    cache.get(key("new")).await.unwrap();
+    assert_eq!(cache.len(), 16);
+    let held = |name: &str| read(&cache.entries).contains_key(&key(name));
+    assert!(held("k-0") && held("new") && !held("k-1") && held("k-2"));
 }

@@ -147,7 +147,7 @@ impl Args {
         let key = Key {
             namespace: self.namespace.clone(),
             name: config.cluster.clone(),
-            config: config.clone(),
+            config: config.clone().into(),
         };
         let evaluation = observer
             .evaluate(&[Arc::new(key)])
@@ -361,6 +361,12 @@ fn quota_line(e: &Evaluation) -> String {
     let d = &e.decision;
     match (&e.quota, d.quota_ceiling) {
         _ if e.topology != "kube" => "not applied (needs --topology kube)".to_owned(),
+        (Some(fit), Some(cap)) if fit.unreadable.is_some() => format!(
+            "{cap} = max(existing, current, floor): ResourceQuota {} cannot be read ({}), so no \
+             growth fits; HOLDING growth until it can",
+            fit.quota,
+            fit.unreadable.as_deref().unwrap_or_default()
+        ),
         (Some(fit), Some(cap)) => {
             let used = fit
                 .used

@@ -11,13 +11,14 @@ use tracing::debug;
 use crate::cache::{Cache, Key};
 use crate::metrics::Metrics;
 use crate::observe::{Evaluate, ObserveError};
+use crate::parsed::MetadataCache;
 use crate::proto::external_scaler_server::ExternalScaler;
 use crate::proto::{
     GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricSpec,
     MetricValue, ScaledObjectRef,
 };
 use crate::topology::TopologyError;
-use scaler_core::metadata::{self, MetadataError};
+use scaler_core::metadata::MetadataError;
 use scaler_core::promql::QueryError;
 
 /// Everything an rpc can fail with.
@@ -63,6 +64,7 @@ pub fn status(error: &RpcError) -> Status {
 /// The service.
 pub struct Scaler<E> {
     pub cache: Arc<Cache<E>>,
+    pub metadata: Arc<MetadataCache>,
     pub metrics: Metrics,
     pub shutdown: CancellationToken,
     /// How often StreamIsActive repeats `true`.
@@ -74,7 +76,11 @@ fn target_size(target: f64) -> i64 {
     target.ceil().max(1.0) as i64
 }
 
-fn key(scaled_object: Option<ScaledObjectRef>) -> Result<Key, RpcError> {
+/// The cache key of a request: names checked, metadata parsed (once per distinct content).
+async fn key(
+    parsed: &MetadataCache,
+    scaled_object: Option<ScaledObjectRef>,
+) -> Result<Key, RpcError> {
     let r = scaled_object.ok_or(RpcError::MissingRef)?;
     if r.name.is_empty() || r.namespace.is_empty() {
         return Err(RpcError::MissingRef);
@@ -90,7 +96,7 @@ fn key(scaled_object: Option<ScaledObjectRef>) -> Result<Key, RpcError> {
     if !names::is_dns_subdomain(&r.name) {
         return Err(invalid_name("name", &r.name, names::OBJECT_RULE));
     }
-    let config = metadata::parse(&r.name, &r.scaler_metadata)?;
+    let config = parsed.parse(&r.name, &r.scaler_metadata).await?;
     Ok(Key {
         namespace: r.namespace,
         name: r.name,
@@ -129,7 +135,7 @@ impl<E: Evaluate> Scaler<E> {
         &self,
         request: GetMetricsRequest,
     ) -> Result<GetMetricsResponse, RpcError> {
-        let key = key(request.scaled_object_ref)?;
+        let key = key(&self.metadata, request.scaled_object_ref).await?;
         let served = key.config.metric_name();
         if !request.metric_name.eq_ignore_ascii_case(&served) {
             return Err(RpcError::UnknownMetricName {
@@ -160,7 +166,7 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<IsActiveResponse>, Status> {
         self.instrumented("IsActive", async {
-            let key = key(Some(request.into_inner()))?;
+            let key = key(&self.metadata, Some(request.into_inner())).await?;
             // Any successful evaluation saw at least one instance: the cluster exists.
             self.cache.get(key).await?;
             Ok(IsActiveResponse { result: true })
@@ -175,7 +181,10 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
         let key = self
-            .instrumented("StreamIsActive", async { key(Some(request.into_inner())) })
+            .instrumented(
+                "StreamIsActive",
+                key(&self.metadata, Some(request.into_inner())),
+            )
             .await?
             .into_inner();
         // One slot: KEDA reads each message before the next matters.
@@ -221,7 +230,7 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<GetMetricSpecResponse>, Status> {
         self.instrumented("GetMetricSpec", async {
-            let key = key(Some(request.into_inner()))?;
+            let key = key(&self.metadata, Some(request.into_inner())).await?;
             let target = key.config.target;
             Ok(GetMetricSpecResponse {
                 metric_specs: vec![MetricSpec {
@@ -319,7 +328,26 @@ mod tests {
                 Code::NotFound,
             ),
             (
-                ObserveError::Topology(TopologyError::NotSynced).into(),
+                ObserveError::Topology(TopologyError::NotSynced { last_error: None }).into(),
+                Code::Unavailable,
+            ),
+            // Only a real 404 is NOT_FOUND: an API failure or an unreadable object says what.
+            (
+                ObserveError::Topology(TopologyError::Api {
+                    namespace: "n".into(),
+                    name: "c".into(),
+                    error: "forbidden".into(),
+                })
+                .into(),
+                Code::Unavailable,
+            ),
+            (
+                ObserveError::Topology(TopologyError::Unreadable {
+                    namespace: "n".into(),
+                    name: "c".into(),
+                    error: "spec.instances \"five\" is not a count".into(),
+                })
+                .into(),
                 Code::Unavailable,
             ),
         ];
@@ -339,9 +367,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn names_must_be_kubernetes_names_and_are_echoed_bounded() {
-        assert!(key(Some(reference("tenant-a", "pg.scaler"))).is_ok());
+    #[tokio::test]
+    async fn names_must_be_kubernetes_names_and_are_echoed_bounded() {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let parsed = MetadataCache::new(100, metrics);
+        let key = async |r| key(&parsed, Some(r)).await;
+        assert!(key(reference("tenant-a", "pg.scaler")).await.is_ok());
         let huge = "a".repeat(3 << 20);
         for (namespace, name, field) in [
             ("tenant-x/../../../api/v1/secrets", "pg", "namespace"),
@@ -352,7 +383,7 @@ mod tests {
             ("tenant-a", "a/b", "name"),
             ("tenant-a", huge.as_str(), "name"),
         ] {
-            let error = key(Some(reference(namespace, name))).unwrap_err();
+            let error = key(reference(namespace, name)).await.unwrap_err();
             let status = status(&error);
             assert_eq!(status.code(), tonic::Code::InvalidArgument, "{error}");
             let message = status.message();

@@ -8,6 +8,7 @@ pub mod explain;
 pub mod grpc;
 pub mod metrics;
 pub mod observe;
+pub mod parsed;
 pub mod serve;
 pub mod topology;
 

@@ -21,6 +21,7 @@
 //! | `scaler_decision_quota_ceiling_instances` | gauge (absent without a limiting quota) | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_convergence_backoff` | gauge (hold number past the deadline, 0 otherwise) | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_cache_entries` | gauge | – |
+//! | `scaler_cache_evictions_total` | counter | `cache` (`decisions`, `metadata`), `cause` (`idle`, `capacity`) |
 //! | `scaler_active_streams` | gauge | – |
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -51,6 +52,12 @@ pub struct QueryLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueryNameLabels {
     pub query: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    pub cache: &'static str,
+    pub cause: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -116,6 +123,7 @@ pub struct Metrics {
     brake: Family<ObjectBrakeLabels, Gauge>,
     signal: Family<ObjectSignalLabels, Gauge>,
     pub cache_entries: Gauge,
+    evictions: Family<EvictionLabels, Counter>,
     pub active_streams: Gauge,
 }
 
@@ -154,6 +162,7 @@ impl Metrics {
             brake: Family::default(),
             signal: Family::default(),
             cache_entries: Gauge::default(),
+            evictions: Family::default(),
             active_streams: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("scaler");
@@ -253,6 +262,12 @@ impl Metrics {
             this.cache_entries.clone(),
         );
         r.register(
+            "cache_evictions",
+            "Entries evicted: ScaledObject decisions or parsed trigger metadata, idle past \
+             --cache-ttl or least recently asked past --max-cached-objects",
+            this.evictions.clone(),
+        );
+        r.register(
             "active_streams",
             "Open StreamIsActive streams",
             this.active_streams.clone(),
@@ -281,6 +296,13 @@ impl Metrics {
     /// One decision query is sent for `clusters` CNPG clusters.
     pub fn batch_clusters(&self, clusters: usize) {
         self.query_clusters.observe(clusters as f64);
+    }
+
+    /// `count` entries of `cache` were evicted for `cause`.
+    pub fn evicted(&self, cache: &'static str, cause: &'static str, count: usize) {
+        self.evictions
+            .get_or_create(&EvictionLabels { cache, cause })
+            .inc_by(count as u64);
     }
 
     pub fn refresh(&self, seconds: f64) {

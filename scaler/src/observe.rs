@@ -186,7 +186,7 @@ mod tests {
         Arc::new(Key {
             namespace: namespace.into(),
             name: format!("so-{cluster}"),
-            config: scaler_core::metadata::parse(cluster, &md).unwrap(),
+            config: scaler_core::metadata::parse(cluster, &md).unwrap().into(),
         })
     }
 

@@ -17,6 +17,7 @@ use crate::cache::{Cache, Timing};
 use crate::grpc::Scaler;
 use crate::metrics::Metrics;
 use crate::observe::{self, Observer};
+use crate::parsed::MetadataCache;
 use crate::proto::external_scaler_server::ExternalScalerServer;
 use crate::topology::{self, ClusterIndex, Topology};
 use runtime::logging::LogArgs;
@@ -79,6 +80,11 @@ pub struct Args {
     /// Forget ScaledObjects nobody asked about for this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub cache_ttl: Duration,
+    /// Most ScaledObjects (and distinct trigger metadata) held; past it the least recently asked
+    /// are forgotten. Callers choose the keys, so this bounds memory and /metrics.
+    #[arg(long, default_value_t = crate::cache::DEFAULT_CAPACITY,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_cached_objects: usize,
     /// How often StreamIsActive repeats `true`.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub stream_heartbeat: Duration,
@@ -205,6 +211,7 @@ impl Args {
             refresh: self.refresh_interval,
             staleness: self.staleness,
             ttl: self.cache_ttl,
+            capacity: self.max_cached_objects,
         };
         let cache = Arc::new(Cache::new(observer, timing, metrics.clone()));
         tokio::spawn(cache.clone().run(shutdown.clone()));
@@ -244,6 +251,7 @@ impl Args {
 
         let scaler = Scaler {
             cache,
+            metadata: Arc::new(MetadataCache::new(self.max_cached_objects, metrics.clone())),
             metrics,
             shutdown: shutdown.clone(),
             heartbeat: self.stream_heartbeat,

@@ -6,7 +6,7 @@
 //! call; `explain` reads the one Cluster it needs.
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
@@ -32,8 +32,9 @@ pub enum Mode {
     Metrics,
 }
 
-/// Reads a ResourceQuota's hard limits and usage.
-pub fn quota_from(object: &ResourceQuota) -> Result<Quota, String> {
+/// Reads a ResourceQuota's hard limits and usage; one that does not parse is kept as
+/// unreadable, so it holds growth instead of dropping out of the guard.
+pub fn quota_from(object: &ResourceQuota) -> Quota {
     let name = object.metadata.name.as_deref().unwrap_or_default();
     let spec = object.spec.as_ref();
     let scoped = spec.is_some_and(|s| {
@@ -48,16 +49,33 @@ pub fn quota_from(object: &ResourceQuota) -> Result<Quota, String> {
     let hard = spec.and_then(|s| s.hard.as_ref()).unwrap_or(&empty);
     let used = object.status.as_ref().and_then(|s| s.used.as_ref());
     Quota::parse(name, scoped, pairs(hard), used.map(pairs))
+        .unwrap_or_else(|error| Quota::unreadable(name, scoped, error))
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TopologyError {
+    /// The API server said 404, or the watched list does not hold it.
     #[error("CNPG Cluster {namespace}/{name} not found")]
     NotFound { namespace: String, name: String },
-    #[error("the CNPG Cluster and ResourceQuota lists are not loaded yet")]
-    NotSynced,
-    #[error("cannot read CNPG Cluster or ResourceQuotas: {0}")]
-    Api(String),
+    /// `last_error` is the watch's latest failure, if any (e.g. RBAC forbids the list).
+    #[error("the CNPG Cluster and ResourceQuota lists are not loaded yet{}",
+        last_error.as_ref().map_or(String::new(), |e| format!(": {e}")))]
+    NotSynced { last_error: Option<String> },
+    #[error(
+        "cannot read CNPG Cluster {namespace}/{name} or its namespace's ResourceQuotas: {error}"
+    )]
+    Api {
+        namespace: String,
+        name: String,
+        error: String,
+    },
+    /// The object exists but what it says cannot be used (e.g. `spec.instances: "three"`).
+    #[error("CNPG Cluster {namespace}/{name} cannot be read: {error}")]
+    Unreadable {
+        namespace: String,
+        name: String,
+        error: String,
+    },
     #[error("reading the CNPG Cluster and ResourceQuotas timed out after {0:?}")]
     Timeout(Duration),
 }
@@ -146,7 +164,12 @@ async fn read(
     let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
     let params = ListParams::default();
     let (cluster, quotas) = tokio::join!(clusters.get_opt(name), quotas.list(&params));
-    let api = |e: kube::Error| TopologyError::Api(e.to_string());
+    let api = |e: kube::Error| TopologyError::Api {
+        namespace: namespace.into(),
+        name: name.into(),
+        error: e.to_string(),
+    };
+    // `get_opt` is `None` only for a 404; every other failure is the API's error.
     let cluster = cluster
         .map_err(api)?
         .ok_or_else(|| TopologyError::NotFound {
@@ -154,24 +177,24 @@ async fn read(
             name: name.into(),
         })?;
     Ok(Snapshot {
-        cluster: facts_from(&cluster.data).map_err(TopologyError::Api)?,
-        quotas: quotas
-            .map_err(api)?
-            .items
-            .iter()
-            .map(quota_from)
-            .collect::<Result<_, _>>()
-            .map_err(TopologyError::Api)?,
+        cluster: facts_from(&cluster.data).map_err(|error| TopologyError::Unreadable {
+            namespace: namespace.into(),
+            name: name.into(),
+            error,
+        })?,
+        quotas: quotas.map_err(api)?.items.iter().map(quota_from).collect(),
     })
 }
 
 /// Objects of one kind by namespace, then name.
 pub type Namespaced<V> = HashMap<String, BTreeMap<String, V>>;
 
-/// One watched kind: its objects, and whether the first full list has landed.
+/// One watched kind: its objects, whether the first full list has landed, and the watch's
+/// latest failure (what a lookup says while the list is not loaded).
 struct Watched<V> {
     objects: RwLock<Namespaced<V>>,
     synced: AtomicBool,
+    last_error: Mutex<Option<String>>,
 }
 
 impl<V> Default for Watched<V> {
@@ -179,32 +202,23 @@ impl<V> Default for Watched<V> {
         Self {
             objects: RwLock::default(),
             synced: AtomicBool::default(),
+            last_error: Mutex::default(),
         }
     }
 }
 
 impl<V> Watched<V> {
-    /// Applies one watch event; `pending` buffers a relist until it is complete. Objects `read`
-    /// cannot understand are skipped with a warning.
+    /// Applies one watch event; `pending` buffers a relist until it is complete. Every object is
+    /// kept, readable or not (`read` keeps what is wrong with one), so a lookup can say so.
     fn apply<K: kube::Resource>(
         &self,
         event: watcher::Event<K>,
         pending: &mut Namespaced<V>,
-        kind: &'static str,
-        read: impl Fn(&K) -> Result<V, String>,
+        read: impl Fn(&K) -> V,
     ) {
         let entry = |object: &K| -> Option<(String, String, V)> {
-            let (ns, name) = (
-                object.meta().namespace.clone()?,
-                object.meta().name.clone()?,
-            );
-            match read(object) {
-                Ok(value) => Some((ns, name, value)),
-                Err(error) => {
-                    warn!(namespace = %ns, %name, %kind, %error, "skipping unreadable object");
-                    None
-                }
-            }
+            let meta = object.meta();
+            Some((meta.namespace.clone()?, meta.name.clone()?, read(object)))
         };
         let insert = |map: &mut Namespaced<V>, (ns, name, value): (String, String, V)| {
             map.entry(ns).or_default().insert(name, value);
@@ -220,6 +234,7 @@ impl<V> Watched<V> {
             watcher::Event::InitDone => {
                 *objects = std::mem::take(pending);
                 self.synced.store(true, Ordering::Release);
+                *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
             }
             watcher::Event::Apply(object) => match entry(&object) {
                 Some(e) => insert(&mut objects, e),
@@ -227,6 +242,10 @@ impl<V> Watched<V> {
             },
             watcher::Event::Delete(object) => remove(&mut objects, object.meta()),
         }
+    }
+
+    fn failed(&self, error: String) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
     }
 
     fn is_synced(&self) -> bool {
@@ -245,10 +264,13 @@ fn remove<V>(objects: &mut Namespaced<V>, meta: &kube::api::ObjectMeta) {
     }
 }
 
+/// What the index holds of a Cluster: its facts, or why they cannot be read.
+type ClusterEntry = Result<ClusterFacts, String>;
+
 /// Every Cluster's facts and every namespace's ResourceQuotas, kept current by two watches.
 #[derive(Clone, Default)]
 pub struct ClusterIndex {
-    clusters: Arc<Watched<ClusterFacts>>,
+    clusters: Arc<Watched<ClusterEntry>>,
     quotas: Arc<Watched<Quota>>,
 }
 
@@ -262,14 +284,24 @@ impl ClusterIndex {
             Api::all_with(client.clone(), &cluster_resource()),
             "CNPG Clusters",
             shutdown.clone(),
-            move |event, pending| this.apply_cluster(event, pending),
+            move |event, pending| match event {
+                Ok(event) => this.apply_cluster(event, pending),
+                Err(error) => this
+                    .clusters
+                    .failed(format!("watching CNPG Clusters: {error}")),
+            },
         );
         let this = index.clone();
         spawn_watch(
             Api::all(client),
             "ResourceQuotas",
             shutdown,
-            move |event, pending| this.apply_quota(event, pending),
+            move |event, pending| match event {
+                Ok(event) => this.apply_quota(event, pending),
+                Err(error) => this
+                    .quotas
+                    .failed(format!("watching ResourceQuotas: {error}")),
+            },
         );
         index
     }
@@ -277,10 +309,14 @@ impl ClusterIndex {
     pub fn apply_cluster(
         &self,
         event: watcher::Event<DynamicObject>,
-        pending: &mut Namespaced<ClusterFacts>,
+        pending: &mut Namespaced<ClusterEntry>,
     ) {
-        self.clusters
-            .apply(event, pending, "Cluster", |object| facts_from(&object.data));
+        self.clusters.apply(event, pending, |object| {
+            facts_from(&object.data).inspect_err(|error| {
+                let meta = kube::Resource::meta(object);
+                warn!(namespace = ?meta.namespace, name = ?meta.name, %error, "unreadable CNPG Cluster");
+            })
+        });
     }
 
     pub fn apply_quota(
@@ -288,8 +324,14 @@ impl ClusterIndex {
         event: watcher::Event<ResourceQuota>,
         pending: &mut Namespaced<Quota>,
     ) {
-        self.quotas
-            .apply(event, pending, "ResourceQuota", quota_from);
+        self.quotas.apply(event, pending, |object| {
+            let quota = quota_from(object);
+            if let Some(error) = &quota.unreadable {
+                let meta = kube::Resource::meta(object);
+                warn!(namespace = ?meta.namespace, %error, "unreadable ResourceQuota: holding growth in its namespace");
+            }
+            quota
+        });
     }
 
     pub fn is_synced(&self) -> bool {
@@ -298,7 +340,11 @@ impl ClusterIndex {
 
     pub fn get(&self, namespace: &str, name: &str) -> Result<Snapshot, TopologyError> {
         if !self.is_synced() {
-            return Err(TopologyError::NotSynced);
+            let error = |w: &Option<String>| w.clone();
+            let last_error = [&self.clusters.last_error, &self.quotas.last_error]
+                .into_iter()
+                .find_map(|e| error(&e.lock().unwrap_or_else(|p| p.into_inner())));
+            return Err(TopologyError::NotSynced { last_error });
         }
         let clusters = self
             .clusters
@@ -308,10 +354,15 @@ impl ClusterIndex {
         let cluster = clusters
             .get(namespace)
             .and_then(|names| names.get(name))
-            .copied()
             .ok_or_else(|| TopologyError::NotFound {
                 namespace: namespace.into(),
                 name: name.into(),
+            })?
+            .clone()
+            .map_err(|error| TopologyError::Unreadable {
+                namespace: namespace.into(),
+                name: name.into(),
+                error,
             })?;
         let quotas = self
             .quotas
@@ -328,12 +379,15 @@ impl ClusterIndex {
     }
 }
 
-/// Runs a watch until `shutdown`, feeding each event (with its relist buffer) to `apply`.
+/// Runs a watch until `shutdown`, feeding each event (with its relist buffer) or failure to
+/// `apply`; the watcher retries failures with back-off.
 fn spawn_watch<K, V: Send + 'static>(
     api: Api<K>,
     what: &'static str,
     shutdown: CancellationToken,
-    mut apply: impl FnMut(watcher::Event<K>, &mut Namespaced<V>) + Send + 'static,
+    mut apply: impl FnMut(Result<watcher::Event<K>, watcher::Error>, &mut Namespaced<V>)
+    + Send
+    + 'static,
 ) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -349,8 +403,12 @@ fn spawn_watch<K, V: Send + 'static>(
             };
             match event {
                 None => return,
-                Some(Ok(event)) => apply(event, &mut pending),
-                Some(Err(error)) => warn!(%error, "watching {what} failed; retrying"),
+                Some(event) => {
+                    if let Err(error) = &event {
+                        warn!(%error, "watching {what} failed; retrying");
+                    }
+                    apply(event, &mut pending);
+                }
             }
         }
     });

@@ -22,7 +22,10 @@ fn quota(ns: &str, name: &str, hard: &[(&str, &str)], used: &[(&str, &str)]) -> 
 fn index_follows_watch_events_and_waits_for_both_lists() {
     let index = ClusterIndex::default();
     let (mut clusters, mut quotas) = (Namespaced::new(), Namespaced::new());
-    assert_eq!(index.get("ns", "pg"), Err(TopologyError::NotSynced));
+    assert_eq!(
+        index.get("ns", "pg"),
+        Err(TopologyError::NotSynced { last_error: None })
+    );
     index.apply_cluster(watcher::Event::Init, &mut clusters);
     index.apply_cluster(
         watcher::Event::InitApply(cluster("ns", "pg", json!({"instances": 3}))),
@@ -30,7 +33,10 @@ fn index_follows_watch_events_and_waits_for_both_lists() {
     );
     index.apply_cluster(watcher::Event::InitDone, &mut clusters);
     // Clusters listed, quotas not yet: still not synced.
-    assert_eq!(index.get("ns", "pg"), Err(TopologyError::NotSynced));
+    assert_eq!(
+        index.get("ns", "pg"),
+        Err(TopologyError::NotSynced { last_error: None })
+    );
     index.apply_quota(watcher::Event::Init, &mut quotas);
     index.apply_quota(
         watcher::Event::InitApply(quota("ns", "q", &[("pods", "10")], &[("pods", "3")])),
@@ -60,15 +66,21 @@ fn index_follows_watch_events_and_waits_for_both_lists() {
         index.get("other", "pg"),
         Err(TopologyError::NotFound { .. })
     ));
-    // An update that turns unreadable drops the stale facts.
+    // An update that turns unreadable drops the stale facts, and a lookup says why: it is
+    // not "not found".
     index.apply_cluster(
         watcher::Event::Apply(cluster("ns", "pg", json!({"instances": "five"}))),
         &mut clusters,
     );
-    assert!(matches!(
-        index.get("ns", "pg"),
-        Err(TopologyError::NotFound { .. })
-    ));
+    let error = index.get("ns", "pg").unwrap_err();
+    assert!(
+        matches!(&error, TopologyError::Unreadable { error, .. } if error.contains("spec.instances")),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("ns/pg cannot be read"),
+        "{error}"
+    );
     // A relist replaces everything at once.
     index.apply_cluster(
         watcher::Event::Apply(cluster("ns", "old", json!({"instances": 2}))),
@@ -83,4 +95,31 @@ fn index_follows_watch_events_and_waits_for_both_lists() {
     index.apply_cluster(watcher::Event::InitDone, &mut clusters);
     assert!(index.get("ns", "old").is_err());
     assert!(index.get("ns", "new").is_ok());
+}
+
+#[test]
+fn an_unreadable_quota_is_kept_and_a_watch_failure_is_said() {
+    let index = ClusterIndex::default();
+    let (mut clusters, mut quotas) = (Namespaced::new(), Namespaced::new());
+    index
+        .clusters
+        .failed("watching CNPG Clusters: 403 forbidden".into());
+    let error = index.get("ns", "pg").unwrap_err();
+    assert!(error.to_string().contains("403 forbidden"), "{error}");
+    index.apply_cluster(watcher::Event::Init, &mut clusters);
+    index.apply_cluster(
+        watcher::Event::InitApply(cluster("ns", "pg", json!({"instances": 3}))),
+        &mut clusters,
+    );
+    index.apply_cluster(watcher::Event::InitDone, &mut clusters);
+    index.apply_quota(watcher::Event::Init, &mut quotas);
+    index.apply_quota(
+        watcher::Event::InitApply(quota("ns", "q", &[("requests.cpu", "lots")], &[])),
+        &mut quotas,
+    );
+    index.apply_quota(watcher::Event::InitDone, &mut quotas);
+    let snapshot = index.get("ns", "pg").unwrap();
+    assert_eq!(snapshot.quotas.len(), 1, "kept, not skipped");
+    let why = snapshot.quotas[0].unreadable.as_deref().unwrap();
+    assert!(why.contains("requests.cpu"), "{why}");
 }

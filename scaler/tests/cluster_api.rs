@@ -1,7 +1,7 @@
 //! The scaler's Kubernetes calls, against a scripted API server (tower-test, the pattern of
 //! kube-rs/controller-rs): the watch-fed index of Clusters and ResourceQuotas (two lists, then
-//! watch events; unreadable Clusters skipped; unsynced until both first lists) and the direct
-//! Cluster GET + ResourceQuota LIST of `explain` (found, not found, timeout). The e2e suite runs
+//! watch events; unreadable Clusters kept with their error; unsynced until both first lists) and the direct
+//! Cluster GET + ResourceQuota LIST of `explain` (found, not found, forbidden, timeout). The e2e suite runs
 //! the same code against a real kube-apiserver (tests/e2e/test_guards.py).
 use std::time::Duration;
 
@@ -96,7 +96,10 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
     let (client, mut api) = client();
     let shutdown = CancellationToken::new();
     let index = ClusterIndex::spawn(client, shutdown.clone());
-    assert_eq!(index.get("tenant-a", "pg"), Err(TopologyError::NotSynced));
+    assert_eq!(
+        index.get("tenant-a", "pg"),
+        Err(TopologyError::NotSynced { last_error: None })
+    );
 
     // Two watches run at once: answer the four requests (two lists, two watches) in any order.
     for _ in 0..4 {
@@ -118,7 +121,7 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
                                "resources": {"requests": {"cpu": "500m"}}}),
                     ),
                     cluster("tenant-b", "pg", json!({"maxSyncReplicas": 1})),
-                    // Not a count: skipped with a warning, never an error for the other Clusters.
+                    // Not a count: an error for this Cluster only, and it says why (not "not found").
                     cluster("tenant-c", "broken", json!({"instances": "three"})),
                 ],
             ),
@@ -180,7 +183,7 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
     assert_eq!(snapshot.quotas.len(), 1);
     assert!(matches!(
         index.get("tenant-c", "broken"),
-        Err(TopologyError::NotFound { .. })
+        Err(TopologyError::Unreadable { .. })
     ));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while index.get("tenant-b", "pg").is_ok() {
@@ -203,7 +206,7 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
     // Each lookup sends a Cluster GET and a ResourceQuota LIST, in either order.
     let gave_up = tokio::sync::Notify::new();
     let server = async {
-        for lookup in 0..3 {
+        for lookup in 0..4 {
             for _ in 0..2 {
                 let (request, send) = next(&mut api).await;
                 let path = request.uri().path().to_owned();
@@ -237,7 +240,15 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
                             serde_json::to_vec(&status).unwrap(),
                         ));
                     }
-                    // The third Cluster GET gets no answer at all.
+                    2 => {
+                        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                            "reason": "Forbidden", "code": 403, "message": "clusters is forbidden"});
+                        send.send_response(respond(
+                            StatusCode::FORBIDDEN,
+                            serde_json::to_vec(&status).unwrap(),
+                        ));
+                    }
+                    // The fourth Cluster GET gets no answer at all.
                     _ => {
                         gave_up.notified().await;
                         drop(send);
@@ -249,13 +260,14 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
     let client = async {
         let found = topology.lookup("tenant-a", "pg", &metrics).await;
         let missing = topology.lookup("tenant-a", "gone", &metrics).await;
+        let forbidden = topology.lookup("tenant-a", "secret", &metrics).await;
         let started = tokio::time::Instant::now();
         let silent = topology.lookup("tenant-a", "slow", &metrics).await;
         let took = started.elapsed();
         gave_up.notify_one();
-        (found, missing, silent, took)
+        (found, missing, forbidden, silent, took)
     };
-    let ((found, missing, silent, took), ()) = tokio::join!(client, server);
+    let ((found, missing, forbidden, silent, took), ()) = tokio::join!(client, server);
     let found = found.unwrap().unwrap();
     assert_eq!((found.cluster.instances, found.cluster.quorum), (4, None));
     assert_eq!(found.quotas.len(), 1);
@@ -263,6 +275,16 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
     assert!(
         matches!(missing, Err(TopologyError::NotFound { .. })),
         "{missing:?}"
+    );
+    // Only a 404 is "not found": any other failure is the API's error, named.
+    let forbidden = forbidden.unwrap_err();
+    assert!(
+        matches!(&forbidden, TopologyError::Api { error, .. } if error.contains("forbidden")),
+        "{forbidden:?}"
+    );
+    assert!(
+        forbidden.to_string().contains("tenant-a/secret"),
+        "{forbidden}"
     );
     assert_eq!(silent, Err(TopologyError::Timeout(timeout)));
     // Bounded by the timeout, not by the silent server (generous: the machine may be loaded).

@@ -31,8 +31,9 @@ pub const MAX_STEPS: i64 = 200_000;
 /// HPA syncs per backtest: bounds the simulation's time when --step is far above the sync period
 /// (two years at 15 s).
 pub const MAX_SYNCS: i64 = 4_000_000;
-/// Default `--max-response-bytes`: a chunk's answer is a few MiB.
-const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 << 20;
+/// Default `--max-response-bytes`: a chunk's answer is at most about 2 MiB (10,000 times × a
+/// dozen parts × 20 bytes); it is parsed streaming (docs/backtest.md's memory budget).
+const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 << 20;
 
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("outputs").required(true).multiple(true).args(["csv", "json", "plot"])))]
@@ -93,19 +94,24 @@ fn parse_time(text: &str) -> Result<i64, String> {
         return Ok(now);
     }
     if let Some(ago) = text.strip_prefix("now-") {
-        let ago = humantime::parse_duration(ago).map_err(|e| format!("{ago:?}: {e}"))?;
+        let ago =
+            humantime::parse_duration(ago).map_err(|e| format!("{}: {e}", names::echo(ago)))?;
         return i64::try_from(ago.as_secs())
             .ok()
             .and_then(|s| now.checked_sub(s))
-            .ok_or_else(|| format!("{text:?} is too far back"));
+            .filter(|t| jiff::Timestamp::from_second(*t).is_ok())
+            .ok_or_else(|| format!("{} is too far back", names::echo(text)));
     }
     if let Ok(seconds) = text.parse::<i64>() {
-        return Ok(seconds);
+        // Within the calendar's years (-9999 to 9999): every later sum and difference fits.
+        return jiff::Timestamp::from_second(seconds)
+            .map(|t| t.as_second())
+            .map_err(|_| format!("{seconds} is outside the years -9999 to 9999 in Unix seconds"));
     }
     text.parse::<jiff::Timestamp>()
         .map(|t| t.as_second())
         .map_err(|e| {
-            format!("{text:?} is not a time: use RFC 3339 (2026-11-30T00:00:00Z), Unix seconds or now-1d ({e})")
+            format!("{} is not a time: use RFC 3339 (2026-11-30T00:00:00Z), Unix seconds or now-1d ({e})", names::echo(text))
         })
 }
 
@@ -129,6 +135,24 @@ fn seconds(
 impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
         self.log.init()?;
+        let outputs = [
+            ("--csv", &self.csv),
+            ("--json", &self.json),
+            ("--plot", &self.plot),
+        ];
+        let outputs: Vec<_> = outputs
+            .iter()
+            .filter_map(|(flag, path)| Some((*flag, path.as_deref()?)))
+            .collect();
+        for (i, (a, path_a)) in outputs.iter().enumerate() {
+            for (b, path_b) in &outputs[i + 1..] {
+                ensure!(
+                    !output::same_file(path_a, path_b),
+                    "{a} and {b} name the same file ({}): give each output its own path",
+                    path_a.display()
+                );
+            }
+        }
         let step = seconds("--step", self.step, 1..=86_400)?;
         let sync = seconds("--hpa-sync-period", self.hpa_sync_period, 1..=600)?;
         let align = |t: i64| t - t.rem_euclid(step as i64);
@@ -176,7 +200,8 @@ impl Args {
             namespace: self.namespace.clone(),
             cluster: config.cluster.clone(),
         };
-        let query = promql::decision_query(&[target], promql::Shape::of(&config));
+        let query =
+            promql::decision_query(std::slice::from_ref(&target), promql::Shape::of(&config));
         let client = backend::Client::new(
             &self.prometheus_url,
             self.query_timeout,
@@ -192,7 +217,7 @@ impl Args {
         while start <= to {
             let end = to.min(start + (POINTS_PER_QUERY - 1) * step as i64);
             let answers = client
-                .range_parts(&query, start, end, step)
+                .range_parts(&query, &target, start, end, step)
                 .await
                 .with_context(|| {
                     format!(
@@ -287,7 +312,14 @@ mod tests {
         assert_eq!(parse_time("1796000000"), Ok(1_796_000_000));
         let now = jiff::Timestamp::now().as_second();
         assert!((parse_time("now-1d").unwrap() - (now - 86_400)).abs() <= 1);
-        for bad in ["yesterday", "now-1parsec", "2026-13-01T00:00:00Z"] {
+        for bad in [
+            "yesterday",
+            "now-1parsec",
+            "2026-13-01T00:00:00Z",
+            "-9223372036854775808",
+            "9223372036854775807",
+            "now-300000years",
+        ] {
             assert!(parse_time(bad).is_err(), "{bad}");
         }
     }

@@ -1,5 +1,7 @@
 //! The backtest's table as CSV or JSON. Every file is written beside its destination and renamed
-//! into place, so a failed run never leaves a half-written table.
+//! into place, so a failed run never leaves a half-written table; a destination that is a
+//! symbolic link or not a regular file (`/dev/stdout`, a FIFO) is written through as a stream,
+//! never replaced.
 use std::io::Write as _;
 use std::path::Path;
 
@@ -88,16 +90,54 @@ pub fn json(path: &Path, header: &Header<'_>, rows: &[Row]) -> anyhow::Result<()
     .with_context(|| format!("--json {}", path.display()))
 }
 
-/// Writes through `write` into a temporary file in the destination's directory, then renames it.
+/// Where an output goes, from what is at its path now.
+#[derive(Debug, PartialEq, Eq)]
+enum Destination {
+    /// Nothing, or a regular file: written beside it and renamed into place.
+    File,
+    /// A symbolic link (`/dev/stdout`), or what is not a regular file (a FIFO, a device):
+    /// written through as a stream; a rename would replace it with a regular file.
+    Stream,
+}
+
+fn destination(path: &Path) -> anyhow::Result<Destination> {
+    let link = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Destination::File),
+        other => other?,
+    };
+    if link.file_type().is_file() {
+        return Ok(Destination::File);
+    }
+    // Through the link, if it is one: a directory is never written.
+    let target = std::fs::metadata(path).context("cannot follow the path")?;
+    anyhow::ensure!(!target.is_dir(), "is a directory: give a file path");
+    Ok(Destination::Stream)
+}
+
+/// Writes through `write` into a temporary file in the destination's directory, then renames
+/// it; a symbolic link, FIFO or device at `path` is written through as a stream instead.
 pub fn atomic_write(
     path: &Path,
     write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let name = path.file_name().context("not a file path")?;
+    if destination(path)? == Destination::Stream {
+        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        let mut stream = std::io::BufWriter::new(file);
+        write(&mut stream)?;
+        stream.into_inner()?;
+        return Ok(());
+    }
     let mut temporary = path.to_path_buf();
     temporary.set_file_name(format!(".{}.partial", name.to_string_lossy()));
     let result = (|| {
-        let mut file = std::io::BufWriter::new(std::fs::File::create(&temporary)?);
+        // A stale partial file (or a link planted there) is replaced, never written through.
+        let _ = std::fs::remove_file(&temporary);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temporary)?;
+        let mut file = std::io::BufWriter::new(file);
         write(&mut file)?;
         file.into_inner()?.sync_all()?;
         std::fs::rename(&temporary, path)?;
@@ -107,4 +147,72 @@ pub fn atomic_write(
         let _ = std::fs::remove_file(&temporary);
     }
     result
+}
+
+/// Whether two output paths name the same file: the same inode when both exist, else the same
+/// path once their directories are resolved.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        return (x.dev(), x.ino()) == (y.dev(), y.ino());
+    }
+    let resolved = |p: &Path| {
+        let parent = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        std::fs::canonicalize(parent)
+            .ok()
+            .map(|d| d.join(p.file_name().unwrap_or_default()))
+    };
+    a == b || resolved(a).is_some_and(|x| resolved(b).is_some_and(|y| x == y))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+        atomic_write(path, |f| Ok(std::io::Write::write_all(f, text.as_bytes())?))
+    }
+
+    #[test]
+    fn links_and_non_regular_files_are_written_through_never_replaced() {
+        let dir = std::env::temp_dir().join(format!("backtest-output-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A regular file is replaced whole.
+        let file = dir.join("out.csv");
+        std::fs::write(&file, "old and longer").unwrap();
+        write(&file, "new").unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "new");
+        // A symbolic link stays a link; what it points to gets the output.
+        let link = dir.join("link.csv");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        write(&link, "through").unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "through");
+        // A device is written as a stream, not replaced (as root a rename would replace it).
+        let null = dir.join("null");
+        std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+        write(&null, "gone").unwrap();
+        let dev = std::fs::metadata("/dev/null").unwrap();
+        assert!(!dev.is_file());
+        // A directory is refused.
+        let error = write(&dir, "x").unwrap_err();
+        assert!(error.to_string().contains("directory"), "{error}");
+        // One file under two names is one output.
+        assert!(same_file(&file, &link));
+        assert!(same_file(
+            &dir.join("new.json"),
+            &dir.join(".").join("new.json")
+        ));
+        assert!(!same_file(&dir.join("a.json"), &dir.join("b.json")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

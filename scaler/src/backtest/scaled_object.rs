@@ -30,15 +30,8 @@ pub struct ScaledObject {
 /// documents, e.g. `helm template` output. Errors name the field and the fix.
 pub fn read(path: &Path, name: Option<&str>) -> anyhow::Result<ScaledObject> {
     let shown = path.display();
-    let size = std::fs::metadata(path)
-        .with_context(|| format!("--scaled-object {shown}"))?
-        .len();
-    if size > MAX_FILE_BYTES {
-        bail!(
-            "--scaled-object {shown}: {size} bytes is above {MAX_FILE_BYTES}; a rendered ScaledObject is a few KiB"
-        );
-    }
-    let text = std::fs::read_to_string(path).with_context(|| format!("--scaled-object {shown}"))?;
+    let text = read_bounded(path).with_context(|| format!("--scaled-object {shown}"))?;
+    check_nesting(&text).with_context(|| format!("--scaled-object {shown}"))?;
     let mut found = Vec::new();
     for document in serde_norway::Deserializer::from_str(&text) {
         let value = Value::deserialize(document)
@@ -70,6 +63,80 @@ pub fn read(path: &Path, name: Option<&str>) -> anyhow::Result<ScaledObject> {
         ),
     };
     parse(&found[index]).with_context(|| format!("--scaled-object {shown}"))
+}
+
+/// The file's text: a regular file (a FIFO would block, a device never end), at most
+/// [`MAX_FILE_BYTES`], read with that bound whatever its size claimed.
+fn read_bounded(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let regular = |m: &std::fs::Metadata| {
+        anyhow::ensure!(
+            m.is_file(),
+            "not a regular file (a FIFO, a device or a directory): give the rendered YAML file"
+        );
+        Ok(())
+    };
+    // Checked before opening (opening a FIFO blocks until a writer comes) and on the opened
+    // file (the path may have changed in between).
+    regular(&std::fs::metadata(path)?)?;
+    let file = std::fs::File::open(path)?;
+    regular(&file.metadata()?)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    anyhow::ensure!(
+        bytes.len() as u64 <= MAX_FILE_BYTES,
+        "larger than {MAX_FILE_BYTES} bytes; a rendered ScaledObject is a few KiB"
+    );
+    String::from_utf8(bytes).context("not UTF-8 text")
+}
+
+/// Deepest flow nesting (`[`, `{`) and block indentation accepted. A rendered ScaledObject
+/// nests about 8 levels, indented under 20 columns; the YAML parser's time grows with the square
+/// of the depth (100k brackets: 150 s), so depth is bounded before it runs.
+const MAX_FLOW_DEPTH: usize = 64;
+const MAX_INDENT_COLUMNS: usize = 256;
+
+/// Refuses text nested deeper than the bounds above, in one linear pass. Brackets are counted
+/// outside quotes and comments; a line's depth is its indentation plus its leading `- ` and `? `
+/// markers (each opens a level).
+fn check_nesting(text: &str) -> anyhow::Result<()> {
+    let mut depth = 0usize;
+    for (number, line) in text.lines().enumerate() {
+        let content = line.trim_start_matches([' ', '-', '?', '\t']);
+        let indent = line.len() - content.len();
+        anyhow::ensure!(
+            indent <= MAX_INDENT_COLUMNS,
+            "line {}: nested {indent} columns deep, above {MAX_INDENT_COLUMNS}",
+            number + 1
+        );
+        let (mut quote, mut previous, mut escaped) = (None::<char>, ' ', false);
+        for c in content.chars() {
+            let after = std::mem::replace(&mut previous, c);
+            if std::mem::take(&mut escaped) {
+                continue;
+            }
+            match (quote, c) {
+                // YAML comments and quoted scalars only start after a space or an indicator.
+                (None, '#') if after.is_whitespace() => break,
+                (None, '"') if " \t[{,:".contains(after) => quote = Some(c),
+                // `''` inside a single-quoted scalar is a quote: it closes and reopens here.
+                (None, '\'') if " \t[{,:'".contains(after) => quote = Some(c),
+                (Some('"'), '\\') => escaped = true,
+                (Some(q), c) if c == q => quote = None,
+                (None, '[' | '{') => {
+                    depth += 1;
+                    anyhow::ensure!(
+                        depth <= MAX_FLOW_DEPTH,
+                        "line {}: brackets nested deeper than {MAX_FLOW_DEPTH}",
+                        number + 1
+                    );
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 fn object_name(object: &Value) -> Option<&str> {
@@ -222,6 +289,60 @@ spec:
         assert_eq!(behavior.scale_up.tolerance, 0.1);
         let without = BASE.replace("advanced:", "unrelated:");
         assert_eq!(object(&without).unwrap().behavior, None);
+    }
+
+    #[test]
+    fn deep_nesting_and_files_that_are_not_regular_are_refused_fast() {
+        let started = std::time::Instant::now();
+        for deep in [
+            format!("a: {}{}", "[".repeat(100_000), "]".repeat(100_000)),
+            format!("a: {}", "{x: ".repeat(100_000)),
+            (0..300)
+                .map(|i| format!("{}k{i}:\n", " ".repeat(i)))
+                .collect(),
+            format!("{}x", "- ".repeat(200)),
+        ] {
+            let error = check_nesting(&deep).unwrap_err().to_string();
+            assert!(
+                error.contains("nested") && error.contains("line"),
+                "{error}"
+            );
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        // Brackets in quotes and comments are text, not nesting; a rendered chart passes.
+        let quoted = format!(
+            "a: \"{}\" # {}\nb: 'it''s [{}'\n",
+            "[".repeat(100),
+            "{".repeat(100),
+            "[".repeat(100)
+        );
+        check_nesting(&quoted).unwrap();
+        check_nesting(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../tests/scaler/fixtures/backtest-scaledobject.yaml"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        // A FIFO is refused without blocking; a directory too.
+        let dir = std::env::temp_dir().join(format!("backtest-so-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("so.fifo");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        for path in [fifo.as_path(), dir.as_path(), Path::new("/dev/zero")] {
+            let error = read(path, None).unwrap_err();
+            assert!(
+                format!("{error:#}").contains("not a regular file"),
+                "{error:#}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,0 +1,209 @@
+//! Trigger metadata parsed once per distinct content, not on every rpc.
+//!
+//! KEDA sends the same metadata about nine times per ScaledObject every 30 s; parsing it each time
+//! put the validation of `schedules` (cron patterns, time zones) on the async workers for every
+//! call. Here each distinct `(ScaledObject name, metadata)` is parsed once and its outcome (the
+//! config, or the error) kept, at most `capacity` entries of at most [`MAX_CACHED_BYTES`] each,
+//! the least recently asked evicted first. Metadata with `schedules` is parsed on the blocking
+//! pool, one at a time: a flood of new schedules takes at most one core and never an async
+//! worker, so cached answers for other keys stay fast.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Semaphore;
+
+use crate::metrics::Metrics;
+use scaler_core::metadata::{self, MetadataError, ScalerConfig};
+
+/// Largest metadata (keys and values, in bytes) kept: a trigger's metadata is a few hundred
+/// bytes, a `schedules` value at most 4 KiB. Larger metadata is parsed every time (the parser
+/// refuses over-long values first, cheaply).
+pub const MAX_CACHED_BYTES: usize = 8 * 1024;
+
+/// What a parse gave: shared by every rpc with the same metadata.
+pub type Parsed = Result<Arc<ScalerConfig>, MetadataError>;
+
+/// The content a parse depends on: the ScaledObject's name (the default cluster) and the
+/// metadata, sorted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Content {
+    name: String,
+    metadata: Vec<(String, String)>,
+}
+
+struct Slot {
+    parsed: Parsed,
+    /// A tick of [`MetadataCache::clock`]: larger is more recent.
+    asked: AtomicU64,
+}
+
+pub struct MetadataCache {
+    entries: Mutex<HashMap<Content, Slot>>,
+    capacity: usize,
+    clock: AtomicU64,
+    /// One schedule validation at a time, on the blocking pool.
+    expensive: Semaphore,
+    metrics: Metrics,
+}
+
+impl MetadataCache {
+    pub fn new(capacity: usize, metrics: Metrics) -> Self {
+        Self {
+            entries: Mutex::default(),
+            capacity: capacity.max(1),
+            clock: AtomicU64::new(0),
+            expensive: Semaphore::new(1),
+            metrics,
+        }
+    }
+
+    /// The parsed metadata of the ScaledObject `name`, from memory when this content was seen.
+    pub async fn parse(&self, name: &str, raw: &HashMap<String, String>) -> Parsed {
+        let size: usize = name.len() + raw.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        if size > MAX_CACHED_BYTES {
+            return parse_now(name, raw);
+        }
+        let mut metadata: Vec<(String, String)> =
+            raw.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        metadata.sort_unstable();
+        let content = Content {
+            name: name.to_owned(),
+            metadata,
+        };
+        if let Some(parsed) = self.cached(&content) {
+            return parsed;
+        }
+        let parsed = if raw.contains_key("schedules") {
+            // Waiting for the one slot: another caller may have parsed the same content meanwhile.
+            let _slot = self.expensive.acquire().await;
+            if let Some(parsed) = self.cached(&content) {
+                return parsed;
+            }
+            let (name, raw) = (name.to_owned(), raw.clone());
+            tokio::task::spawn_blocking(move || parse_now(&name, &raw))
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+        } else {
+            parse_now(name, raw)
+        };
+        self.insert(content, parsed.clone());
+        parsed
+    }
+
+    fn cached(&self, content: &Content) -> Option<Parsed> {
+        let entries = lock(&self.entries);
+        let slot = entries.get(content)?;
+        slot.asked.store(self.tick(), Ordering::Relaxed);
+        Some(slot.parsed.clone())
+    }
+
+    fn insert(&self, content: Content, parsed: Parsed) {
+        let mut entries = lock(&self.entries);
+        if !entries.contains_key(&content) && entries.len() >= self.capacity {
+            // The least recently asked sixteenth at once: the scan is amortised over the inserts.
+            let mut ages: Vec<(u64, Content)> = entries
+                .iter()
+                .map(|(c, slot)| (slot.asked.load(Ordering::Relaxed), c.clone()))
+                .collect();
+            let count = (self.capacity / 16).clamp(1, ages.len());
+            if count < ages.len() {
+                ages.select_nth_unstable_by_key(count, |(asked, _)| *asked);
+            }
+            for (_, c) in ages.iter().take(count) {
+                entries.remove(c);
+            }
+            self.metrics.evicted("metadata", "capacity", count);
+        }
+        let asked = AtomicU64::new(self.tick());
+        entries.insert(content, Slot { parsed, asked });
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn len(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn parse_now(name: &str, raw: &HashMap<String, String>) -> Parsed {
+    metadata::parse(name, raw).map(Arc::new)
+}
+
+// Poisoning only follows a panic while holding the lock; the map is still consistent.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn md(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn cache(capacity: usize) -> MetadataCache {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        MetadataCache::new(capacity, metrics)
+    }
+
+    #[tokio::test]
+    async fn each_distinct_metadata_is_parsed_once_errors_included() {
+        let c = cache(100);
+        let good = md(&[
+            ("target", "5"),
+            ("maxReplicas", "4"),
+            ("schedules", "0 8 * * * for 1h floor 3"),
+        ]);
+        let a = c.parse("pg", &good).await.unwrap();
+        let b = c.parse("pg", &good).await.unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "the second rpc reuses the first parse");
+        // The name is part of the content: it is the default cluster.
+        let other = c.parse("pg-two", &good).await.unwrap();
+        assert_eq!(other.cluster, "pg-two");
+        let never = md(&[
+            ("target", "5"),
+            ("maxReplicas", "4"),
+            ("schedules", "0 0 31 2 * for 1h floor 3"),
+        ]);
+        let e1 = c.parse("pg", &never).await.unwrap_err();
+        assert_eq!(c.parse("pg", &never).await.unwrap_err(), e1);
+        assert_eq!(c.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn the_count_is_bounded_least_recently_asked_first_and_large_metadata_is_not_kept() {
+        let c = cache(16);
+        let keep = md(&[("target", "5"), ("maxReplicas", "4")]);
+        let original = c.parse("keep", &keep).await.unwrap();
+        for i in 0..100 {
+            c.parse("keep", &keep).await.unwrap();
+            let made_up = md(&[("target", &format!("{}", i + 1)), ("maxReplicas", "4")]);
+            c.parse("pg", &made_up).await.unwrap();
+            assert!(c.len() <= 16, "{} entries", c.len());
+        }
+        // Asked all along, so never the least recent: still the first parse.
+        assert!(Arc::ptr_eq(
+            &original,
+            &c.parse("keep", &keep).await.unwrap()
+        ));
+        let before = c.len();
+        let huge = md(&[
+            ("target", "5"),
+            ("maxReplicas", "4"),
+            ("cluster", &"x".repeat(MAX_CACHED_BYTES)),
+        ]);
+        assert!(c.parse("pg", &huge).await.is_err());
+        assert_eq!(c.len(), before);
+    }
+}
