@@ -16,6 +16,7 @@
 //! | `scaler_decision_load` | gauge | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_target` | gauge | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_replication_lag_seconds` | gauge (absent when unknown) | `namespace`, `scaledobject`, `cluster` |
+//! | `scaler_decision_max_replication_lag_seconds` | gauge: the brake's threshold (absent when off) | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_signal` | gauge (1 for the signal whose load decided the count) | `namespace`, `scaledobject`, `cluster`, `signal` |
 //! | `scaler_decision_brake` | gauge (1 for the current brake state) | `namespace`, `scaledobject`, `cluster`, `state` |
 //! | `scaler_decision_quota_ceiling_instances` | gauge (absent without a limiting quota) | `namespace`, `scaledobject`, `cluster` |
@@ -120,6 +121,7 @@ pub struct Metrics {
     load: Family<ObjectLabels, FloatGauge>,
     target: Family<ObjectLabels, FloatGauge>,
     lag: Family<ObjectLabels, FloatGauge>,
+    lag_threshold: Family<ObjectLabels, FloatGauge>,
     brake: Family<ObjectBrakeLabels, Gauge>,
     signal: Family<ObjectSignalLabels, Gauge>,
     pub cache_entries: Gauge,
@@ -159,6 +161,7 @@ impl Metrics {
             load: Family::default(),
             target: Family::default(),
             lag: Family::default(),
+            lag_threshold: Family::default(),
             brake: Family::default(),
             signal: Family::default(),
             cache_entries: Gauge::default(),
@@ -247,6 +250,11 @@ impl Metrics {
             this.lag.clone(),
         );
         r.register(
+            "decision_max_replication_lag_seconds",
+            "The lag brake's threshold (trigger metadata maxReplicationLagSeconds); absent when the brake is off",
+            this.lag_threshold.clone(),
+        );
+        r.register(
             "decision_brake",
             "1 for the lag brake's current state (off, clear, idle-lag, engaged) per ScaledObject",
             this.brake.clone(),
@@ -324,6 +332,12 @@ impl Metrics {
             Some(lag) => _ = self.lag.get_or_create(object).set(lag),
             None => _ = self.lag.remove(object),
         }
+        match evaluation.policy.max_lag_seconds {
+            threshold if threshold > 0.0 => {
+                _ = self.lag_threshold.get_or_create(object).set(threshold)
+            }
+            _ => _ = self.lag_threshold.remove(object),
+        }
         for metric in Metric::ALL {
             let labels = signal_labels(object, metric);
             if metric == decision.signal {
@@ -384,6 +398,7 @@ impl Metrics {
         self.load.remove(object);
         self.target.remove(object);
         self.lag.remove(object);
+        self.lag_threshold.remove(object);
         for state in BRAKE_STATES {
             self.brake.remove(&brake_labels(object, state));
         }
