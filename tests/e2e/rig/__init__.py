@@ -67,13 +67,14 @@ class Rig:
         if not self.scaler_bin.is_file():
             raise FileNotFoundError(f"{self.scaler_bin} is missing: cargo build -p scaler")
         self.cnpg: CnpgStandIn | None = None
+        self.keda: keda.Keda | None = None
         self.feeder: Feeder | None = None
 
     def start(self) -> "Rig":
         self.kube = self.cp.start()
         install_crds(self.kube, crd_files())
         self.cnpg = CnpgStandIn(self.kube).start()
-        keda.start(self.cp, *self._keda_bins, self.group)
+        self.keda = keda.start(self.cp, *self._keda_bins, self.group)
         self.vm = VictoriaMetrics(self.dir, spawn=self.group.start).start()
         self.feeder = Feeder(self.vm, self.cnpg).start()
         return self

@@ -4,9 +4,10 @@ through a real Service (ClusterIP on loopback, see controlplane.py)."""
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from pathlib import Path
 
-from testkit import CA, free_port, wait_until
+from testkit import CA, Proc, free_port, wait_until
 
 from .controlplane import ControlPlane
 from .procs import POLL, Group
@@ -16,7 +17,20 @@ ADAPTER_SERVICE = "keda-operator-metrics-apiserver"
 APISERVICE = "v1beta1.external.metrics.k8s.io"
 
 
-def start(cp: ControlPlane, operator_bin: Path, adapter_bin: Path, group: Group) -> None:
+@dataclass
+class Keda:
+    operator: Proc
+    adapter: Proc
+    operator_metrics: str  # the operator's /metrics (keda_scaler_detail_errors_total, ...)
+
+
+def available(kube) -> bool:
+    svc = kube.get("apiregistration.k8s.io/v1", "APIService", APISERVICE) or {}
+    return any(c["type"] == "Available" and c["status"] == "True"
+               for c in svc.get("status", {}).get("conditions", []))
+
+
+def start(cp: ControlPlane, operator_bin: Path, adapter_bin: Path, group: Group) -> Keda:
     kube = cp.kube
     kube.ensure_namespace(NAMESPACE)
     ip = cp.service_ip()
@@ -30,9 +44,9 @@ def start(cp: ControlPlane, operator_bin: Path, adapter_bin: Path, group: Group)
     (cert_dir / "ca.crt").write_bytes(ca.cert.read_bytes())
     env = {"KUBECONFIG": str(cp.kubeconfig), "WATCH_NAMESPACE": "", "POD_NAMESPACE": NAMESPACE,
            "KEDA_CLUSTER_OBJECT_NAMESPACE": NAMESPACE, "POD_NAME": "keda-operator"}
-    grpc_port = free_port()
-    group.start("keda-operator", [
-        operator_bin, "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+    grpc_port, metrics_port = free_port(), free_port()
+    operator = group.start("keda-operator", [
+        operator_bin, "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
         "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
         "--metrics-service-bind-address", f"127.0.0.1:{grpc_port}",
         "--cert-dir", cert_dir, "--ca-dir", cert_dir, "--enable-cert-rotation=false",
@@ -65,11 +79,6 @@ def start(cp: ControlPlane, operator_bin: Path, adapter_bin: Path, group: Group)
                          "caBundle": base64.b64encode(ca.cert.read_bytes()).decode(),
                          "service": {"name": ADAPTER_SERVICE, "namespace": NAMESPACE,
                                      "port": 443}}})
-
-    def available():
-        svc = kube.get("apiregistration.k8s.io/v1", "APIService", APISERVICE) or {}
-        return any(c["type"] == "Available" and c["status"] == "True"
-                   for c in svc.get("status", {}).get("conditions", []))
-
-    wait_until(available, timeout=90, interval=POLL, what=f"APIService {APISERVICE} Available",
-               proc=adapter)
+    wait_until(lambda: available(kube), timeout=90, interval=POLL,
+               what=f"APIService {APISERVICE} Available", proc=adapter)
+    return Keda(operator, adapter, f"http://127.0.0.1:{metrics_port}/metrics")

@@ -16,11 +16,19 @@ class Group:
     def __init__(self, log_dir: Path):
         self.log_dir = log_dir
         self.procs: list[Proc] = []
+        self._commands: dict[int, tuple] = {}  # id(proc) -> how it was started
 
     def start(self, name: str, args: list, env: dict | None = None, cwd: Path | None = None) -> Proc:
         proc = Proc(args, self.log_dir / f"{name}.log", env=env, cwd=cwd, name=name)
         self.procs.append(proc)
+        self._commands[id(proc)] = (name, args, env, cwd)
         return proc
+
+    def restart(self, proc: Proc) -> Proc:
+        """Stops `proc` (if it still runs) and starts its command again, logging to the same file:
+        what a pod restart is for these host processes."""
+        proc.stop()
+        return self.start(*self._commands[id(proc)])
 
     def stop_all(self) -> None:
         for proc in reversed(self.procs):
