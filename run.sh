@@ -8,12 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # CI (CI=true) and COZY_FRESH_TOOLS=1 install every tool from scratch into a new, empty tools
-# directory, Go's module and build caches included, so each run proves the cold setup paths a new
-# machine takes. Only the content-addressed cache of the Go-built e2e binaries ($COZY_BUILD_CACHE,
+# directory, with Go's module and build caches inside it and no pip download cache, so each run
+# proves the cold setup paths a new machine takes. Only the content-addressed cache of the Go-built e2e binaries ($COZY_BUILD_CACHE,
 # tests/e2e/setup.sh) is reused: rebuilding them costs most of an hour.
 if [[ ${CI:-} == true || ${COZY_FRESH_TOOLS:-} == 1 ]]; then
   COZY_TOOLS=$(mktemp -d "${TMPDIR:-/tmp}/cozy-tools.XXXXXX")
-  export GOCACHE="$COZY_TOOLS/go/cache" GOMODCACHE="$COZY_TOOLS/go/mod" COZY_FRESH_TOOLS=1
+  export GOCACHE="$COZY_TOOLS/go/cache" GOMODCACHE="$COZY_TOOLS/go/mod" PIP_NO_CACHE_DIR=1 COZY_FRESH_TOOLS=1
   # Go's module cache is read-only.
   trap 'chmod -R u+w "$COZY_TOOLS" 2>/dev/null; rm -rf "$COZY_TOOLS"' EXIT
   echo "== fresh tools directory $COZY_TOOLS"
