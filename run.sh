@@ -7,11 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# CI (CI=true) and COZY_FRESH_TOOLS=1 install every tool from scratch into a new, empty tools
-# directory, with Go's module and build caches inside it and no pip download cache, so each run
-# proves the cold setup paths a new machine takes. Only the content-addressed cache of the Go-built e2e binaries ($COZY_BUILD_CACHE,
-# tests/e2e/setup.sh) is reused: rebuilding them costs most of an hour.
-if [[ ${CI:-} == true || ${COZY_FRESH_TOOLS:-} == 1 ]]; then
+# `./run.sh test` under CI (CI=true) or COZY_FRESH_TOOLS=1 installs every tool from scratch into a
+# new, empty tools directory, with Go's module and build caches inside it and no pip download cache,
+# so each run proves the cold setup paths a new machine takes. Only the content-addressed cache of
+# the Go-built e2e binaries ($COZY_BUILD_CACHE, tests/e2e/setup.sh) is reused: rebuilding them
+# costs most of an hour. Nested commands (the image suite's `./run.sh image`) inherit the directory.
+if [[ ${1:-} == test && (${CI:-} == true || ${COZY_FRESH_TOOLS:-} == 1) ]]; then
   COZY_TOOLS=$(mktemp -d "${TMPDIR:-/tmp}/cozy-tools.XXXXXX")
   export GOCACHE="$COZY_TOOLS/go/cache" GOMODCACHE="$COZY_TOOLS/go/mod" PIP_NO_CACHE_DIR=1 COZY_FRESH_TOOLS=1
   # Go's module cache is read-only.
