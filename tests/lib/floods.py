@@ -23,8 +23,8 @@ def client_hello(server_name: str) -> bytes:
     return outgoing.read()
 
 
-def _closed_by_peer(s: socket.socket) -> bool:
-    """Drains what the server sent and tells whether it hung up."""
+def closed_by_peer(s: socket.socket) -> bool:
+    """Drains what the server sent (an HTTP/2 server speaks first) and tells whether it hung up."""
     try:
         while s.recv(65536):
             pass
@@ -63,7 +63,7 @@ class Flood:
                 pass
 
     def open_count(self) -> int:
-        return sum([not _closed_by_peer(s) for s in self.socks])  # a list: drain every socket
+        return sum([not closed_by_peer(s) for s in self.socks])  # a list: drain every socket
 
     def close(self) -> None:
         for s in self.socks:

@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from fake_backend import FakePrometheus
+from floods import closed_by_peer
 from keda import Keda, code_of, error_of, metadata
 from promtext import parse, total
 from testkit import hwm_kib, record_figure, rss_kib, socket_fds, wait_until
@@ -180,18 +181,6 @@ def open_silent(port: int, n: int) -> list[socket.socket]:
         s.setblocking(False)
         socks.append(s)
     return socks
-
-
-def closed_by_peer(s: socket.socket) -> bool:
-    """Reads whatever the server sent (an HTTP/2 server speaks first) and tells if it hung up."""
-    try:
-        while s.recv(65536):
-            pass
-        return True
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 def all_closed(socks: list[socket.socket]) -> bool:
