@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod conn;
+pub mod identity;
 pub mod logging;
 pub mod shutdown;
 #[cfg(feature = "testing")]

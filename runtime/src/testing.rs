@@ -66,6 +66,17 @@ impl Ca {
             .unwrap();
         (cert.pem(), key.serialize_pem())
     }
+
+    /// A client leaf whose only name is the subject CN `cn` (as cert-manager issues KEDA's).
+    pub fn client(&self, cn: &str) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
 }
 
 pub fn install_provider() {

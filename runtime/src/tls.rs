@@ -4,7 +4,7 @@
 //! # use std::path::PathBuf;
 //! # use runtime::{conn, tls};
 //! # async fn run(limits: conn::Limits, shutdown: tokio_util::sync::CancellationToken) -> Result<(), Box<dyn std::error::Error>> {
-//! let files = tls::TlsFiles { cert: PathBuf::from("/tls/tls.crt"), key: PathBuf::from("/tls/tls.key"), client_ca: None };
+//! let files = tls::TlsFiles { cert: PathBuf::from("/tls/tls.crt"), key: PathBuf::from("/tls/tls.key"), client: None };
 //! // Fails now, with the file named, if the certificate or key do not load.
 //! let tls = tls::Reloading::spawn(files, tls::ALPN_GRPC, shutdown.clone())?;
 //! let listener = tokio::net::TcpListener::bind("0.0.0.0:6000").await?;
@@ -18,7 +18,10 @@
 //!   config is built and used for new connections. A broken new set is logged and the previous
 //!   config keeps serving. Polling contents (not inotify) survives Kubernetes' symlink swaps of
 //!   mounted Secrets.
-//! * With `client_ca`, clients must present a certificate signed by it (mTLS).
+//! * With `client`, clients must present a certificate signed by its CA (mTLS) and, when
+//!   identities are given, naming one of them (subject CN, DNS or URI SAN): a CA that also signs
+//!   for others then does not make those others clients. The CA comes from a file, re-read like
+//!   the certificate, or from bytes someone else keeps current (the scaler watches a Secret).
 //! * TLS 1.2 and 1.3 only; ALPN is set by the caller: [`ALPN_GRPC`] (grpc-go ≥ 1.67 refuses a
 //!   server that selects no ALPN protocol) or [`ALPN_HTTPS`].
 //! * Handshakes run in their own tasks under the listener's `handshake_timeout`, so a slow or
@@ -36,7 +39,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -44,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::conn::{self, Guarded, Tracked};
+use crate::identity::IdentityVerifier;
 
 /// ALPN for the gRPC server: HTTP/2 only.
 pub const ALPN_GRPC: &[&[u8]] = &[b"h2"];
@@ -64,8 +68,37 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// Private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
-    /// CA bundle that client certificates must chain to; `None` means no client certificates.
-    pub client_ca: Option<PathBuf>,
+    /// Who may connect; `None` means no client certificates.
+    pub client: Option<ClientAuth>,
+}
+
+/// Client certificates required (mTLS): signed by `ca` and, unless `identities` is empty, naming
+/// one of `identities`.
+#[derive(Debug, Clone)]
+pub struct ClientAuth {
+    pub ca: ClientCa,
+    pub identities: Vec<String>,
+}
+
+/// Where the CA bundle that client certificates must chain to comes from.
+#[derive(Debug, Clone)]
+pub enum ClientCa {
+    /// A PEM file, re-read with the certificate.
+    File(PathBuf),
+    /// PEM kept current by its owner (`None` until first read); `source` names it in errors.
+    Live {
+        source: String,
+        pem: watch::Receiver<Option<Vec<u8>>>,
+    },
+}
+
+impl ClientCa {
+    fn name(&self) -> String {
+        match self {
+            Self::File(path) => path.display().to_string(),
+            Self::Live { source, .. } => source.clone(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,8 +113,11 @@ pub enum TlsError {
         key: PathBuf,
         source: rustls::Error,
     },
-    #[error("invalid client CA {path}: {message}")]
-    ClientCa { path: PathBuf, message: String },
+    #[error("invalid client CA {source_name}: {message}")]
+    ClientCa {
+        source_name: String,
+        message: String,
+    },
 }
 
 /// A TLS server config that follows its files on disk.
@@ -252,10 +288,20 @@ impl Contents {
                 source,
             })
         };
+        let client_ca = match files.client.as_ref().map(|client| &client.ca) {
+            None => None,
+            Some(ClientCa::File(path)) => Some(read(path)?),
+            Some(ca @ ClientCa::Live { pem, .. }) => {
+                Some(pem.borrow().clone().ok_or_else(|| TlsError::ClientCa {
+                    source_name: ca.name(),
+                    message: "not read yet".into(),
+                })?)
+            }
+        };
         Ok(Self {
             cert: read(&files.cert)?,
             key: read(&files.key)?,
-            client_ca: files.client_ca.as_ref().map(read).transpose()?,
+            client_ca,
         })
     }
 
@@ -274,21 +320,29 @@ impl Contents {
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .map_err(config_error)?;
-        let builder = match (&self.client_ca, &files.client_ca) {
-            (Some(pem), Some(path)) => {
+        let builder = match (&self.client_ca, &files.client) {
+            (Some(pem), Some(client)) => {
                 let ca_error = |message: String| TlsError::ClientCa {
-                    path: path.clone(),
+                    source_name: client.ca.name(),
                     message,
                 };
                 let mut roots = rustls::RootCertStore::empty();
-                for cert in parse_certs(pem, path)? {
+                let path = PathBuf::from(client.ca.name());
+                for cert in parse_certs(pem, &path)? {
                     roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
                 }
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                         .build()
                         .map_err(|e| ca_error(e.to_string()))?;
-                builder.with_client_cert_verifier(verifier)
+                if client.identities.is_empty() {
+                    builder.with_client_cert_verifier(verifier)
+                } else {
+                    builder.with_client_cert_verifier(Arc::new(IdentityVerifier {
+                        inner: verifier,
+                        identities: client.identities.clone(),
+                    }))
+                }
             }
             _ => builder.with_no_client_auth(),
         };

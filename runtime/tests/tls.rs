@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use runtime::testing::*;
-use runtime::tls::{ALPN_GRPC, ALPN_HTTPS, Reloading, TlsFiles};
+use runtime::tls::{ALPN_GRPC, ALPN_HTTPS, ClientAuth, ClientCa, Reloading, TlsFiles};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -44,7 +44,10 @@ fn server_files(dir: &TempDir, ca: &Ca, mtls: bool) -> TlsFiles {
     TlsFiles {
         cert: dir.path("tls.crt"),
         key: dir.path("tls.key"),
-        client_ca: mtls.then(|| dir.path("ca.crt")),
+        client: mtls.then(|| ClientAuth {
+            ca: ClientCa::File(dir.path("ca.crt")),
+            identities: Vec::new(),
+        }),
     }
 }
 
@@ -68,7 +71,7 @@ async fn broken_files_fail_at_startup_naming_the_file() {
         let files = TlsFiles {
             cert: dir.path(cert),
             key: dir.path("tls.key"),
-            client_ca: None,
+            client: None,
         };
         Reloading::spawn(files, ALPN_GRPC, CancellationToken::new())
             .err()
@@ -132,6 +135,66 @@ async fn mtls_requires_a_client_certificate_from_the_ca() {
     let stranger = Ca::new().leaf();
     let foreign = tls_connect(&connector(&ca.pem(), Some(&stranger), &[b"h2"]), addr).await;
     assert!(foreign.is_err() || greeting(&mut foreign.unwrap()).await.is_err());
+    shutdown.cancel();
+}
+
+/// Whether a client presenting `client` completes a connection and reads the greeting.
+async fn admitted(addr: std::net::SocketAddr, server_ca: &Ca, client: &(String, String)) -> bool {
+    match tls_connect(&connector(&server_ca.pem(), Some(client), &[b"h2"]), addr).await {
+        Ok(mut stream) => greeting(&mut stream).await.is_ok_and(|got| got == b"hi"),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn only_the_accepted_identities_from_a_live_client_ca_get_in() {
+    install_provider();
+    let dir = TempDir::new("tls-identity");
+    let server_ca = Ca::new();
+    let mut files = server_files(&dir, &server_ca, false);
+    let keda_ca = Ca::new();
+    let (publish, pem) = tokio::sync::watch::channel(None);
+    files.client = Some(ClientAuth {
+        ca: ClientCa::Live {
+            source: "secret keda/keda-client".into(),
+            pem,
+        },
+        identities: vec!["keda-operator".into()],
+    });
+    // Nothing published yet: refused at startup, naming the source.
+    let error = Reloading::spawn(files.clone(), ALPN_GRPC, CancellationToken::new())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("secret keda/keda-client") && error.contains("not read yet"),
+        "{error}"
+    );
+
+    publish.send_replace(Some(keda_ca.pem().into_bytes()));
+    let shutdown = CancellationToken::new();
+    let poll = Duration::from_millis(50);
+    let tls = Reloading::spawn_polling(files, ALPN_GRPC, poll, shutdown.clone()).unwrap();
+    let addr = serve(&tls, shutdown.clone()).await;
+    assert!(admitted(addr, &server_ca, &keda_ca.client("keda-operator")).await);
+    // Same CA, another name: the hole an issuer shared with others would open.
+    assert!(!admitted(addr, &server_ca, &keda_ca.client("tenant-app")).await);
+    assert!(!admitted(addr, &server_ca, &keda_ca.leaf()).await);
+    // The accepted name from a CA the server does not trust.
+    assert!(!admitted(addr, &server_ca, &server_ca.client("keda-operator")).await);
+
+    // The owner publishes a new CA: the old one's clients are out, the new one's in.
+    let next_ca = Ca::new();
+    publish.send_replace(Some(next_ca.pem().into_bytes()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !admitted(addr, &server_ca, &next_ca.client("keda-operator")).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new client CA was not picked up"
+        );
+        tokio::time::sleep(poll).await;
+    }
+    assert!(!admitted(addr, &server_ca, &keda_ca.client("keda-operator")).await);
     shutdown.cancel();
 }
 

@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod backtest;
 pub mod cache;
+pub mod client_ca;
 pub mod explain;
 pub mod grpc;
 pub mod metrics;

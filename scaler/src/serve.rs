@@ -23,6 +23,8 @@ use crate::topology::{self, ClusterIndex, Topology};
 use runtime::logging::LogArgs;
 use runtime::{admin, conn, shutdown, tls};
 
+/// How long the first read of --tls-client-ca-secret may take before the start fails.
+const CLIENT_CA_WAIT: Duration = Duration::from_secs(30);
 /// How long in-flight rpcs may take to finish after SIGTERM before the server stops anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// The HTTP/2 PING interval on a quiet connection, and the time its answer may take, are each
@@ -118,11 +120,61 @@ pub struct Args {
     /// PEM CA bundle: require client certificates signed by it (mTLS).
     #[arg(long, requires = "tls_cert", env = "SCALER_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
+    /// NAMESPACE/NAME of a Secret whose `ca.crt` client certificates must chain to (mTLS), watched
+    /// through the Kubernetes API: KEDA's client CA lives in KEDA's namespace.
+    #[arg(
+        long,
+        requires = "tls_cert",
+        conflicts_with = "tls_client_ca",
+        env = "SCALER_TLS_CLIENT_CA_SECRET"
+    )]
+    pub tls_client_ca_secret: Option<crate::client_ca::SecretRef>,
+    /// Accept only client certificates naming one of these (subject CN, DNS or URI SAN; repeat
+    /// or comma-separate). Without it, any certificate from the client CA is accepted.
+    #[arg(
+        long = "tls-client-identity",
+        value_delimiter = ',',
+        env = "SCALER_TLS_CLIENT_IDENTITIES"
+    )]
+    pub tls_client_identities: Vec<String>,
     #[command(flatten)]
     pub log: LogArgs,
 }
 
 impl Args {
+    /// Who may call, from --tls-client-ca / --tls-client-ca-secret and --tls-client-identity.
+    async fn client_auth(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Option<tls::ClientAuth>> {
+        let ca = match (&self.tls_client_ca, &self.tls_client_ca_secret) {
+            (Some(path), _) => tls::ClientCa::File(path.clone()),
+            (None, Some(secret)) => {
+                let client = kube::Client::try_default().await.map_err(|e| {
+                    anyhow::anyhow!("--tls-client-ca-secret: cannot build a Kubernetes client: {e}")
+                })?;
+                crate::client_ca::watch_secret(
+                    client,
+                    secret.clone(),
+                    CLIENT_CA_WAIT,
+                    shutdown.clone(),
+                )
+                .await?
+            }
+            (None, None) => {
+                anyhow::ensure!(
+                    self.tls_client_identities.is_empty(),
+                    "--tls-client-identity needs --tls-client-ca or --tls-client-ca-secret"
+                );
+                return Ok(None);
+            }
+        };
+        Ok(Some(tls::ClientAuth {
+            ca,
+            identities: self.tls_client_identities.clone(),
+        }))
+    }
+
     pub async fn run(self) -> anyhow::Result<()> {
         self.log.init()?;
         conn::raise_fd_limit();
@@ -175,7 +227,7 @@ impl Args {
                 tls::TlsFiles {
                     cert: cert.clone(),
                     key: key.clone(),
-                    client_ca: self.tls_client_ca.clone(),
+                    client: self.client_auth(&shutdown).await?,
                 },
                 tls::ALPN_GRPC,
                 shutdown.clone(),

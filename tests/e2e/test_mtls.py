@@ -1,6 +1,8 @@
 """Only KEDA's credentials open the scaler. A real gRPC client (grpcio) calls grpc.health.v1 on the
 scaler the package wired, with the client certificate KEDA reads from the package's
-ClusterTriggerAuthentication Secret, without one, with one from another CA, and in plaintext; and
+ClusterTriggerAuthentication Secret, without one, with one from another CA, with KEDA's name from
+the server CA (the ClusterIssuer anyone may use), with another name from KEDA's own CA, and in
+plaintext; the scaler may read KEDA's client Secret and nothing else there; and
 KEDA itself, given a ScaledObject without the authenticationRef, gets nothing. Last, KEDA comes back
 by itself after its credentials change under it."""
 
@@ -14,6 +16,7 @@ import pytest
 from charts import example_chart
 from helm import Helm
 from rig import POLL, keda
+import secured
 from secured import NS, SCALER
 from testkit import CA, wait_until
 
@@ -69,6 +72,42 @@ def test_a_certificate_from_another_ca_is_refused(rig, scaler, auth):
     creds = grpc.ssl_channel_credentials(root_certificates=auth["caCert"], private_key=rogue.key.read_bytes(),
                                          certificate_chain=rogue.cert.read_bytes())
     assert health(scaler, creds) == grpc.StatusCode.UNAVAILABLE
+
+
+def client_creds(auth, pair) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(root_certificates=auth["caCert"], private_key=pair.key.read_bytes(),
+                                        certificate_chain=pair.cert.read_bytes())
+
+
+def test_kedas_name_from_the_server_ca_is_refused(scaler, auth):
+    """The server CA is a ClusterIssuer anyone allowed to create a Certificate can use: a client
+    certificate from it, even one naming keda-operator, is not KEDA's."""
+    minted = scaler.server_ca.issue("minted-keda", "keda-operator", client=True)
+    assert health(scaler, client_creds(auth, minted)) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_another_identity_from_kedas_client_ca_is_refused(scaler, auth):
+    other = scaler.client_ca.issue("other-client", "tenant-app", client=True)
+    assert health(scaler, client_creds(auth, other)) == grpc.StatusCode.UNAVAILABLE
+    # The same CA and the accepted name get in: the refusal above is the identity's.
+    keda_named = scaler.client_ca.issue("keda-named", "keda-operator", client=True)
+    assert health(scaler, client_creds(auth, keda_named)) == SERVING
+
+
+def as_scaler(rig, path: str) -> int:
+    kube = rig.kube
+    return kube.session.get(kube.server + path, verify=kube.ca, timeout=30,
+                            headers={"Impersonate-User": secured.SERVICE_ACCOUNT}).status_code
+
+
+def test_the_scaler_reads_kedas_client_secret_and_no_other(rig, scaler):
+    """The scaler runs as its ServiceAccount (secured.py) and so already proves it may watch that
+    Secret; here, that it may read nothing else in KEDA's namespace."""
+    secrets = f"/api/v1/namespaces/{keda.NAMESPACE}/secrets"
+    assert as_scaler(rig, f"{secrets}/{secured.KEDA_CLIENT}") == 200
+    assert as_scaler(rig, f"{secrets}/cozy-autoscaling-keda-client-ca") == 403
+    assert as_scaler(rig, secrets) == 403
+    assert as_scaler(rig, f"/api/v1/namespaces/{secured.NS}/secrets") == 403
 
 
 def test_plaintext_is_refused(scaler):

@@ -85,6 +85,24 @@ def test_mtls_requires_a_client_certificate_from_the_client_ca(vm, pki, start_sc
             k.close()
 
 
+def test_client_identity_narrows_the_client_ca(vm, pki, start_scaler):
+    """--tls-client-identity: of two certificates from the same client CA, only the one naming an
+    accepted identity (here its CN; a SAN counts too) gets in."""
+    ca = pki.ca("clients")
+    keda_client, other = ca.issue("keda", "keda-operator", client=True), ca.issue("app", "tenant-app", client=True)
+    named = ca.issue("named", "someone", hosts=("keda.example",), client=True)
+    scaler, _ = start_scaler(vm.url, *pki.flags(), "--tls-client-ca", str(ca.cert),
+                             "--tls-client-identity", "keda-operator,keda.example",
+                             tls=pki.creds("a", keda_client))
+    for client, expected in [(keda_client, grpc.StatusCode.OK), (named, grpc.StatusCode.OK),
+                             (other, grpc.StatusCode.UNAVAILABLE)]:
+        k = Keda(scaler.address, pki.creds("a", client))
+        try:
+            assert spec_code(k) == expected, client.cert
+        finally:
+            k.close()
+
+
 def test_certificate_reload_on_file_change(vm, pki, start_scaler):
     scaler, _ = start_scaler(vm.url, *pki.flags(), tls=pki.creds("a"))
     pki.serve("b")  # new key and certificate renamed in place, the way a Secret volume update does

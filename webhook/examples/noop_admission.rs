@@ -52,7 +52,7 @@ async fn main() -> anyhow::Result<()> {
     let files = tls::TlsFiles {
         cert: args.tls_cert,
         key: args.tls_key,
-        client_ca: None,
+        client: None,
     };
     let tls = tls::Reloading::spawn(files, &[b"http/1.1"], shutdown.clone())
         .context("loading the certificate")?;

@@ -158,7 +158,10 @@ impl Args {
         let files = tls::TlsFiles {
             cert: tls_cert,
             key: tls_key,
-            client_ca,
+            client: client_ca.map(|path| tls::ClientAuth {
+                ca: tls::ClientCa::File(path),
+                identities: Vec::new(),
+            }),
         };
         let tls = tls::Reloading::spawn(files, ALPN_HTTP1, shutdown.clone())
             .context("loading the webhook certificate")?;
