@@ -522,4 +522,94 @@ mod tests {
         assert_ne!(a, Schedules::parse("0 9 * * * for 1h floor 2").unwrap());
         assert!(Schedules::parse("").unwrap().is_empty());
     }
+
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Cron fields from real syntax (lists, ranges, steps, names, OCPS `L`, `#`, `W`) mixed
+        /// with garbage, so parsing sees both near misses and noise.
+        fn field() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("*".to_string()),
+                "[0-9]{1,3}",
+                "[0-9]{1,2}-[0-9]{1,2}(/[0-9]{1,3})?",
+                "\\*/[0-9]{1,4}",
+                "[0-9]{1,2}(,[0-9]{1,2}){0,6}",
+                "(?i)(mon|tue|fri|sun|jan|dec)(-(sat|jun))?",
+                "[0-9]{0,2}(L|W|LW|#[0-9])",
+                ".{0,6}",
+            ]
+        }
+
+        fn window() -> impl Strategy<Value = String> {
+            let cron = proptest::collection::vec(field(), 4..7).prop_map(|f| f.join(" "));
+            let duration = prop_oneof!["[0-9]{1,4}(m|h|d|s)", "[0-9]h[0-9]{1,2}m", ".{0,5}"];
+            let floor = proptest::option::of("floor ([0-9]{1,4}|-1|x)");
+            let scale_in = proptest::option::of(Just("scaleIn disabled"));
+            let zone = proptest::option::of(prop_oneof![
+                Just("in Europe/Berlin"),
+                Just("in America/St_Johns"),
+                Just("in Australia/Lord_Howe"),
+                Just("in UTC"),
+                Just("in Mars/Olympus"),
+            ]);
+            (cron, duration, floor, scale_in, zone).prop_map(|(c, d, f, s, z)| {
+                [
+                    Some(c),
+                    Some(format!("for {d}")),
+                    f,
+                    s.map(str::to_owned),
+                    z.map(str::to_owned),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" ")
+            })
+        }
+
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                4 => proptest::collection::vec(window(), 0..20).prop_map(|w| w.join("; ")),
+                1 => "(@(daily|hourly|weekly|yearly|reboot) for 1h)?.{0,60}",
+                // Past MAX_LEN: refused whole, with a bounded message.
+                1 => (MAX_LEN..MAX_LEN * 3).prop_map(|n| "0 8 * * * for 1h;".repeat(n / 17 + 1)),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(600))]
+            /// Whatever the text: no panic, a bounded one-line error, or windows within the limits
+            /// that answer `active` at any instant from 1970 to 2200 (the scan is bounded by the
+            /// window's duration, so this also never hangs), and whose text parses back the same.
+            #[test]
+            fn any_schedules_text_parses_or_is_refused_within_bounds(
+                text in value(),
+                instants in proptest::collection::vec(0i64..7_258_118_400, 1..4),
+            ) {
+                match Schedules::parse(&text) {
+                    Ok(schedules) => {
+                        prop_assert!(schedules.windows().len() <= MAX_WINDOWS);
+                        for w in schedules.windows() {
+                            prop_assert!((MIN_DURATION..=MAX_DURATION).contains(&w.duration));
+                        }
+                        for second in instants {
+                            let active = schedules.active(Timestamp::from_second(second).unwrap());
+                            prop_assert!(active.windows.len() <= schedules.windows().len());
+                            let floors = schedules.windows().iter().filter_map(|w| w.floor);
+                            prop_assert!(active.floor <= floors.max().unwrap_or(0));
+                        }
+                        prop_assert_eq!(Schedules::parse(&schedules.to_string()).unwrap(), schedules);
+                    }
+                    Err(error) => {
+                        let message = error.to_string();
+                        prop_assert!(message.len() < 1200, "{} bytes: {}", message.len(), message);
+                        prop_assert!(!message.contains('\n'), "{}", message);
+                    }
+                }
+            }
+        }
+    }
 }
