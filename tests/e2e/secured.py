@@ -205,7 +205,9 @@ class SecuredScaler:
         return path
 
     # -- the process -----------------------------------------------------------------------
-    def start(self) -> "SecuredScaler":
+    def start(self, as_service_account: bool = True) -> "SecuredScaler":
+        """`as_service_account=False` runs it with the rig's admin credentials: for an earlier
+        chart, whose RBAC was written for its own image, not for this binary."""
         self.sync()
         admin = free_port()
         self.admin = f"http://127.0.0.1:{admin}"
@@ -214,16 +216,16 @@ class SecuredScaler:
             "--admin-listen", f"127.0.0.1:{admin}", "--prometheus-url", self.rig.vm.url,
             "--topology", "kube", "--refresh-interval", "1s", "--staleness", "5s",
             "--log-level", "debug", *self.tls_args()],
-            env={"KUBECONFIG": str(self.kubeconfig())})
+            env={"KUBECONFIG": str(self.kubeconfig() if as_service_account else self.rig.cp.kubeconfig)})
         wait_until(lambda: requests.get(f"{self.admin}/readyz", timeout=1).ok,
                    timeout=30, interval=POLL, what="scaler /readyz", proc=self.proc)
         return self
 
-    def restart(self) -> None:
+    def restart(self, as_service_account: bool = True) -> None:
         """A rollout: the old process goes (KEDA's connection breaks), a new one serves the same
         address from the same volume."""
         self.proc.stop()
-        self.start()
+        self.start(as_service_account)
 
     def ok_requests(self) -> float:
         """gRPC requests this process answered with OK (its /metrics)."""

@@ -2,18 +2,13 @@
 shard-placement webhook: the chart's own MutatingWebhookConfiguration and Service route admission
 to our `scaler webhook` process (listening on the Service's ClusterIP, see rig/controlplane.py)."""
 
-import base64
 import time
 
 import pytest
-import requests
 
-from rig import POLL
-from testkit import CA, free_port, wait_until
+from placement import MWC, Webhook
 from secured import FLUX_NS, NS, SHARDS, VALUES
 
-MWC = "cozy-autoscaling-shard-placement"
-WEBHOOK_SVC = "cozy-autoscaling-webhook"
 HR = "helm.toolkit.fluxcd.io/v2"
 KEY = "sharding.fluxcd.io/key"
 NS_LABEL = "internal.cozystack.io/flux-shard"
@@ -39,41 +34,11 @@ def test_package_installs_and_upgrades(rig, package):
     assert policies == {"cozy-autoscaling-scaler", "cozy-autoscaling-webhook"}
 
 
-def mark_shards_ready(rig) -> None:
-    """No kubelet runs here: report the shard Deployments available, as the kubelet and the
-    deployment controller would once the helm-controller pods run."""
-    for d in rig.kube.list("apps/v1", "Deployment", FLUX_NS):
-        rig.kube.merge_patch("apps/v1", "Deployment", d["metadata"]["name"], {"status": {
-            "observedGeneration": d["metadata"]["generation"], "replicas": 1,
-            "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 1,
-            "conditions": [{"type": "Available", "status": "True", "reason": "e2e",
-                            "message": "process started by the rig"}]}},
-            namespace=FLUX_NS, sub="status")
-
-
 @pytest.fixture(scope="module")
 def webhook(rig, package):
-    svc = rig.kube.get("v1", "Service", WEBHOOK_SVC, NS)
-    ip = svc["spec"]["clusterIP"]
-    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "https")
-    ca = CA(rig.dir / "webhook-pki", "webhook")
-    pair = ca.issue("webhook", WEBHOOK_SVC, hosts=(f"{WEBHOOK_SVC}.{NS}.svc", ip))
-    # cert-manager's cainjector would fill the caBundle from the annotated Certificate.
-    mwc = rig.kube.get("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", MWC)
-    for w in mwc["webhooks"]:
-        w["clientConfig"]["caBundle"] = base64.b64encode(ca.cert.read_bytes()).decode()
-    rig.kube.apply({"apiVersion": mwc["apiVersion"], "kind": mwc["kind"],
-                    "metadata": {"name": MWC}, "webhooks": mwc["webhooks"]}, manager="cainjector")
-    mark_shards_ready(rig)
-    admin = free_port()
-    proc = rig.group.start("scaler-webhook", [
-        rig.scaler_bin, "webhook", "--listen", f"{ip}:{port}", "--tls-cert", pair.cert,
-        "--tls-key", pair.key, "--shards", str(SHARDS), "--admin-listen", f"127.0.0.1:{admin}",
-        "--flux-namespace", FLUX_NS], env={"KUBECONFIG": str(rig.cp.kubeconfig)})
-    wait_until(lambda: requests.get(f"http://127.0.0.1:{admin}/readyz", timeout=1).ok,
-               timeout=30, interval=POLL, what="scaler webhook /readyz", proc=proc)
-    yield proc
-    proc.stop()
+    hook = Webhook(rig).start()
+    yield hook
+    hook.stop()
 
 
 def tenant_release(rig, namespace: str, name: str, labels: dict) -> dict:

@@ -17,8 +17,11 @@ a second for any failed state (a failure counter, Released=False, a *Failed reas
    meanwhile: no count moves; on their return the HPAs follow the load.
 3. The package uninstalled (its scaler gone with it), then reinstalled: ScaledObjects and HPAs stay,
    counts held, no scale-in to minReplicas; autoscaling resumes on reinstall.
-4. The package upgraded from an earlier commit's chart to this one under load, the scaler rolled
-   after each: only the load's changes, a bounded number of failed KEDA calls.
+4. The package upgraded from an earlier commit's chart to this one under load, the scaler, the
+   webhook and the shard controller's two replicas rolled after each, while new tenants are created
+   throughout: only the load's changes, a bounded number of failed KEDA calls, every new tenant
+   placed on a shard (stamped by the webhook, or placed by the controller when it came during the
+   webhook's roll), and never two shard-controller leaders at once.
 
 The module prints the matrix (scenario -> expected -> observed), copied into docs/e2e.md."""
 
@@ -37,6 +40,7 @@ import pytest
 import requests
 import yaml
 
+import placement
 import promtext
 import secured
 from charts import PACKAGE_CHART, example_chart
@@ -524,8 +528,83 @@ def keda_errors(rig, tenants) -> float:
     return sum(promtext.total(samples, name, namespace=t.ns) for t in tenants)
 
 
-def test_package_upgrade_under_load(rig, package, scaler, flux, watcher, matrix, tmp_path):
+class TenantCreator:
+    """Creates a tenant (namespace and a HelmRelease under the legacy `tenants` key, as the platform
+    does) every `period` s on a thread, until stopped."""
+
+    def __init__(self, rig, prefix: str, period: float = 1.0):
+        self.rig, self.prefix, self.period = rig, prefix, period
+        self.created: list[str] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            ns = f"{self.prefix}{len(self.created):03}"
+            try:
+                self.rig.kube.ensure_namespace(ns)
+                self.rig.kube.create({"apiVersion": HR, "kind": "HelmRelease",
+                                      "metadata": {"name": "db", "namespace": ns,
+                                                   "labels": {SHARD_KEY: "tenants"}},
+                                      "spec": {"interval": "5m",
+                                               "chartRef": {"kind": "OCIRepository", "name": "absent"}}})
+                self.created.append(ns)
+            except ApiError as e:
+                self.errors.append(f"{ns}: {e}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def shard_of(self, ns: str) -> tuple[str | None, str | None]:
+        """(the release's key, the namespace's shard label)."""
+        hr = self.rig.kube.get(HR, "HelmRelease", "db", ns) or {}
+        label = (self.rig.kube.get("v1", "Namespace", ns) or {}).get("metadata", {}).get("labels", {})
+        return hr.get("metadata", {}).get("labels", {}).get(SHARD_KEY), label.get(
+            "internal.cozystack.io/flux-shard")
+
+
+class LeaderSampler:
+    """Polls every shard-controller replica's leader gauge four times a second."""
+
+    def __init__(self, controllers: placement.ShardControllers):
+        self.controllers = controllers
+        self.most = 0
+        self.samples = 0
+        self.leaderless = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            leaders = len(self.controllers.leaders())
+            self.samples += 1
+            self.most = max(self.most, leaders)
+            self.leaderless += leaders == 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@pytest.fixture
+def package_placement(rig, package):
+    """The package's webhook and its shard-controller replicas, as processes (placement.py)."""
+    hook = placement.Webhook(rig).start()
+    replicas = rig.kube.get("apps/v1", "Deployment", placement.CONTROLLER, secured.NS)["spec"]["replicas"]
+    controllers = placement.ShardControllers(rig).start(replicas)
+    yield hook, controllers
+    controllers.stop()
+    hook.stop()
+
+
+def test_package_upgrade_under_load(rig, package, scaler, flux, watcher, matrix, tmp_path,
+                                    package_placement):
     helm, chart = package
+    hook, controllers = package_placement
     address = scaler.address
     tenants = [Tenant(rig, flux, f"res-upg-{slug(w)}", w) for w in DOCUMENTED]
     assert parallel(lambda t: t.release(address), tenants) == ["Ready"] * 2
@@ -533,24 +612,65 @@ def test_package_upgrade_under_load(rig, package, scaler, flux, watcher, matrix,
     for t in tenants:
         t.load(4)
     parallel(lambda t: t.scaled_to(4, start, timeout=90), tenants)
+    wait_until(lambda: len(controllers.leaders()) == 1, timeout=60, interval=POLL,
+               what="one shard-controller leader before the upgrade")
     errors, start = keda_errors(rig, tenants), time.monotonic()
-    # The platform had the previous chart (installed over this one), then upgrades to this one;
-    # the scaler's pods roll after each (here: the process restarts with the Deployment's flags).
-    helm.upgrade_install(secured.RELEASE, previous_chart(tmp_path), secured.NS, secured.VALUES)
-    scaler.restart()
-    for t in tenants:
-        t.load(5)  # the load rises during the upgrade
-    helm.upgrade_install(secured.RELEASE, chart, secured.NS, secured.VALUES)
-    scaler.restart()
+    creator, leaders = TenantCreator(rig, "tenant-upg-"), LeaderSampler(controllers)
+
+    def roll(previous: bool = False) -> None:
+        """Every component of the package rolls after a helm upgrade (here: each process restarts
+        with its Deployment's new arguments; cainjector re-fills the webhook's caBundle). There is
+        one binary, this commit's: under the previous chart the scaler keeps the rig's admin
+        credentials, since that chart's RBAC was written for its own image (it let the scaler read
+        no ResourceQuotas, which this binary watches)."""
+        scaler.restart(as_service_account=not previous)
+        hook.roll()
+        controllers.roll()
+
+    try:
+        # The platform had the previous chart (installed over this one), then upgrades to this one.
+        helm.upgrade_install(secured.RELEASE, previous_chart(tmp_path), secured.NS, secured.VALUES)
+        roll(previous=True)
+        for t in tenants:
+            t.load(5)  # the load rises during the upgrade
+        helm.upgrade_install(secured.RELEASE, chart, secured.NS, secured.VALUES)
+        roll()
+    finally:
+        creator.stop()
     took = parallel(lambda t: t.scaled_to(5, start, timeout=90), tenants)
     failed_calls = keda_errors(rig, tenants) - errors
     changes = {t.ns: [s.value for s in t.changes(start)] for t in tenants}
     bound = 2 * FAILED_CALLS_PER_ROLL * len(tenants)
-    matrix.add(f"package upgraded {PREVIOUS} → this commit under load, scaler rolled twice, load 4 → 5",
+    shards = {f"shard{i}" for i in range(secured.SHARDS)}
+
+    def all_placed() -> bool:
+        """The release's key and the namespace's label name the same live shard, for each."""
+        left = {ns: got for ns in creator.created
+                if (got := creator.shard_of(ns))[0] not in shards or got[0] != got[1]}
+        assert not left, f"not placed yet: {left}"
+        return True
+
+    placed_in = time.monotonic()
+    try:
+        wait_until(all_placed, timeout=120, interval=1, what="every tenant created during the upgrade on a shard")
+    finally:
+        leaders.stop()
+    placed_in = time.monotonic() - placed_in
+    final = controllers.leaders()
+    matrix.add(f"package upgraded {PREVIOUS} → this commit under load, scaler, webhook and shard "
+               "controller rolled twice, load 4 → 5, a tenant created every second",
                f"only the load's change (4 → 5, the HPA's), ≤ {FAILED_CALLS_PER_ROLL} failed KEDA "
-               "calls per ScaledObject and roll",
+               "calls per ScaledObject and roll; every new tenant on a shard; never two "
+               "shard-controller leaders",
                f"changes {sorted({str(v) for v in changes.values()})}, at 5 after {max(took):.0f} s; "
-               f"{failed_calls:.0f} failed KEDA calls for {len(tenants)} ScaledObjects")
+               f"{failed_calls:.0f} failed KEDA calls for {len(tenants)} ScaledObjects; "
+               f"{len(creator.created)} tenants created, all placed ({placed_in:.0f} s after the last "
+               f"roll); at most {leaders.most} leader in {leaders.samples} samples, leaderless in "
+               f"{leaders.leaderless}; one leader at the end: {len(final) == 1}")
+    for ns in creator.created:  # later modules' shard controllers must not count these
+        rig.kube.delete("v1", "Namespace", ns)
     assert all(v == [5] for v in changes.values()), changes
     assert failed_calls <= bound, failed_calls
     assert not watcher.failures(tenants), watcher.failures(tenants)
+    assert creator.created and not creator.errors, creator.errors
+    assert leaders.most == 1 and len(final) == 1, (leaders.most, final)
