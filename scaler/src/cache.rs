@@ -18,7 +18,7 @@
 //!   this bounds the per-ScaledObject series on `/metrics` too.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -78,6 +78,15 @@ impl Entry {
             },
         }
     }
+}
+
+/// One key's state as [`Cache::snapshot`] reads it.
+pub struct Snapshot {
+    pub key: Arc<Key>,
+    /// The last good evaluation and when it was made.
+    pub good: Option<(SystemTime, Arc<Evaluation>)>,
+    /// When the last attempt finished, and its error if it failed.
+    pub attempt: Option<(SystemTime, Option<ObserveError>)>,
 }
 
 /// A cached answer: an evaluation, or the error that replaced it.
@@ -193,6 +202,8 @@ impl<E: Evaluate> Cache<E> {
                 } else {
                     warn!(namespace = %key.namespace, scaledobject = %key.name, %error, "evaluation failed");
                 }
+                self.metrics
+                    .object_error(&entry.labels, crate::grpc::observe_code(&error));
                 state.attempt = Some((now, Some(error.clone())));
                 match &state.good {
                     Some((at, good))
@@ -285,6 +296,25 @@ impl<E: Evaluate> Cache<E> {
 
     pub fn len(&self) -> usize {
         read(&self.entries).len()
+    }
+
+    /// What every held key (of `namespace`, when given) last got, for `/decisions`
+    /// ([`crate::decisions`]); times converted to the wall clock.
+    pub fn snapshot(&self, namespace: Option<&str>) -> Vec<Snapshot> {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let at = |t: &Instant| wall - now.saturating_duration_since(*t);
+        read(&self.entries)
+            .iter()
+            .filter(|(key, _)| namespace.is_none_or(|ns| key.namespace == ns))
+            .map(|(key, entry)| {
+                let state = lock(&entry.state);
+                Snapshot {
+                    key: key.clone(),
+                    good: state.good.as_ref().map(|(t, e)| (at(t), e.clone())),
+                    attempt: state.attempt.as_ref().map(|(t, e)| (at(t), e.clone())),
+                }
+            })
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -14,6 +14,7 @@ use tracing::info;
 
 use crate::backend;
 use crate::cache::{Cache, Timing};
+use crate::decisions;
 use crate::grpc::Scaler;
 use crate::metrics::Metrics;
 use crate::observe::{self, Observer};
@@ -23,6 +24,8 @@ use crate::topology::{self, ClusterIndex, Topology};
 use runtime::logging::LogArgs;
 use runtime::{admin, conn, shutdown, tls};
 
+/// `--convergence-deadline`'s default, shared with `scaler explain`.
+pub const DEFAULT_CONVERGENCE_DEADLINE: &str = "10m";
 /// How long in-flight rpcs may take to finish after SIGTERM before the server stops anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// The HTTP/2 PING interval on a quiet connection, and the time its answer may take, are each
@@ -47,7 +50,7 @@ pub struct Args {
     /// Where Cluster spec.instances and the sync quorum come from.
     #[arg(long, value_enum, default_value = "auto", env = "SCALER_TOPOLOGY")]
     pub topology: topology::Mode,
-    /// Plaintext HTTP address for /healthz, /readyz and /metrics.
+    /// Plaintext HTTP address for /healthz, /readyz, /metrics and /decisions.
     #[arg(long, default_value = "0.0.0.0:9090", env = "SCALER_ADMIN_LISTEN")]
     pub admin_listen: SocketAddr,
     /// One decision per ScaledObject serves every call within this interval.
@@ -75,7 +78,7 @@ pub struct Args {
     /// How long spec.instances may stay above the Cluster's ready instances before the scaler
     /// holds at the ready count (reason `stuck`); 0s turns the hold off. Trigger metadata
     /// `convergenceDeadlineSeconds` overrides it per ScaledObject.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, env = "SCALER_CONVERGENCE_DEADLINE")]
+    #[arg(long, default_value = DEFAULT_CONVERGENCE_DEADLINE, value_parser = humantime::parse_duration, env = "SCALER_CONVERGENCE_DEADLINE")]
     pub convergence_deadline: Duration,
     /// Forget ScaledObjects nobody asked about for this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
@@ -218,10 +221,11 @@ impl Args {
 
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, ServingStatus::NotServing).await;
-        let admin_task = tokio::spawn(admin::serve(
+        let admin_task = tokio::spawn(admin::serve_with(
             admin,
             Arc::new(registry),
             readiness.clone(),
+            decisions::router(cache.clone()),
             shutdown.clone(),
         ));
 
