@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::events::{Events, transition};
 use crate::metrics::{Metrics, ObjectLabels};
 use crate::observe::{Evaluate, ObserveError};
 use scaler_core::evaluate::Evaluation;
@@ -97,6 +98,7 @@ pub struct Cache<E> {
     timing: Timing,
     metrics: Metrics,
     entries: RwLock<HashMap<Arc<Key>, Arc<Entry>>>,
+    events: Option<Events>,
 }
 
 impl<E: Evaluate> Cache<E> {
@@ -106,7 +108,14 @@ impl<E: Evaluate> Cache<E> {
             timing,
             metrics,
             entries: RwLock::default(),
+            events: None,
         }
+    }
+
+    /// Records an Event on the ScaledObject when a decision's reason enters or leaves a guard.
+    pub fn with_events(mut self, events: Option<Events>) -> Self {
+        self.events = events;
+        self
     }
 
     /// The current evaluation for `key`; evaluates it alone when nothing usable is cached.
@@ -187,6 +196,13 @@ impl<E: Evaluate> Cache<E> {
                     info!(namespace = %key.namespace, scaledobject = %key.name, cluster = %key.config.cluster, desired = d.desired, recommended = d.recommended, reason = %d.reason, summary = %evaluation.summary, "decision");
                 } else {
                     debug!(namespace = %key.namespace, scaledobject = %key.name, desired = d.desired, reason = %d.reason, "decision unchanged");
+                }
+                if let Some(events) = &self.events {
+                    for notice in
+                        transition(previous.map(|p| p.reason), d.reason, &evaluation.summary)
+                    {
+                        events.send(&key.namespace, &key.name, notice);
+                    }
                 }
                 self.metrics.decision(&entry.labels, &evaluation);
                 state.good = Some((now, evaluation.clone()));

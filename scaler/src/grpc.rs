@@ -102,7 +102,9 @@ async fn key(
     if !names::is_dns_subdomain(&r.name) {
         return Err(invalid_name("name", &r.name, names::OBJECT_RULE));
     }
-    let config = parsed.parse(&r.name, &r.scaler_metadata).await?;
+    let config = parsed
+        .parse(&r.namespace, &r.name, &r.scaler_metadata)
+        .await?;
     Ok(Key {
         namespace: r.namespace,
         name: r.name,

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod backtest;
 pub mod cache;
 pub mod decisions;
+pub mod events;
 pub mod explain;
 pub mod grpc;
 pub mod metrics;

@@ -15,6 +15,7 @@ use tracing::info;
 use crate::backend;
 use crate::cache::{Cache, Timing};
 use crate::decisions;
+use crate::events::Events;
 use crate::grpc::Scaler;
 use crate::metrics::Metrics;
 use crate::observe::{self, Observer};
@@ -88,6 +89,10 @@ pub struct Args {
     #[arg(long, default_value_t = crate::cache::DEFAULT_CAPACITY,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_cached_objects: usize,
+    /// Record Kubernetes Events on ScaledObjects (a guard engaging or releasing, invalid
+    /// metadata); needs the Kubernetes topology and RBAC to create and patch events.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "SCALER_EVENTS")]
+    pub events: bool,
     /// How often StreamIsActive repeats `true`.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub stream_heartbeat: Duration,
@@ -186,14 +191,23 @@ impl Args {
             _ => None,
         };
 
-        let (topology, index) = match Topology::client(self.topology).await? {
+        let client = Topology::client(self.topology).await?;
+        let events = match (&client, self.events) {
+            (Some(client), true) => Some(Events::spawn(
+                client.clone(),
+                self.max_cached_objects,
+                shutdown.clone(),
+            )),
+            _ => None,
+        };
+        let (topology, index) = match client {
             None => (Topology::Metrics, None),
             Some(client) => {
                 let index = ClusterIndex::spawn(client, shutdown.clone());
                 (Topology::Watched(index.clone()), Some(index))
             }
         };
-        info!(topology = topology.name(), prometheus = %self.prometheus_url, "starting");
+        info!(topology = topology.name(), prometheus = %self.prometheus_url, events = events.is_some(), "starting");
         let prometheus = backend::Client::new(
             &self.prometheus_url,
             self.query_timeout,
@@ -216,7 +230,8 @@ impl Args {
             ttl: self.cache_ttl,
             capacity: self.max_cached_objects,
         };
-        let cache = Arc::new(Cache::new(observer, timing, metrics.clone()));
+        let cache =
+            Arc::new(Cache::new(observer, timing, metrics.clone()).with_events(events.clone()));
         tokio::spawn(cache.clone().run(shutdown.clone()));
 
         let (health, health_service) = tonic_health::server::health_reporter();
@@ -255,7 +270,9 @@ impl Args {
 
         let scaler = Scaler {
             cache,
-            metadata: Arc::new(MetadataCache::new(self.max_cached_objects, metrics.clone())),
+            metadata: Arc::new(
+                MetadataCache::new(self.max_cached_objects, metrics.clone()).with_events(events),
+            ),
             metrics,
             shutdown: shutdown.clone(),
             heartbeat: self.stream_heartbeat,
