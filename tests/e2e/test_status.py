@@ -167,3 +167,37 @@ def test_events_once_each_on_the_brake_engaging_and_releasing_and_on_invalid_met
     for e in events(fleet, "braked"):
         assert e.get("series") is None, e
     assert reasons(fleet, "healthy") == [] and reasons(fleet, "invalid") == ["InvalidMetadata"]
+
+
+def test_the_package_grants_the_scaler_exactly_what_events_need(fleet, package):
+    """The scaler above runs with the admin kubeconfig; its in-cluster ServiceAccount gets the
+    package's ClusterRole: create and patch Events, get ScaledObjects, and nothing more on them."""
+    def allowed(group, resource, verb):
+        review = fleet.kube.create({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "metadata": {},
+            "spec": {"user": "system:serviceaccount:cozy-autoscaling:cozy-autoscaling-scaler",
+                     "groups": ["system:serviceaccounts", "system:serviceaccounts:cozy-autoscaling"],
+                     "resourceAttributes": {"group": group, "resource": resource, "verb": verb,
+                                            "namespace": NS}}})
+        return review["status"]["allowed"]
+    for verb in ("create", "patch"):
+        assert allowed("events.k8s.io", "events", verb), verb
+    assert allowed("keda.sh", "scaledobjects", "get")
+    for group, resource, verb in [("events.k8s.io", "events", "delete"), ("events.k8s.io", "events", "list"),
+                                  ("keda.sh", "scaledobjects", "list"), ("keda.sh", "scaledobjects", "patch"),
+                                  ("", "events", "create")]:
+        assert not allowed(group, resource, verb), (group, resource, verb)
+
+
+def test_watch_prints_again_every_interval(fleet, scaler):
+    p = subprocess.Popen([str(fleet.scaler_bin), "status", "-n", NS, "--scaler-address", host(scaler),
+                          "--decisions-url", f"{scaler.admin}/decisions", "--watch", "--watch-interval", "1s"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(fleet))
+    try:
+        time.sleep(6)
+    finally:
+        p.terminate()
+        out, _ = p.communicate(timeout=10)
+    # Each round is a full re-list (about a second here) and then the interval.
+    headers = [line for line in out.splitlines() if line.startswith("NAMESPACE")]
+    assert 2 <= len(headers) <= 6, out

@@ -70,3 +70,16 @@ def test_made_up_names_never_grow_the_answer_past_the_cache(vm, start_scaler):
     assert len(requests.get(f"{scaler.admin}/decisions", timeout=5).content) < 16 * 1024
     gauges = promtext.select(promtext.scrape(f"{scaler.admin}/metrics"), "scaler_decision_desired_instances")
     assert len(gauges) == page["total"]
+
+
+def test_invalid_metadata_is_logged_at_warn_once_per_scaled_object_and_content(vm, start_scaler):
+    scaler, keda = start_scaler(vm.url)
+    bad = keda.ref("tenant-a", "so-typo", metadata(targett="5"))
+    for _ in range(5):
+        assert code_of(lambda: keda.spec(bad)) == grpc.StatusCode.INVALID_ARGUMENT
+    other = keda.ref("tenant-b", "so-typo", metadata(targett="5"))
+    assert code_of(lambda: keda.spec(other)) == grpc.StatusCode.INVALID_ARGUMENT
+    with open(scaler.log) as f:
+        warns = [line for line in f if "invalid trigger metadata" in line and "WARN" in line]
+    assert len(warns) == 2, warns
+    assert all("targett" in line for line in warns), warns

@@ -132,14 +132,9 @@ impl Args {
         namespace: Option<&str>,
     ) -> table::Inputs {
         let rule = AddressMatch(self.scaler_address.clone());
-        let api = |source| async move {
-            match client {
-                Ok(client) => Ok(client.clone()),
-                Err(e) => Err(format!("{source}: {e}")),
-            }
-        };
+        let api = || client.cloned().map_err(String::clone);
         let objects = async {
-            let client = api("ScaledObjects").await?;
+            let client = api()?;
             let mut params = ListParams::default();
             if let Some(selector) = &self.selector {
                 params = params.labels(selector);
@@ -150,7 +145,7 @@ impl Args {
             Ok(list.items.iter().filter_map(|o| object(o, &rule)).collect())
         };
         let clusters = async {
-            let client = api("Clusters").await?;
+            let client = api()?;
             let list = self
                 .bounded(
                     dynamic(client, namespace, &cluster_resource()).list(&ListParams::default()),
@@ -159,7 +154,7 @@ impl Args {
             Ok(list.items.iter().map(cluster).collect())
         };
         let hpas = async {
-            let client = api("HPAs").await?;
+            let client = api()?;
             let api: Api<HorizontalPodAutoscaler> = match namespace {
                 Some(ns) => Api::namespaced(client, ns),
                 None => Api::all(client),

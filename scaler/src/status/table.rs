@@ -320,12 +320,18 @@ fn or_dash<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
-/// The conditions that are not True, `Type=False(Reason)`; `ok` when all are True.
+/// The conditions that say the HPA is in trouble (AbleToScale or ScalingActive False,
+/// ScalingLimited True), `Type=Status(Reason)`, or every condition (`all`); `ok` when none.
 fn conditions(hpa: &HpaState, all: bool) -> String {
+    let trouble = |c: &Condition| match c.kind.as_str() {
+        "AbleToScale" | "ScalingActive" => c.status == "False",
+        "ScalingLimited" => c.status == "True",
+        _ => false,
+    };
     let shown: Vec<String> = hpa
         .conditions
         .iter()
-        .filter(|c| all || c.status != "True")
+        .filter(|c| all || trouble(c))
         .map(|c| match &c.reason {
             Some(r) => format!("{}={}({r})", c.kind, c.status),
             None => format!("{}={}", c.kind, c.status),

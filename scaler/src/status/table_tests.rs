@@ -147,6 +147,26 @@ fn a_mixed_fleet_is_listed_trouble_first_with_the_right_reasons() {
     );
     let healthy = &rows[6];
     let h = healthy.hpa.as_ref().unwrap();
+    assert_eq!(
+        conditions(h, false),
+        "ok",
+        "True conditions and a False ScalingLimited are fine"
+    );
+    let mut limited = h.clone();
+    limited.conditions.push(Condition {
+        kind: "ScalingLimited".into(),
+        status: "True".into(),
+        reason: Some("TooManyReplicas".into()),
+    });
+    limited.conditions.push(Condition {
+        kind: "ScaledToZero".into(),
+        status: "False".into(),
+        reason: None,
+    });
+    assert_eq!(
+        conditions(&limited, false),
+        "ScalingLimited=True(TooManyReplicas)"
+    );
     assert_eq!((h.desired, h.last_scale_age_seconds), (Some(3), Some(3600)));
     assert_eq!(rows[3].last_error_age_seconds, Some(60));
     assert!(missing(&inputs).is_empty());
