@@ -4,6 +4,7 @@
 //! * `GET /healthz`: 200 while the process runs (liveness).
 //! * `GET /readyz`: 200 once [`Readiness::set`] says so, else 503 (readiness).
 //! * `GET /metrics`: the [`Registry`] in OpenMetrics text.
+//! * whatever read-only routes the caller adds with [`serve_with`] (the scaler's `/decisions`).
 //!
 //! Probes and scrapes need few connections: the port takes [`LIMITS`] (see [`crate::conn`]:
 //! a cap, a per-peer cap, half-sent or silent connections closed first to make room) and request
@@ -95,6 +96,19 @@ pub async fn serve(
     readiness: Readiness,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    serve_with(listener, registry, readiness, Router::new(), shutdown).await
+}
+
+/// [`serve`], plus the routes of `extra`: same port, same connection limits, so the network
+/// policy that admits scrapers to /metrics covers them too. Their handlers must answer at once
+/// (shutdown does not wait for slow ones).
+pub async fn serve_with(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    readiness: Readiness,
+    extra: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -102,7 +116,8 @@ pub async fn serve(
         .with_state(AdminState {
             registry,
             readiness,
-        });
+        })
+        .merge(extra);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT);

@@ -18,11 +18,12 @@
 //!   this bounds the per-ScaledObject series on `/metrics` too.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::events::{Events, transition};
 use crate::metrics::{Metrics, ObjectLabels};
 use crate::observe::{Evaluate, ObserveError};
 use scaler_core::evaluate::Evaluation;
@@ -80,6 +81,15 @@ impl Entry {
     }
 }
 
+/// One key's state as [`Cache::snapshot`] reads it.
+pub struct Snapshot {
+    pub key: Arc<Key>,
+    /// The last good evaluation and when it was made.
+    pub good: Option<(SystemTime, Arc<Evaluation>)>,
+    /// When the last attempt finished, and its error if it failed.
+    pub attempt: Option<(SystemTime, Option<ObserveError>)>,
+}
+
 /// A cached answer: an evaluation, or the error that replaced it.
 type Answer = Result<Arc<Evaluation>, ObserveError>;
 
@@ -88,6 +98,7 @@ pub struct Cache<E> {
     timing: Timing,
     metrics: Metrics,
     entries: RwLock<HashMap<Arc<Key>, Arc<Entry>>>,
+    events: Option<Events>,
 }
 
 impl<E: Evaluate> Cache<E> {
@@ -97,7 +108,14 @@ impl<E: Evaluate> Cache<E> {
             timing,
             metrics,
             entries: RwLock::default(),
+            events: None,
         }
+    }
+
+    /// Records an Event on the ScaledObject when a decision's reason enters or leaves a guard.
+    pub fn with_events(mut self, events: Option<Events>) -> Self {
+        self.events = events;
+        self
     }
 
     /// The current evaluation for `key`; evaluates it alone when nothing usable is cached.
@@ -179,6 +197,13 @@ impl<E: Evaluate> Cache<E> {
                 } else {
                     debug!(namespace = %key.namespace, scaledobject = %key.name, desired = d.desired, reason = %d.reason, "decision unchanged");
                 }
+                if let Some(events) = &self.events {
+                    for notice in
+                        transition(previous.map(|p| p.reason), d.reason, &evaluation.summary)
+                    {
+                        events.send(&key.namespace, &key.name, notice);
+                    }
+                }
                 self.metrics.decision(&entry.labels, &evaluation);
                 state.good = Some((now, evaluation.clone()));
                 state.attempt = Some((now, None));
@@ -193,6 +218,8 @@ impl<E: Evaluate> Cache<E> {
                 } else {
                     warn!(namespace = %key.namespace, scaledobject = %key.name, %error, "evaluation failed");
                 }
+                self.metrics
+                    .object_error(&entry.labels, crate::grpc::observe_code(&error));
                 state.attempt = Some((now, Some(error.clone())));
                 match &state.good {
                     Some((at, good))
@@ -285,6 +312,25 @@ impl<E: Evaluate> Cache<E> {
 
     pub fn len(&self) -> usize {
         read(&self.entries).len()
+    }
+
+    /// What every held key (of `namespace`, when given) last got, for `/decisions`
+    /// ([`crate::decisions`]); times converted to the wall clock.
+    pub fn snapshot(&self, namespace: Option<&str>) -> Vec<Snapshot> {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let at = |t: &Instant| wall - now.saturating_duration_since(*t);
+        read(&self.entries)
+            .iter()
+            .filter(|(key, _)| namespace.is_none_or(|ns| key.namespace == ns))
+            .map(|(key, entry)| {
+                let state = lock(&entry.state);
+                Snapshot {
+                    key: key.clone(),
+                    good: state.good.as_ref().map(|(t, e)| (at(t), e.clone())),
+                    attempt: state.attempt.as_ref().map(|(t, e)| (at(t), e.clone())),
+                }
+            })
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {

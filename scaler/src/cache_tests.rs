@@ -299,3 +299,51 @@ async fn past_the_capacity_the_least_recently_asked_keys_go_first() {
     let held = |name: &str| read(&cache.entries).contains_key(&key(name));
     assert!(held("k-0") && held("new") && !held("k-1") && held("k-2"));
 }
+
+#[tokio::test]
+async fn error_counters_are_per_scaled_object_by_code_and_go_with_their_keys() {
+    let fake = Fake::default();
+    fake.failing.store(true, Ordering::SeqCst);
+    let (cache, registry) = bounded(&fake, 10_000, 20_000, 16);
+    for i in 0..100 {
+        assert!(cache.get(key(&format!("so-{i}"))).await.is_err());
+    }
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("scaler_scaledobject_errors_total{"))
+        .collect();
+    assert_eq!(series.len(), cache.len(), "{text}");
+    assert!(
+        series.iter().any(|l| l.starts_with(
+            "scaler_scaledobject_errors_total{namespace=\"ns\",scaledobject=\"so-99\",cluster=\"pg\",code=\"Unavailable\"} 1"
+        )),
+        "{series:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_snapshot_holds_the_last_decision_and_the_last_error() {
+    let fake = Fake::default();
+    let cache = cache(&fake, 10_000, 20_000);
+    cache.get(key("good")).await.unwrap();
+    fake.failing.store(true, Ordering::SeqCst);
+    assert!(cache.get(key("bad")).await.is_err());
+    let mut snapshot = cache.snapshot(Some("ns"));
+    snapshot.sort_by(|a, b| a.key.name.cmp(&b.key.name));
+    let [bad, good] = &snapshot[..] else {
+        panic!("two keys")
+    };
+    assert!(bad.good.is_none());
+    assert!(matches!(&bad.attempt, Some((_, Some(_)))));
+    assert!(good.good.is_some() && matches!(&good.attempt, Some((_, None))));
+    assert!(cache.snapshot(Some("other")).is_empty());
+    let entry = crate::decisions::entry(bad, std::time::SystemTime::now());
+    assert_eq!(entry.last_error.unwrap().code, "Unavailable");
+    let entry = crate::decisions::entry(good, std::time::SystemTime::now());
+    assert_eq!(
+        (entry.desired, entry.reason.as_deref()),
+        (Some(2), Some("load"))
+    );
+}

@@ -7,10 +7,14 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
+use anyhow::Context as _;
+
 use crate::backend;
 use crate::cache::Key;
 use crate::metrics::Metrics;
 use crate::observe::{Evaluate as _, Observer};
+use crate::scaledobject::{self, AddressMatch};
+use crate::serve;
 use crate::topology::{self, Topology};
 use runtime::logging::LogArgs;
 use scaler_core::decision::{Brake, ConvergencePhase};
@@ -24,43 +28,57 @@ pub enum Output {
     Json,
 }
 
-/// The same settings as the trigger metadata, as flags.
+/// The decision `serve` makes for one ScaledObject: its trigger metadata read from the API
+/// server (`--scaled-object`), else from the flags alone. Every metadata flag overrides one key;
+/// a flag left out leaves the key to the ScaledObject, else to the metadata parser's default,
+/// the same as serve's (scaler-core/src/metadata.rs).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Prometheus-compatible API root.
     #[arg(long, env = "SCALER_PROMETHEUS_URL")]
     pub prometheus_url: String,
-    /// Namespace of the ScaledObject and the Cluster.
+    /// NAMESPACE/NAME of a live ScaledObject: its trigger metadata, Cluster and quotas are read
+    /// from the API server.
     #[arg(long)]
-    pub namespace: String,
-    /// CNPG Cluster name.
-    #[arg(long)]
-    pub cluster: String,
+    pub scaled_object: Option<String>,
+    /// Which trigger is this scaler's (as `scaler status --scaler-address`).
+    #[arg(long = "scaler-address", default_value = scaledobject::DEFAULT_SCALER_ADDRESS)]
+    pub scaler_address: Vec<String>,
+    /// Namespace of the ScaledObject and the Cluster (without --scaled-object).
+    #[arg(long, required_unless_present = "scaled_object")]
+    pub namespace: Option<String>,
+    /// CNPG Cluster name (without --scaled-object also the ScaledObject's name).
+    #[arg(long, required_unless_present = "scaled_object")]
+    pub cluster: Option<String>,
     /// Load signal: ReadConnections, ReadCPUUtilization or ReadConnectionUsage.
-    #[arg(long, default_value = "ReadConnections")]
-    pub metric: Metric,
+    #[arg(long)]
+    pub metric: Option<String>,
     /// Load one read replica should carry (connections, CPU millicores, or percent of
     /// max_connections).
-    #[arg(long, default_value = "150")]
-    pub target: String,
-    #[arg(long, default_value = "2")]
-    pub min_replicas: String,
-    #[arg(long, default_value = "6")]
-    pub max_replicas: String,
+    #[arg(long)]
+    pub target: Option<String>,
+    #[arg(long)]
+    pub min_replicas: Option<String>,
+    #[arg(long)]
+    pub max_replicas: Option<String>,
     /// Synchronous quorum; read from the Cluster when absent.
     #[arg(long)]
     pub max_sync_replicas: Option<String>,
     /// Lag brake threshold in seconds; 0 turns it off.
-    #[arg(long, default_value = "0")]
-    pub max_replication_lag_seconds: String,
     #[arg(long)]
-    pub dry_run: bool,
+    pub max_replication_lag_seconds: Option<String>,
+    /// `--dry-run` alone is `--dry-run true`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub dry_run: Option<String>,
     /// Seconds spec.instances may stay above the ready count before the stuck hold; 0 = off.
-    #[arg(long, default_value = "600")]
-    pub convergence_deadline_seconds: String,
+    #[arg(long)]
+    pub convergence_deadline_seconds: Option<String>,
+    /// The deadline when the metadata has none: serve's `--convergence-deadline`.
+    #[arg(long, default_value = serve::DEFAULT_CONVERGENCE_DEADLINE, value_parser = humantime::parse_duration)]
+    pub convergence_deadline: Duration,
     /// enabled, or disabled: never recommend fewer than the current count.
-    #[arg(long, default_value = "enabled")]
-    pub scale_in: String,
+    #[arg(long)]
+    pub scale_in: Option<String>,
     /// Schedule windows, as the `schedules` metadata, e.g.
     /// "0 8 * * 1-5 for 10h floor 4 in Europe/Berlin; 0 22 * * * for 8h scaleIn disabled".
     #[arg(long)]
@@ -89,38 +107,75 @@ struct Report<'a> {
 }
 
 impl Args {
-    pub async fn run(self) -> anyhow::Result<()> {
-        self.log.init()?;
-        let mut md: HashMap<String, String> = [
-            ("cluster", self.cluster.clone()),
-            ("metric", self.metric.as_str().to_owned()),
-            ("target", self.target.clone()),
-            ("minReplicas", self.min_replicas.clone()),
-            ("maxReplicas", self.max_replicas.clone()),
+    /// The metadata flags that were given, as metadata keys.
+    fn overrides(&self) -> Vec<(&'static str, String)> {
+        [
+            ("cluster", &self.cluster),
+            ("metric", &self.metric),
+            ("target", &self.target),
+            ("minReplicas", &self.min_replicas),
+            ("maxReplicas", &self.max_replicas),
+            ("maxSyncReplicas", &self.max_sync_replicas),
             (
                 "maxReplicationLagSeconds",
-                self.max_replication_lag_seconds.clone(),
+                &self.max_replication_lag_seconds,
             ),
-            ("dryRun", self.dry_run.to_string()),
+            ("dryRun", &self.dry_run),
             (
                 "convergenceDeadlineSeconds",
-                self.convergence_deadline_seconds.clone(),
+                &self.convergence_deadline_seconds,
             ),
-            ("scaleIn", self.scale_in.clone()),
+            ("scaleIn", &self.scale_in),
+            ("schedules", &self.schedules),
+            ("signals", &self.signals),
         ]
         .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-        if let Some(q) = &self.max_sync_replicas {
-            md.insert("maxSyncReplicas".into(), q.clone());
+        .filter_map(|(key, value)| Some((key, value.clone()?)))
+        .collect()
+    }
+
+    /// The namespace, ScaledObject name and metadata: the live object's, or the flags' alone.
+    async fn source(&self) -> anyhow::Result<(String, String, HashMap<String, String>)> {
+        let Some(reference) = &self.scaled_object else {
+            let (Some(namespace), Some(cluster)) = (&self.namespace, &self.cluster) else {
+                anyhow::bail!("give --scaled-object NAMESPACE/NAME, or --namespace and --cluster");
+            };
+            return Ok((namespace.clone(), cluster.clone(), HashMap::new()));
+        };
+        let Some((namespace, name)) = reference.split_once('/') else {
+            anyhow::bail!("--scaled-object {reference:?} is not NAMESPACE/NAME");
+        };
+        anyhow::ensure!(
+            self.namespace.as_deref().is_none_or(|ns| ns == namespace),
+            "--namespace differs from the namespace of --scaled-object"
+        );
+        let client = kube::Client::try_default()
+            .await
+            .context("--scaled-object: cannot build a Kubernetes client")?;
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::namespaced_with(client, namespace, &crate::status::scaled_object_resource());
+        let object = tokio::time::timeout(self.query_timeout, api.get(name))
+            .await
+            .map_err(|_| anyhow::anyhow!("reading ScaledObject {reference} timed out"))?
+            .with_context(|| format!("reading ScaledObject {reference}"))?;
+        let rule = AddressMatch(self.scaler_address.clone());
+        let trigger = scaledobject::trigger(&serde_json::to_value(&object)?, &rule)
+            .with_context(|| {
+                format!(
+                    "ScaledObject {reference} has no external trigger whose scalerAddress matches                      --scaler-address {}",
+                    self.scaler_address.join(", ")
+                )
+            })?;
+        Ok((namespace.to_owned(), name.to_owned(), trigger.metadata))
+    }
+
+    pub async fn run(self) -> anyhow::Result<()> {
+        self.log.init()?;
+        let (namespace, name, mut md) = self.source().await?;
+        for (key, value) in self.overrides() {
+            md.insert(key.to_owned(), value);
         }
-        if let Some(windows) = &self.schedules {
-            md.insert("schedules".into(), windows.clone());
-        }
-        if let Some(signals) = &self.signals {
-            md.insert("signals".into(), signals.clone());
-        }
-        let config = metadata::parse(&self.cluster, &md)?;
+        let config = metadata::parse(&name, &md)?;
         let metrics = Metrics::register(&mut Registry::default());
         let topology = match Topology::client(self.topology).await? {
             None => Topology::Metrics,
@@ -139,14 +194,13 @@ impl Args {
             )?,
             topology,
             metrics,
-            // Unused: the metadata above always carries the deadline.
-            convergence_deadline: Duration::ZERO,
+            convergence_deadline: self.convergence_deadline,
             batch_size: 1,
             concurrency: 1,
         };
         let key = Key {
-            namespace: self.namespace.clone(),
-            name: config.cluster.clone(),
+            namespace: namespace.clone(),
+            name,
             config: config.clone().into(),
         };
         let evaluation = observer
@@ -161,7 +215,7 @@ impl Args {
             metric_value: f64::from(evaluation.decision.desired) * config.target,
             query: promql::decision_query(
                 &[Target {
-                    namespace: self.namespace.clone(),
+                    namespace,
                     cluster: config.cluster.clone(),
                 }],
                 Shape::of(&config),

@@ -61,6 +61,12 @@ pub fn status(error: &RpcError) -> Status {
     }
 }
 
+/// The code an evaluation failure is answered with: `/decisions` and the per-ScaledObject
+/// error counters report the same code KEDA got.
+pub fn observe_code(error: &ObserveError) -> tonic::Code {
+    status(&RpcError::Observe(error.clone())).code()
+}
+
 /// The service.
 pub struct Scaler<E> {
     pub cache: Arc<Cache<E>>,
@@ -96,7 +102,9 @@ async fn key(
     if !names::is_dns_subdomain(&r.name) {
         return Err(invalid_name("name", &r.name, names::OBJECT_RULE));
     }
-    let config = parsed.parse(&r.name, &r.scaler_metadata).await?;
+    let config = parsed
+        .parse(&r.namespace, &r.name, &r.scaler_metadata)
+        .await?;
     Ok(Key {
         namespace: r.namespace,
         name: r.name,
@@ -353,6 +361,13 @@ mod tests {
         ];
         for (error, code) in cases {
             assert_eq!(status(&error).code(), code, "{error}");
+            if let RpcError::Observe(e) = &error {
+                // Else its per-ScaledObject error series would outlive the ScaledObject.
+                assert!(
+                    crate::metrics::OBSERVE_CODES.contains(&observe_code(e)),
+                    "{e}"
+                );
+            }
         }
     }
 

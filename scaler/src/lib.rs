@@ -5,12 +5,16 @@ pub mod backend;
 pub mod backtest;
 pub mod cache;
 pub mod client_ca;
+pub mod decisions;
+pub mod events;
 pub mod explain;
 pub mod grpc;
 pub mod metrics;
 pub mod observe;
 pub mod parsed;
+pub mod scaledobject;
 pub mod serve;
+pub mod status;
 pub mod topology;
 
 /// Generated from `proto/externalscaler.proto`.

@@ -1,8 +1,6 @@
 //! `scaler`: one binary (one image) for every job: the KEDA external scaler (`serve`, `explain`,
 //! this crate), and Flux shard placement (the webhook crate): the admission webhook (`webhook`)
 //! and the placement controller (`shard-controller`, `shards plan`).
-use clap::Parser;
-
 mod cli;
 
 #[global_allocator]
@@ -13,5 +11,5 @@ async fn main() -> anyhow::Result<()> {
     // kube (ring) and reqwest (no provider) share one rustls provider; install it
     // before either builds a TLS config, or rustls panics choosing one.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    cli::Cli::parse().run().await
+    cli::Cli::from_env().run().await
 }

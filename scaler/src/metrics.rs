@@ -21,6 +21,7 @@
 //! | `scaler_decision_brake` | gauge (1 for the current brake state) | `namespace`, `scaledobject`, `cluster`, `state` |
 //! | `scaler_decision_quota_ceiling_instances` | gauge (absent without a limiting quota) | `namespace`, `scaledobject`, `cluster` |
 //! | `scaler_decision_convergence_backoff` | gauge (hold number past the deadline, 0 otherwise) | `namespace`, `scaledobject`, `cluster` |
+//! | `scaler_scaledobject_errors_total` | counter (failed evaluations; gone with the ScaledObject's gauges) | `namespace`, `scaledobject`, `cluster`, `code` |
 //! | `scaler_cache_entries` | gauge | – |
 //! | `scaler_cache_evictions_total` | counter | `cache` (`decisions`, `metadata`), `cause` (`idle`, `capacity`) |
 //! | `scaler_active_streams` | gauge | – |
@@ -99,6 +100,22 @@ struct ObjectBrakeLabels {
     state: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectCodeLabels {
+    namespace: Arc<str>,
+    scaledobject: Arc<str>,
+    cluster: Arc<str>,
+    code: &'static str,
+}
+
+/// Every code an evaluation failure is answered with ([`crate::grpc::observe_code`]), so
+/// [`Metrics::forget`] can drop each per-ScaledObject error series.
+pub const OBSERVE_CODES: [tonic::Code; 3] = [
+    tonic::Code::Unavailable,
+    tonic::Code::DeadlineExceeded,
+    tonic::Code::NotFound,
+];
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -124,6 +141,7 @@ pub struct Metrics {
     lag_threshold: Family<ObjectLabels, FloatGauge>,
     brake: Family<ObjectBrakeLabels, Gauge>,
     signal: Family<ObjectSignalLabels, Gauge>,
+    object_errors: Family<ObjectCodeLabels, Counter>,
     pub cache_entries: Gauge,
     evictions: Family<EvictionLabels, Counter>,
     pub active_streams: Gauge,
@@ -164,6 +182,7 @@ impl Metrics {
             lag_threshold: Family::default(),
             brake: Family::default(),
             signal: Family::default(),
+            object_errors: Family::default(),
             cache_entries: Gauge::default(),
             evictions: Family::default(),
             active_streams: Gauge::default(),
@@ -263,6 +282,12 @@ impl Metrics {
             "decision_signal",
             "1 for the signal (metric) whose load asked for the most replicas per ScaledObject",
             this.signal.clone(),
+        );
+        r.register(
+            "scaledobject_errors",
+            "Failed evaluations per ScaledObject, by the gRPC code KEDA got; bounded by the \
+             decision cache (--max-cached-objects) and dropped with the ScaledObject's gauges",
+            this.object_errors.clone(),
         );
         r.register(
             "cache_entries",
@@ -388,8 +413,18 @@ impl Metrics {
         }
     }
 
-    /// Drops one ScaledObject's gauges (after cache eviction).
+    /// One failed evaluation of a ScaledObject the cache holds.
+    pub fn object_error(&self, object: &ObjectLabels, code: tonic::Code) {
+        self.object_errors
+            .get_or_create(&code_labels(object, code))
+            .inc();
+    }
+
+    /// Drops one ScaledObject's gauges and error counters (after cache eviction).
     pub fn forget(&self, object: &ObjectLabels) {
+        for code in OBSERVE_CODES {
+            self.object_errors.remove(&code_labels(object, code));
+        }
         self.desired.remove(object);
         self.recommended.remove(object);
         self.quota_ceiling.remove(object);
@@ -417,6 +452,15 @@ fn signal_labels(object: &ObjectLabels, metric: Metric) -> ObjectSignalLabels {
         scaledobject: object.scaledobject.clone(),
         cluster: object.cluster.clone(),
         signal: metric.as_str(),
+    }
+}
+
+fn code_labels(object: &ObjectLabels, code: tonic::Code) -> ObjectCodeLabels {
+    ObjectCodeLabels {
+        namespace: object.namespace.clone(),
+        scaledobject: object.scaledobject.clone(),
+        cluster: object.cluster.clone(),
+        code: code_name(code),
     }
 }
 

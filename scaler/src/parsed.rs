@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Semaphore;
+use tracing::{debug, warn};
 
+use crate::events::{self, Events};
 use crate::metrics::Metrics;
 use scaler_core::metadata::{self, MetadataError, ScalerConfig};
 
@@ -25,9 +27,11 @@ pub const MAX_CACHED_BYTES: usize = 8 * 1024;
 pub type Parsed = Result<Arc<ScalerConfig>, MetadataError>;
 
 /// The content a parse depends on: the ScaledObject's name (the default cluster) and the
-/// metadata, sorted.
+/// metadata, sorted; and its namespace, so an invalid one is reported (logged at warn, an
+/// Event) once per ScaledObject and metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Content {
+    namespace: String,
     name: String,
     metadata: Vec<(String, String)>,
 }
@@ -45,6 +49,7 @@ pub struct MetadataCache {
     /// One schedule validation at a time, on the blocking pool.
     expensive: Semaphore,
     metrics: Metrics,
+    events: Option<Events>,
 }
 
 impl MetadataCache {
@@ -55,19 +60,38 @@ impl MetadataCache {
             clock: AtomicU64::new(0),
             expensive: Semaphore::new(1),
             metrics,
+            events: None,
         }
     }
 
-    /// The parsed metadata of the ScaledObject `name`, from memory when this content was seen.
-    pub async fn parse(&self, name: &str, raw: &HashMap<String, String>) -> Parsed {
+    /// Records an Event on each ScaledObject whose metadata is invalid (once per content held).
+    pub fn with_events(mut self, events: Option<Events>) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// The parsed metadata of the ScaledObject `namespace/name`, from memory when this content
+    /// was seen. A new invalid content is logged at warn and recorded as an Event.
+    pub async fn parse(
+        &self,
+        namespace: &str,
+        name: &str,
+        raw: &HashMap<String, String>,
+    ) -> Parsed {
         let size: usize = name.len() + raw.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         if size > MAX_CACHED_BYTES {
-            return parse_now(name, raw);
+            // Not kept, so parsed on every rpc: logging each would flood the log.
+            let parsed = parse_now(name, raw);
+            if let Err(error) = &parsed {
+                debug!(%namespace, scaledobject = %name, %error, "invalid trigger metadata (too large to remember)");
+            }
+            return parsed;
         }
         let mut metadata: Vec<(String, String)> =
             raw.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         metadata.sort_unstable();
         let content = Content {
+            namespace: namespace.to_owned(),
             name: name.to_owned(),
             metadata,
         };
@@ -87,6 +111,16 @@ impl MetadataCache {
         } else {
             parse_now(name, raw)
         };
+        if let Err(error) = &parsed {
+            warn!(%namespace, scaledobject = %name, %error, "invalid trigger metadata");
+            if let Some(events) = &self.events {
+                events.send(
+                    namespace,
+                    name,
+                    events::invalid_metadata(&error.to_string()),
+                );
+            }
+        }
         self.insert(content, parsed.clone());
         parsed
     }
@@ -165,19 +199,19 @@ mod tests {
             ("maxReplicas", "4"),
             ("schedules", "0 8 * * * for 1h floor 3"),
         ]);
-        let a = c.parse("pg", &good).await.unwrap();
-        let b = c.parse("pg", &good).await.unwrap();
+        let a = c.parse("ns", "pg", &good).await.unwrap();
+        let b = c.parse("ns", "pg", &good).await.unwrap();
         assert!(Arc::ptr_eq(&a, &b), "the second rpc reuses the first parse");
         // The name is part of the content: it is the default cluster.
-        let other = c.parse("pg-two", &good).await.unwrap();
+        let other = c.parse("ns", "pg-two", &good).await.unwrap();
         assert_eq!(other.cluster, "pg-two");
         let never = md(&[
             ("target", "5"),
             ("maxReplicas", "4"),
             ("schedules", "0 0 31 2 * for 1h floor 3"),
         ]);
-        let e1 = c.parse("pg", &never).await.unwrap_err();
-        assert_eq!(c.parse("pg", &never).await.unwrap_err(), e1);
+        let e1 = c.parse("ns", "pg", &never).await.unwrap_err();
+        assert_eq!(c.parse("ns", "pg", &never).await.unwrap_err(), e1);
         assert_eq!(c.len(), 3);
     }
 
@@ -185,17 +219,17 @@ mod tests {
     async fn the_count_is_bounded_least_recently_asked_first_and_large_metadata_is_not_kept() {
         let c = cache(16);
         let keep = md(&[("target", "5"), ("maxReplicas", "4")]);
-        let original = c.parse("keep", &keep).await.unwrap();
+        let original = c.parse("ns", "keep", &keep).await.unwrap();
         for i in 0..100 {
-            c.parse("keep", &keep).await.unwrap();
+            c.parse("ns", "keep", &keep).await.unwrap();
             let made_up = md(&[("target", &format!("{}", i + 1)), ("maxReplicas", "4")]);
-            c.parse("pg", &made_up).await.unwrap();
+            c.parse("ns", "pg", &made_up).await.unwrap();
             assert!(c.len() <= 16, "{} entries", c.len());
         }
         // Asked all along, so never the least recent: still the first parse.
         assert!(Arc::ptr_eq(
             &original,
-            &c.parse("keep", &keep).await.unwrap()
+            &c.parse("ns", "keep", &keep).await.unwrap()
         ));
         let before = c.len();
         let huge = md(&[
@@ -203,7 +237,7 @@ mod tests {
             ("maxReplicas", "4"),
             ("cluster", &"x".repeat(MAX_CACHED_BYTES)),
         ]);
-        assert!(c.parse("pg", &huge).await.is_err());
+        assert!(c.parse("ns", "pg", &huge).await.is_err());
         assert_eq!(c.len(), before);
     }
 }

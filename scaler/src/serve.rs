@@ -14,6 +14,8 @@ use tracing::info;
 
 use crate::backend;
 use crate::cache::{Cache, Timing};
+use crate::decisions;
+use crate::events::Events;
 use crate::grpc::Scaler;
 use crate::metrics::Metrics;
 use crate::observe::{self, Observer};
@@ -25,6 +27,8 @@ use runtime::{admin, conn, shutdown, tls};
 
 /// How long the first read of --tls-client-ca-secret may take before the start fails.
 const CLIENT_CA_WAIT: Duration = Duration::from_secs(30);
+/// `--convergence-deadline`'s default, shared with `scaler explain`.
+pub const DEFAULT_CONVERGENCE_DEADLINE: &str = "10m";
 /// How long in-flight rpcs may take to finish after SIGTERM before the server stops anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// The HTTP/2 PING interval on a quiet connection, and the time its answer may take, are each
@@ -49,7 +53,7 @@ pub struct Args {
     /// Where Cluster spec.instances and the sync quorum come from.
     #[arg(long, value_enum, default_value = "auto", env = "SCALER_TOPOLOGY")]
     pub topology: topology::Mode,
-    /// Plaintext HTTP address for /healthz, /readyz and /metrics.
+    /// Plaintext HTTP address for /healthz, /readyz, /metrics and /decisions.
     #[arg(long, default_value = "0.0.0.0:9090", env = "SCALER_ADMIN_LISTEN")]
     pub admin_listen: SocketAddr,
     /// One decision per ScaledObject serves every call within this interval.
@@ -77,7 +81,7 @@ pub struct Args {
     /// How long spec.instances may stay above the Cluster's ready instances before the scaler
     /// holds at the ready count (reason `stuck`); 0s turns the hold off. Trigger metadata
     /// `convergenceDeadlineSeconds` overrides it per ScaledObject.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, env = "SCALER_CONVERGENCE_DEADLINE")]
+    #[arg(long, default_value = DEFAULT_CONVERGENCE_DEADLINE, value_parser = humantime::parse_duration, env = "SCALER_CONVERGENCE_DEADLINE")]
     pub convergence_deadline: Duration,
     /// Forget ScaledObjects nobody asked about for this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
@@ -87,6 +91,10 @@ pub struct Args {
     #[arg(long, default_value_t = crate::cache::DEFAULT_CAPACITY,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_cached_objects: usize,
+    /// Record Kubernetes Events on ScaledObjects (a guard engaging or releasing, invalid
+    /// metadata); needs the Kubernetes topology and RBAC to create and patch events.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "SCALER_EVENTS")]
+    pub events: bool,
     /// How often StreamIsActive repeats `true`.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub stream_heartbeat: Duration,
@@ -235,14 +243,23 @@ impl Args {
             _ => None,
         };
 
-        let (topology, index) = match Topology::client(self.topology).await? {
+        let client = Topology::client(self.topology).await?;
+        let events = match (&client, self.events) {
+            (Some(client), true) => Some(Events::spawn(
+                client.clone(),
+                self.max_cached_objects,
+                shutdown.clone(),
+            )),
+            _ => None,
+        };
+        let (topology, index) = match client {
             None => (Topology::Metrics, None),
             Some(client) => {
                 let index = ClusterIndex::spawn(client, shutdown.clone());
                 (Topology::Watched(index.clone()), Some(index))
             }
         };
-        info!(topology = topology.name(), prometheus = %self.prometheus_url, "starting");
+        info!(topology = topology.name(), prometheus = %self.prometheus_url, events = events.is_some(), "starting");
         let prometheus = backend::Client::new(
             &self.prometheus_url,
             self.query_timeout,
@@ -265,15 +282,17 @@ impl Args {
             ttl: self.cache_ttl,
             capacity: self.max_cached_objects,
         };
-        let cache = Arc::new(Cache::new(observer, timing, metrics.clone()));
+        let cache =
+            Arc::new(Cache::new(observer, timing, metrics.clone()).with_events(events.clone()));
         tokio::spawn(cache.clone().run(shutdown.clone()));
 
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, ServingStatus::NotServing).await;
-        let admin_task = tokio::spawn(admin::serve(
+        let admin_task = tokio::spawn(admin::serve_with(
             admin,
             Arc::new(registry),
             readiness.clone(),
+            decisions::router(cache.clone()),
             shutdown.clone(),
         ));
 
@@ -303,7 +322,9 @@ impl Args {
 
         let scaler = Scaler {
             cache,
-            metadata: Arc::new(MetadataCache::new(self.max_cached_objects, metrics.clone())),
+            metadata: Arc::new(
+                MetadataCache::new(self.max_cached_objects, metrics.clone()).with_events(events),
+            ),
             metrics,
             shutdown: shutdown.clone(),
             heartbeat: self.stream_heartbeat,

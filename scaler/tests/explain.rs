@@ -82,6 +82,16 @@ async fn invalid_flags_and_missing_clusters_fail_with_a_reason() {
     let out = explain(&vm, &["--target", "0"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("\"target\""));
+    // No defaults of its own: what serve requires, explain requires (it once assumed a target
+    // of 150 and maxReplicas 6, and answered 2 where serve answered 3).
+    for (flags, key) in [
+        (&["--max-replicas", "5"][..], "\"target\" is required"),
+        (&["--target", "10"][..], "\"maxReplicas\" is required"),
+    ] {
+        let out = explain(&vm, flags);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(key), "{stderr}");
+    }
 
     let out = Command::new(env!("CARGO_BIN_EXE_scaler"))
         .args([
@@ -93,7 +103,14 @@ async fn invalid_flags_and_missing_clusters_fail_with_a_reason() {
             "--cluster",
             "orders",
         ])
-        .args(["--topology", "metrics"])
+        .args([
+            "--topology",
+            "metrics",
+            "--target",
+            "10",
+            "--max-replicas",
+            "5",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

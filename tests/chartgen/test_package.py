@@ -40,7 +40,11 @@ def test_scaler_deployment_service_pdb_and_rbac(helm):
     assert role["rules"] == [{"apiGroups": ["postgresql.cnpg.io"], "resources": ["clusters"],
                               "verbs": ["get", "list", "watch"]},
                              {"apiGroups": [""], "resources": ["resourcequotas"],
-                              "verbs": ["get", "list", "watch"]}]
+                              "verbs": ["get", "list", "watch"]},
+                             # Events on ScaledObjects: the uid, then create, patch on repeats.
+                             {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get"]},
+                             {"apiGroups": ["events.k8s.io"], "resources": ["events"],
+                              "verbs": ["create", "patch"]}]
     binding = one(objs, "ClusterRoleBinding", "cozy-autoscaling-scaler")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cozy-autoscaling-scaler", "namespace": NS}]
 

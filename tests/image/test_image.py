@@ -316,7 +316,7 @@ def test_the_binary_trusts_the_image_bundle_and_needs_it(rootfs, tmp_path, https
     elif "test CA" in bundle:
         target.write_text(target.read_text() + ca.cert.read_text())
     out = in_image(pod, "explain", f"--prometheus-url=https://metrics.image-test:{port}", "--namespace=demo",
-                   "--cluster=pg", "--topology=metrics", check=False)
+                   "--cluster=pg", "--target=100", "--max-replicas=6", "--topology=metrics", check=False)
     if bundle == "image bundle + test CA":
         assert "/api/v1/query" in PrometheusStandIn.paths, out.stderr
     elif bundle == "image bundle":

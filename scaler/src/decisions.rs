@@ -1,0 +1,293 @@
+//! `GET /decisions` on the admin port: what the scaler last decided for every ScaledObject it
+//! holds, as JSON, read-only. `scaler status` joins it with the API server's objects.
+//!
+//! Bounded: at most [`MAX_ENTRIES`] entries (`?limit=` lowers it) and [`MAX_BYTES`] of body; each
+//! error message is cut to [`MAX_MESSAGE_BYTES`]. Entries are sorted by namespace and name, and
+//! a page that had to stop early says so (`truncated`, `total`); `?namespace=` narrows it.
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{Cache, Snapshot};
+use crate::grpc::observe_code;
+use crate::metrics::code_name;
+use crate::observe::Evaluate;
+
+/// Most entries one answer carries: the default `--max-cached-objects`, so a fleet the cache
+/// holds fits in one page.
+pub const MAX_ENTRIES: usize = crate::cache::DEFAULT_CAPACITY;
+/// Largest body: entries are about 500 bytes, so [`MAX_ENTRIES`] of them fit.
+pub const MAX_BYTES: usize = 8 << 20;
+/// Longest error message kept per entry (a backend's error text can be long).
+pub const MAX_MESSAGE_BYTES: usize = 512;
+
+/// One ScaledObject's last decision and last error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub namespace: String,
+    pub scaled_object: String,
+    pub cluster: String,
+    /// From the last good evaluation; absent before the first.
+    pub current: Option<u32>,
+    pub desired: Option<u32>,
+    pub recommended: Option<u32>,
+    pub reason: Option<String>,
+    pub summary: Option<String>,
+    /// When the last good evaluation was made (RFC 3339).
+    pub last_success: Option<String>,
+    /// When the last evaluation finished, good or not (RFC 3339).
+    pub last_evaluation: Option<String>,
+    /// The last evaluation's error, when it failed.
+    pub last_error: Option<LastError>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastError {
+    /// The gRPC code KEDA got for it, grpc-go's spelling (`Unavailable`).
+    pub code: String,
+    pub message: String,
+    pub time: String,
+    pub age_seconds: u64,
+}
+
+/// One answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Page {
+    /// Entries held for the namespace asked (or all), before the limits.
+    pub total: usize,
+    /// `true` when `entries` stops before `total`.
+    pub truncated: bool,
+    pub entries: Vec<Entry>,
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t).map_or_else(|_| String::new(), |t| t.to_string())
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// A cache snapshot as an entry (the wall clock `now` dates the error's age).
+pub fn entry(snapshot: &Snapshot, now: SystemTime) -> Entry {
+    let key = &snapshot.key;
+    let good = snapshot.good.as_ref();
+    let decision = good.map(|(_, e)| &e.decision);
+    let last_error = match &snapshot.attempt {
+        Some((at, Some(error))) => Some(LastError {
+            code: code_name(observe_code(error)).to_owned(),
+            message: cut(&error.to_string(), MAX_MESSAGE_BYTES),
+            time: rfc3339(*at),
+            age_seconds: now.duration_since(*at).map_or(0, |d| d.as_secs()),
+        }),
+        _ => None,
+    };
+    Entry {
+        namespace: key.namespace.clone(),
+        scaled_object: key.name.clone(),
+        cluster: key.config.cluster.clone(),
+        current: good.map(|(_, e)| e.observation.current),
+        desired: decision.map(|d| d.desired),
+        recommended: decision.map(|d| d.recommended),
+        reason: decision.map(|d| d.reason.as_str().to_owned()),
+        summary: good.map(|(_, e)| cut(&e.summary, MAX_MESSAGE_BYTES)),
+        last_success: good.map(|(at, _)| rfc3339(*at)),
+        last_evaluation: snapshot.attempt.as_ref().map(|(at, _)| rfc3339(*at)),
+        last_error,
+    }
+}
+
+/// The body: entries sorted by namespace and name, at most `max_entries` of them and at most
+/// `max_bytes` in all (an entry that would pass it is left out with every later one).
+pub fn render(mut entries: Vec<Entry>, max_entries: usize, max_bytes: usize) -> String {
+    entries.sort_unstable_by(|a, b| {
+        (&a.namespace, &a.scaled_object).cmp(&(&b.namespace, &b.scaled_object))
+    });
+    let total = entries.len();
+    // The envelope with the largest `total` and `truncated` it can have, so the cap holds.
+    let envelope = format!("{{\"total\":{total},\"truncated\":false,\"entries\":[]}}").len();
+    let mut body = String::new();
+    let mut kept = 0;
+    for entry in entries.iter().take(max_entries) {
+        let json = serde_json::to_string(entry).expect("entries serialize");
+        let separator = usize::from(kept > 0);
+        if envelope + body.len() + separator + json.len() > max_bytes {
+            break;
+        }
+        if kept > 0 {
+            body.push(',');
+        }
+        body.push_str(&json);
+        kept += 1;
+    }
+    format!(
+        "{{\"total\":{total},\"truncated\":{},\"entries\":[{body}]}}",
+        kept < total
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct Params {
+    namespace: Option<String>,
+    limit: Option<usize>,
+}
+
+/// The `/decisions` route, for [`runtime::admin::serve_with`].
+pub fn router<E: Evaluate>(cache: Arc<Cache<E>>) -> Router {
+    Router::new()
+        .route("/decisions", get(decisions::<E>))
+        .with_state(cache)
+}
+
+async fn decisions<E: Evaluate>(
+    State(cache): State<Arc<Cache<E>>>,
+    params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(params)) = params else {
+        return bad_request(
+            "query parameters: namespace=<a namespace name>, limit=<a whole number>".into(),
+        );
+    };
+    if let Some(ns) = &params.namespace
+        && !names::is_dns_label(ns)
+    {
+        return bad_request(format!(
+            "namespace {} is not {}",
+            names::echo(ns),
+            names::NAMESPACE_RULE
+        ));
+    }
+    let now = SystemTime::now();
+    let entries = cache
+        .snapshot(params.namespace.as_deref())
+        .iter()
+        .map(|s| entry(s, now))
+        .collect();
+    let limit = params.limit.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        render(entries, limit, MAX_BYTES),
+    )
+        .into_response()
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(namespace: &str, name: &str, message: &str) -> Entry {
+        Entry {
+            namespace: namespace.into(),
+            scaled_object: name.into(),
+            cluster: name.into(),
+            current: Some(3),
+            desired: Some(4),
+            recommended: Some(4),
+            reason: Some("load".into()),
+            summary: Some("load asks for 4".into()),
+            last_success: Some("2026-12-01T00:00:00Z".into()),
+            last_evaluation: Some("2026-12-01T00:00:00Z".into()),
+            last_error: (!message.is_empty()).then(|| LastError {
+                code: "Unavailable".into(),
+                message: message.into(),
+                time: "2026-12-01T00:00:00Z".into(),
+                age_seconds: 5,
+            }),
+        }
+    }
+
+    fn parse(body: &str) -> Page {
+        serde_json::from_str(body).unwrap()
+    }
+
+    #[test]
+    fn entries_are_sorted_and_all_kept_within_the_limits() {
+        let entries = vec![
+            sample("b", "x", ""),
+            sample("a", "y", "down"),
+            sample("a", "x", ""),
+        ];
+        let page = parse(&render(entries, 10, MAX_BYTES));
+        assert_eq!((page.total, page.truncated), (3, false));
+        let order: Vec<_> = page
+            .entries
+            .iter()
+            .map(|e| (e.namespace.as_str(), e.scaled_object.as_str()))
+            .collect();
+        assert_eq!(order, [("a", "x"), ("a", "y"), ("b", "x")]);
+        assert_eq!(page.entries[1].last_error.as_ref().unwrap().message, "down");
+    }
+
+    #[test]
+    fn the_entry_cap_truncates_and_says_so() {
+        let entries: Vec<_> = (0..50)
+            .map(|i| sample("a", &format!("pg-{i:02}"), ""))
+            .collect();
+        let page = parse(&render(entries, 7, MAX_BYTES));
+        assert_eq!(
+            (page.total, page.truncated, page.entries.len()),
+            (50, true, 7)
+        );
+        assert_eq!(page.entries[6].scaled_object, "pg-06");
+        let page = parse(&render(vec![sample("a", "pg", "")], 0, MAX_BYTES));
+        assert_eq!(
+            (page.total, page.truncated, page.entries.len()),
+            (1, true, 0)
+        );
+    }
+
+    #[test]
+    fn the_byte_cap_holds_for_every_size_and_keeps_whole_entries() {
+        let entries: Vec<_> = (0..40)
+            .map(|i| sample("a", &format!("pg-{i:02}"), &"e".repeat(i * 10)))
+            .collect();
+        let full = render(entries.clone(), 100, MAX_BYTES).len();
+        let mut previous = 0;
+        for cap in (0..=full + 10).step_by(37) {
+            let body = render(entries.clone(), 100, cap);
+            let page = parse(&body);
+            assert!(
+                body.len() <= cap.max(60),
+                "{} bytes over a cap of {cap}",
+                body.len()
+            );
+            assert_eq!(page.truncated, page.entries.len() < 40, "cap {cap}");
+            assert!(
+                page.entries.len() >= previous,
+                "a larger cap never keeps fewer"
+            );
+            previous = page.entries.len();
+        }
+        assert_eq!(parse(&render(entries.clone(), 100, full)).entries.len(), 40);
+        assert_eq!(parse(&render(entries, 100, full - 1)).entries.len(), 39);
+    }
+
+    #[test]
+    fn long_messages_are_cut_on_a_character_boundary() {
+        let long = "é".repeat(MAX_MESSAGE_BYTES);
+        let cut = cut(&long, MAX_MESSAGE_BYTES);
+        assert!(cut.len() <= MAX_MESSAGE_BYTES + '…'.len_utf8());
+        assert!(cut.ends_with('…'));
+        assert_eq!(super::cut("short", MAX_MESSAGE_BYTES), "short");
+    }
+}

@@ -1,0 +1,283 @@
+//! `scaler status` (also `kubectl cozy-autoscaling status`): every ScaledObject this scaler
+//! serves, with its Cluster, its HPA and the scaler's decision, trouble first.
+//!
+//! The I/O: ScaledObjects, Clusters and HPAs from the API server (the kubeconfig's client), the
+//! decisions from the scaler's admin port (`--decisions-url`, `/decisions`). Each source is read
+//! on its own; one that fails is named and its columns left empty ([`table`] builds the rows).
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use serde::Serialize;
+
+use crate::decisions::{self, Page};
+use crate::scaledobject::{self, AddressMatch};
+use crate::topology::cluster_resource;
+use runtime::logging::LogArgs;
+
+pub mod table;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Wide,
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Namespace to list; the kubeconfig's namespace when neither -n nor -A is given.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// List every namespace.
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+    /// Label selector on the ScaledObjects, e.g. `app.kubernetes.io/instance=pg`.
+    #[arg(short = 'l', long)]
+    pub selector: Option<String>,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
+    /// The scaler's /decisions (its admin port, e.g. through
+    /// `kubectl -n cozy-autoscaling port-forward svc/cozy-autoscaling-scaler 9090:metrics`).
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:9090/decisions",
+        env = "SCALER_DECISIONS_URL"
+    )]
+    pub decisions_url: String,
+    /// Which ScaledObjects are this scaler's: a trigger of type external whose scalerAddress host
+    /// is this value or a longer DNS name of it (with `host:port`, the port must match too).
+    /// Repeat for several.
+    #[arg(long = "scaler-address", default_value = scaledobject::DEFAULT_SCALER_ADDRESS)]
+    pub scaler_address: Vec<String>,
+    /// Print again every --watch-interval (each time a full re-list).
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub watch_interval: Duration,
+    /// Bound on each read (API list, /decisions).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// The machine-readable output: the rows and what could not be read.
+#[derive(Serialize)]
+struct Report<'a> {
+    missing: Vec<String>,
+    items: &'a [table::Row],
+}
+
+impl Args {
+    pub async fn run(self) -> anyhow::Result<()> {
+        self.log.init()?;
+        anyhow::ensure!(
+            !self.watch_interval.is_zero() && !self.timeout.is_zero(),
+            "--watch-interval and --timeout must be above 0"
+        );
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| format!("no Kubernetes client: {e}"));
+        let namespace = match (&self.namespace, self.all_namespaces, &client) {
+            (_, true, _) => None,
+            (Some(ns), _, _) => Some(ns.clone()),
+            (None, false, Ok(client)) => Some(client.default_namespace().to_owned()),
+            (None, false, Err(_)) => None,
+        };
+        loop {
+            let inputs = self.read(client.as_ref(), namespace.as_deref()).await;
+            self.print(&inputs)?;
+            if !self.watch {
+                return Ok(());
+            }
+            tokio::time::sleep(self.watch_interval).await;
+            println!();
+        }
+    }
+
+    fn print(&self, inputs: &table::Inputs) -> anyhow::Result<()> {
+        let rows = table::rows(inputs);
+        let missing = table::missing(inputs);
+        match self.output {
+            Output::Text | Output::Wide => {
+                for note in &missing {
+                    eprintln!("warning: {note}");
+                }
+                print!("{}", table::text(&rows, self.output == Output::Wide));
+            }
+            Output::Json => {
+                let report = Report {
+                    missing,
+                    items: &rows,
+                };
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            }
+            Output::Yaml => {
+                let report = Report {
+                    missing,
+                    items: &rows,
+                };
+                print!("{}", serde_norway::to_string(&report)?);
+            }
+        }
+        Ok(())
+    }
+
+    async fn read(
+        &self,
+        client: Result<&kube::Client, &String>,
+        namespace: Option<&str>,
+    ) -> table::Inputs {
+        let rule = AddressMatch(self.scaler_address.clone());
+        let api = || client.cloned().map_err(String::clone);
+        let objects = async {
+            let client = api()?;
+            let mut params = ListParams::default();
+            if let Some(selector) = &self.selector {
+                params = params.labels(selector);
+            }
+            let list = self
+                .bounded(dynamic(client, namespace, &scaled_object_resource()).list(&params))
+                .await?;
+            Ok(list.items.iter().filter_map(|o| object(o, &rule)).collect())
+        };
+        let clusters = async {
+            let client = api()?;
+            let list = self
+                .bounded(
+                    dynamic(client, namespace, &cluster_resource()).list(&ListParams::default()),
+                )
+                .await?;
+            Ok(list.items.iter().map(cluster).collect())
+        };
+        let hpas = async {
+            let client = api()?;
+            let api: Api<HorizontalPodAutoscaler> = match namespace {
+                Some(ns) => Api::namespaced(client, ns),
+                None => Api::all(client),
+            };
+            let list = self.bounded(api.list(&ListParams::default())).await?;
+            Ok(list.items.iter().map(hpa).collect())
+        };
+        let decisions = self.decisions(namespace);
+        let (objects, clusters, hpas, decisions) = tokio::join!(objects, clusters, hpas, decisions);
+        table::Inputs {
+            objects,
+            clusters,
+            hpas,
+            decisions,
+            now: jiff::Timestamp::now(),
+        }
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, String> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("timed out after {:?}", self.timeout)),
+        }
+    }
+
+    /// GET --decisions-url (with `?namespace=`), at most [`decisions::MAX_BYTES`] and a bit read.
+    async fn decisions(&self, namespace: Option<&str>) -> Result<Page, String> {
+        let read = async {
+            if rustls::crypto::CryptoProvider::get_default().is_none() {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+            }
+            let http = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .context("building the HTTP client")?;
+            let mut request = http.get(&self.decisions_url);
+            if let Some(ns) = namespace {
+                request = request.query(&[("namespace", ns)]);
+            }
+            let mut response = request.send().await?;
+            let status = response.status();
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                body.extend_from_slice(&chunk);
+                anyhow::ensure!(
+                    body.len() <= decisions::MAX_BYTES + 4096,
+                    "the answer is larger than {} bytes",
+                    decisions::MAX_BYTES
+                );
+            }
+            anyhow::ensure!(
+                status.is_success(),
+                "HTTP {status}: {}",
+                names::echo(&String::from_utf8_lossy(&body))
+            );
+            serde_json::from_slice::<Page>(&body).context("the answer is not a /decisions page")
+        };
+        match tokio::time::timeout(self.timeout, read).await {
+            Ok(result) => result.map_err(|e| format!("{}: {e:#}", self.decisions_url)),
+            Err(_) => Err(format!(
+                "{}: timed out after {:?}",
+                self.decisions_url, self.timeout
+            )),
+        }
+    }
+}
+
+pub fn scaled_object_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    )
+}
+
+fn dynamic(client: kube::Client, namespace: Option<&str>, ar: &ApiResource) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client, ns, ar),
+        None => Api::all_with(client, ar),
+    }
+}
+
+fn object(o: &DynamicObject, rule: &AddressMatch) -> Option<table::Object> {
+    let name = o.metadata.name.clone()?;
+    let json = serde_json::to_value(o).ok()?;
+    Some(table::Object {
+        namespace: o.metadata.namespace.clone()?,
+        hpa: scaledobject::hpa_name(&json, &name),
+        trigger: scaledobject::trigger(&json, rule)?,
+        name,
+    })
+}
+
+fn cluster(o: &DynamicObject) -> table::Cluster {
+    table::Cluster {
+        namespace: o.metadata.namespace.clone().unwrap_or_default(),
+        name: o.metadata.name.clone().unwrap_or_default(),
+        instances: o
+            .data
+            .pointer("/spec/instances")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok()),
+    }
+}
+
+fn hpa(h: &HorizontalPodAutoscaler) -> table::Hpa {
+    let status = h.status.as_ref();
+    table::Hpa {
+        namespace: h.metadata.namespace.clone().unwrap_or_default(),
+        name: h.metadata.name.clone().unwrap_or_default(),
+        desired: status.map(|s| s.desired_replicas),
+        last_scale: status.and_then(|s| s.last_scale_time.as_ref()).map(|t| t.0),
+        conditions: status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|c| table::Condition {
+                kind: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+            })
+            .collect(),
+    }
+}
