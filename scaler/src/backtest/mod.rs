@@ -3,8 +3,9 @@
 //! The decision query of `serve` runs as range queries, in chunks of at most
 //! [`POINTS_PER_QUERY`] evaluation times (VictoriaMetrics refuses more than 30,000 points per
 //! series by default); each evaluation time goes through the same evaluation as metrics-only
-//! `serve` and a simulated HPA ([`scaler_core::replay`]). The table goes to CSV and/or JSON, the
-//! plot to SVG.
+//! `serve` and a simulated HPA ([`scaler_core::replay`]). The table goes to CSV and/or JSON or
+//! stdout, the plot to SVG and/or PNG; `--tune` replays a grid of settings over the same history
+//! ([`tune`]).
 use std::collections::HashMap;
 use std::io::IsTerminal as _;
 use std::path::PathBuf;

@@ -377,6 +377,65 @@ spec:
     }
 
     #[test]
+    fn a_list_or_several_documents_pick_by_name_and_keep_the_namespace() {
+        let dir = std::env::temp_dir().join(format!("backtest-list-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let item = |name: &str, ns: &str| {
+            BASE.replace(
+                "metadata: {name: pg}",
+                &format!("metadata: {{name: {name}, namespace: {ns}}}"),
+            )
+            .lines()
+            .map(|l| format!("  {l}\n"))
+            .collect::<String>()
+            .replacen("  kind:", "- kind:", 1)
+        };
+        let list = dir.join("list.yaml");
+        let text = format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}{}",
+            item("a", "ns-a"),
+            item("b", "ns-b")
+        );
+        std::fs::write(&list, text).unwrap();
+        let so = read(&list, Some("b")).unwrap();
+        assert_eq!(
+            (so.name.as_str(), so.namespace.as_deref(), so.trigger),
+            ("b", Some("ns-b"), 1)
+        );
+        let error = read(&list, None).unwrap_err().to_string();
+        assert!(
+            error.contains("2 ScaledObjects (a, b); choose one with --name"),
+            "{error}"
+        );
+        let error = read(&list, Some("c")).unwrap_err().to_string();
+        assert!(
+            error.contains("no ScaledObject named \"c\"; found: a, b"),
+            "{error}"
+        );
+        let multi = dir.join("multi.yaml");
+        std::fs::write(
+            &multi,
+            format!("{BASE}---\n{}", BASE.replace("name: pg", "name: pg2")),
+        )
+        .unwrap();
+        let so = read(&multi, Some("pg2")).unwrap();
+        assert_eq!(so.namespace, None);
+        let bad = dir.join("bad.yaml");
+        std::fs::write(
+            &bad,
+            BASE.replace(
+                "metadata: {name: pg}",
+                "metadata: {name: pg, namespace: Not_A_Name}",
+            ),
+        )
+        .unwrap();
+        let error = format!("{:#}", read(&bad, None).unwrap_err());
+        assert!(error.contains("metadata.namespace"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn errors_name_the_field() {
         for (from, to, field) in [
             (
