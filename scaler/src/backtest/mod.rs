@@ -337,9 +337,12 @@ impl Args {
             step,
         };
         if self.tune {
-            return self
-                .sweep(&history, &so, sync as u32, overload_above, syncs as u64)
-                .await;
+            let inputs = SweepInputs {
+                sync: sync as u32,
+                overload_above,
+                syncs: syncs as u64,
+            };
+            return self.sweep(&history, &so, config.target, &inputs).await;
         }
         let spec = HpaSpec {
             min_replicas: so.min_replicas,
@@ -419,11 +422,14 @@ impl Args {
         &self,
         history: &History,
         so: &scaled_object::ScaledObject,
-        sync: u32,
-        overload_above: f64,
-        syncs: u64,
+        file_target: f64,
+        inputs: &SweepInputs,
     ) -> anyhow::Result<()> {
-        let file_target = metadata::parse(&so.name, &so.metadata)?.target;
+        let SweepInputs {
+            sync,
+            overload_above,
+            syncs,
+        } = *inputs;
         let targets = match &self.tune_target {
             Some(text) => tune::parse_grid("--tune-target", text)?,
             None => tune::default_targets(file_target),
@@ -548,6 +554,16 @@ impl Args {
         }
         Ok(())
     }
+}
+
+/// What a sweep takes from the flags besides the grid.
+#[derive(Clone, Copy)]
+struct SweepInputs {
+    /// The HPA's sync period in seconds.
+    sync: u32,
+    overload_above: f64,
+    /// HPA syncs over the range (the sweep's work per setting, with the evaluations).
+    syncs: u64,
 }
 
 /// A progress bar on a terminal; nothing otherwise (logs and pipes stay clean).

@@ -278,8 +278,8 @@ pub fn table(lines: &[Line]) -> String {
             (false, true) => "*",
             _ => "",
         };
-        out += &format!(
-            "{:>8} {:>11}s {:>4} {:>15.1} {:>18.1} {:>13}  {mark}\n",
+        let line = format!(
+            "{:>8} {:>11}s {:>4} {:>15.1} {:>18.1} {:>13}  {mark}",
             l.target,
             l.scale_down_window_seconds,
             l.min_replicas,
@@ -287,6 +287,8 @@ pub fn table(lines: &[Line]) -> String {
             l.overloaded_minutes,
             l.scale_events
         );
+        out += line.trim_end();
+        out.push('\n');
     }
     out
 }
