@@ -262,6 +262,40 @@ mod tests {
     }
 
     #[test]
+    fn the_printed_table_has_the_first_last_and_changed_rows() {
+        let row = |time: i64, simulated: u32, error: bool| Row {
+            time,
+            load: (!error).then_some(20.0),
+            recommended: (!error).then_some(2),
+            reason: (!error).then_some(scaler_core::decision::Reason::Load),
+            simulated,
+            observed: (!error).then_some(3),
+            error: error.then(|| "no instance series".into()),
+        };
+        let rows = [
+            row(0, 3, false),
+            row(60, 3, false),
+            row(120, 2, false),
+            row(180, 2, false),
+            row(240, 2, true),
+            row(300, 2, true),
+            row(360, 2, true),
+        ];
+        let berlin = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
+        let table = changes_table(&rows, &berlin);
+        let times: Vec<&str> = table.lines().skip(1).map(|l| &l[11..19]).collect();
+        assert_eq!(
+            times,
+            ["01:00:00", "01:02:00", "01:04:00", "01:06:00"],
+            "{table}"
+        );
+        assert!(
+            table.contains("CET") && table.contains("no instance series"),
+            "{table}"
+        );
+    }
+
+    #[test]
     fn links_and_non_regular_files_are_written_through_never_replaced() {
         let dir = std::env::temp_dir().join(format!("backtest-output-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -227,6 +227,8 @@ fn draw(
     let x_desc = format!("time ({})", frame.zone_name);
     chart
         .configure_mesh()
+        // Lines at the ticks only: a count's tenths say nothing.
+        .light_line_style(TRANSPARENT)
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 15))
         .x_label_formatter(&time_label)
