@@ -126,6 +126,51 @@ impl Replay {
     }
 }
 
+/// What a run adds up to: the figures `scaler backtest` prints and `--tune` compares, counted
+/// the same way for both.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Tally {
+    pub evaluations: u64,
+    /// Evaluations without an answer (a gap in the history, a scaler error).
+    pub errors: u64,
+    /// Changes of the simulated count between consecutive evaluations.
+    pub scale_events: u64,
+    /// Σ simulated count over evaluations (× step = instance-seconds).
+    pub simulated_steps: u64,
+    /// Σ observed count over evaluations with one.
+    pub observed_steps: u64,
+    /// Evaluations whose load per read replica, on the simulated count, is above the threshold.
+    pub overloaded: u64,
+    #[serde(skip)]
+    last_simulated: Option<u32>,
+}
+
+impl Tally {
+    /// Adds one row; `overload_above` is the load one read replica carries without overload.
+    pub fn add(&mut self, row: &Row, overload_above: f64) {
+        self.evaluations += 1;
+        self.errors += u64::from(row.error.is_some());
+        if self.last_simulated.is_some_and(|s| s != row.simulated) {
+            self.scale_events += 1;
+        }
+        self.last_simulated = Some(row.simulated);
+        self.simulated_steps += u64::from(row.simulated);
+        self.observed_steps += row.observed.map_or(0, u64::from);
+        if let Some(load) = row.load {
+            self.overloaded += u64::from(overloaded(load, row.simulated, overload_above));
+        }
+    }
+}
+
+/// Whether `load` over the read replicas of `instances` (one is the primary) is above
+/// `per_replica`; without a read replica any load is.
+pub fn overloaded(load: f64, instances: u32, per_replica: f64) -> bool {
+    match instances.saturating_sub(1) {
+        0 => load > 0.0,
+        replicas => load / f64::from(replicas) > per_replica,
+    }
+}
+
 #[cfg(test)]
 #[path = "replay_tests.rs"]
 mod tests;

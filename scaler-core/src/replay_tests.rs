@@ -126,3 +126,40 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_tally_counts_events_instance_steps_and_overload_on_the_simulated_count() {
+    let row = |simulated, load: Option<f64>| Row {
+        time: 0,
+        load,
+        recommended: None,
+        reason: None,
+        simulated,
+        observed: Some(3),
+        error: load.is_none().then(|| "gap".to_owned()),
+    };
+    let mut tally = Tally::default();
+    // 2 instances = 1 read replica: 60 > 50 is overloaded; 3 instances carry 60 at 30 each.
+    for r in [
+        row(2, Some(60.0)),
+        row(2, Some(40.0)),
+        row(3, Some(60.0)),
+        row(3, None),
+        row(1, Some(1.0)),
+    ] {
+        tally.add(&r, 50.0);
+    }
+    assert_eq!(
+        (
+            tally.evaluations,
+            tally.errors,
+            tally.scale_events,
+            tally.simulated_steps,
+            tally.observed_steps,
+            tally.overloaded
+        ),
+        (5, 1, 2, 11, 15, 2)
+    );
+    assert!(!overloaded(50.0, 2, 50.0) && overloaded(50.1, 2, 50.0));
+    assert!(!overloaded(0.0, 1, 50.0));
+}

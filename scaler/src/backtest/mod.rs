@@ -3,8 +3,10 @@
 //! The decision query of `serve` runs as range queries, in chunks of at most
 //! [`POINTS_PER_QUERY`] evaluation times (VictoriaMetrics refuses more than 30,000 points per
 //! series by default); each evaluation time goes through the same evaluation as metrics-only
-//! `serve` and a simulated HPA ([`scaler_core::replay`]). The table goes to CSV and/or JSON, the
-//! plot to SVG.
+//! `serve` and a simulated HPA ([`scaler_core::replay`]). The table goes to CSV and/or JSON or
+//! stdout, the plot to SVG and/or PNG; `--tune` replays a grid of settings over the same history
+//! ([`tune`]).
+use std::collections::HashMap;
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,11 +20,13 @@ use crate::metrics::Metrics;
 use runtime::logging::LogArgs;
 use scaler_core::metadata::{self, Metric};
 use scaler_core::promql;
-use scaler_core::replay::{HpaSpec, Replay, Row};
+use scaler_core::replay::{HpaSpec, Replay, Row, Tally};
 
 mod output;
 mod plot;
 mod scaled_object;
+mod ticks;
+mod tune;
 
 /// Evaluation times per range query: a third of VictoriaMetrics' default points limit.
 pub const POINTS_PER_QUERY: i64 = 10_000;
@@ -35,21 +39,31 @@ pub const MAX_SYNCS: i64 = 4_000_000;
 /// dozen parts × 20 bytes); it is parsed streaming (docs/backtest.md's memory budget).
 const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 << 20;
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned columns; for a run, one line per change (the CSV and JSON have every row).
+    Table,
+    Csv,
+    Json,
+}
+
 #[derive(Debug, Clone, clap::Args)]
-#[command(group(clap::ArgGroup::new("outputs").required(true).multiple(true).args(["csv", "json", "plot"])))]
+#[command(group(clap::ArgGroup::new("outputs").required(true).multiple(true)
+    .args(["csv", "json", "plot", "png", "output", "tune"])))]
 pub struct Args {
     /// Prometheus-compatible API root holding the history.
     #[arg(long, env = "SCALER_PROMETHEUS_URL")]
     pub prometheus_url: String,
-    /// Namespace of the Cluster whose history is replayed.
+    /// Namespace of the Cluster whose history is replayed; default: the ScaledObject's
+    /// `metadata.namespace`.
     #[arg(long)]
-    pub namespace: String,
+    pub namespace: Option<String>,
     /// CNPG Cluster whose history is replayed; default: the one the ScaledObject names. Another
     /// name replays these settings on that cluster's history.
     #[arg(long)]
     pub cluster: Option<String>,
-    /// Rendered ScaledObject (YAML, e.g. `helm template` output): trigger metadata,
-    /// min/maxReplicaCount and the HPA behaviour come from it.
+    /// Rendered ScaledObject (YAML: `helm template` output, or `kubectl get scaledobjects -o
+    /// yaml`): trigger metadata, min/maxReplicaCount and the HPA behaviour come from it.
     #[arg(long, value_name = "FILE")]
     pub scaled_object: PathBuf,
     /// Which ScaledObject of the file, when it holds several.
@@ -74,9 +88,41 @@ pub struct Args {
     /// Write the table and what was replayed as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write an SVG plot of load and instance counts here.
+    /// Write an SVG plot of load, instance counts and reasons here.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Write the plot as PNG here (rendered with a font compiled in).
+    #[arg(long, value_name = "FILE")]
+    pub png: Option<PathBuf>,
+    /// Print the table (or with --tune the settings) to stdout in this format; the summary
+    /// then goes to stderr.
+    #[arg(short, long, value_enum)]
+    pub output: Option<Format>,
+    /// IANA time zone of the plot's ticks and the printed table (the files stay in UTC).
+    #[arg(long, default_value = "UTC")]
+    pub time_zone: String,
+    /// Sweep settings over the same history and recommend the cheapest within --max-overload.
+    #[arg(long, conflicts_with_all = ["csv", "json", "plot", "png"])]
+    pub tune: bool,
+    /// --tune: targets, as `30,40,50` or `30..60:10`; default 50 % to 200 % of the
+    /// ScaledObject's target in steps of 10 %.
+    #[arg(long, requires = "tune", value_name = "GRID")]
+    pub tune_target: Option<String>,
+    /// --tune: HPA scale-down stabilization windows in seconds (0 to 3600); default the
+    /// ScaledObject's.
+    #[arg(long, requires = "tune", value_name = "GRID")]
+    pub tune_scale_down_window: Option<String>,
+    /// --tune: minReplicas (trigger metadata and spec.minReplicaCount); default the
+    /// ScaledObject's.
+    #[arg(long, requires = "tune", value_name = "GRID")]
+    pub tune_min_replicas: Option<String>,
+    /// Load per read replica above which an evaluation counts as overloaded (on the simulated
+    /// HPA's count); default: the ScaledObject's target.
+    #[arg(long)]
+    pub overload_above: Option<f64>,
+    /// --tune: the overload budget, as a percentage of the evaluations with an answer.
+    #[arg(long, default_value = "1%", value_parser = tune::parse_percent)]
+    pub max_overload: f64,
     /// Timeout of each range query.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub query_timeout: Duration,
@@ -132,6 +178,58 @@ fn seconds(
     Ok(whole)
 }
 
+/// What both a single run and a sweep replay: the range, the query and its client.
+struct History {
+    namespace: String,
+    target: promql::Target,
+    query: String,
+    client: backend::Client,
+    from: i64,
+    to: i64,
+    step: u64,
+}
+
+impl History {
+    fn evaluations(&self) -> u64 {
+        ((self.to - self.from) / self.step as i64 + 1) as u64
+    }
+
+    /// Fetches the history once, a range query per chunk, and hands every evaluation time of
+    /// each chunk with its answer (empty: a gap) to `each`.
+    async fn replay(
+        &self,
+        progress: &ProgressBar,
+        mut each: impl FnMut(&[(i64, &HashMap<String, f64>)]),
+    ) -> anyhow::Result<()> {
+        let step = self.step as i64;
+        let empty = HashMap::new();
+        let mut start = self.from;
+        while start <= self.to {
+            let end = self.to.min(start + (POINTS_PER_QUERY - 1) * step);
+            let answers = self
+                .client
+                .range_parts(&self.query, &self.target, start, end, self.step)
+                .await
+                .with_context(|| {
+                    format!(
+                        "range query from {} to {}",
+                        output::rfc3339(start),
+                        output::rfc3339(end)
+                    )
+                })?;
+            let times: Vec<(i64, &HashMap<String, f64>)> = (start..=end)
+                .step_by(self.step as usize)
+                .map(|t| (t, answers.get(&t).unwrap_or(&empty)))
+                .collect();
+            each(&times);
+            progress.inc(times.len() as u64);
+            start = end + step;
+        }
+        progress.finish_and_clear();
+        Ok(())
+    }
+}
+
 impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
         self.log.init()?;
@@ -139,6 +237,7 @@ impl Args {
             ("--csv", &self.csv),
             ("--json", &self.json),
             ("--plot", &self.plot),
+            ("--png", &self.png),
         ];
         let outputs: Vec<_> = outputs
             .iter()
@@ -153,6 +252,12 @@ impl Args {
                 );
             }
         }
+        let zone = jiff::tz::TimeZone::get(&self.time_zone).map_err(|_| {
+            anyhow::anyhow!(
+                "--time-zone {}: not an IANA time zone (e.g. UTC, Europe/Berlin)",
+                names::echo(&self.time_zone)
+            )
+        })?;
         let step = seconds("--step", self.step, 1..=86_400)?;
         let sync = seconds("--hpa-sync-period", self.hpa_sync_period, 1..=600)?;
         let align = |t: i64| t - t.rem_euclid(step as i64);
@@ -190,115 +295,304 @@ impl Args {
             );
             config.cluster = cluster.clone();
         }
+        let namespace = match (&self.namespace, &so.namespace) {
+            (Some(ns), _) => {
+                ensure!(
+                    names::is_dns_label(ns),
+                    "--namespace {}: use a namespace name (a lowercase DNS label)",
+                    names::echo(ns)
+                );
+                ns.clone()
+            }
+            (None, Some(ns)) => ns.clone(),
+            (None, None) => bail!(
+                "--namespace: required, the ScaledObject {} has no metadata.namespace",
+                names::echo(&so.name)
+            ),
+        };
+        let overload_above = self.overload_above.unwrap_or(config.target);
+        ensure!(
+            overload_above.is_finite() && overload_above > 0.0,
+            "--overload-above {overload_above}: use a load per read replica above 0"
+        );
+        let target = promql::Target {
+            namespace: namespace.clone(),
+            cluster: config.cluster.clone(),
+        };
+        let query =
+            promql::decision_query(std::slice::from_ref(&target), promql::Shape::of(&config));
+        let history = History {
+            namespace,
+            query,
+            target,
+            client: backend::Client::new(
+                &self.prometheus_url,
+                self.query_timeout,
+                1,
+                self.max_response_bytes,
+                Metrics::register(&mut Registry::default()),
+            )?,
+            from,
+            to,
+            step,
+        };
+        if self.tune {
+            let inputs = SweepInputs {
+                sync: sync as u32,
+                overload_above,
+                syncs: syncs as u64,
+            };
+            return self.sweep(&history, &so, config.target, &inputs).await;
+        }
         let spec = HpaSpec {
             min_replicas: so.min_replicas,
             max_replicas: so.max_replicas,
             behavior: so.behavior.clone(),
             sync_period_seconds: sync as u32,
         };
-        let target = promql::Target {
-            namespace: self.namespace.clone(),
-            cluster: config.cluster.clone(),
-        };
-        let query =
-            promql::decision_query(std::slice::from_ref(&target), promql::Shape::of(&config));
-        let client = backend::Client::new(
-            &self.prometheus_url,
-            self.query_timeout,
-            1,
-            self.max_response_bytes,
-            Metrics::register(&mut Registry::default()),
-        )?;
-        let progress = progress_bar(total as u64);
-        let mut replay = Replay::new(&self.namespace, config.clone(), spec.clone());
+        let progress = progress_bar(history.evaluations(), "evaluations");
+        let mut replay = Replay::new(&history.namespace, config.clone(), spec.clone());
         let mut rows: Vec<Row> = Vec::with_capacity(total as usize);
-        let empty = Default::default();
-        let mut start = from;
-        while start <= to {
-            let end = to.min(start + (POINTS_PER_QUERY - 1) * step as i64);
-            let answers = client
-                .range_parts(&query, &target, start, end, step)
-                .await
-                .with_context(|| {
-                    format!(
-                        "range query from {} to {}",
-                        output::rfc3339(start),
-                        output::rfc3339(end)
-                    )
-                })?;
-            // Every evaluation time of the chunk; one without an answer is a gap in the history.
-            for time in (start..=end).step_by(step as usize) {
-                rows.push(replay.step(time, answers.get(&time).unwrap_or(&empty)));
-            }
-            progress.inc(((end - start) / step as i64 + 1) as u64);
-            start = end + step as i64;
-        }
-        progress.finish_and_clear();
+        history
+            .replay(&progress, |times| {
+                rows.extend(times.iter().map(|(t, parts)| replay.step(*t, parts)));
+            })
+            .await?;
         let load_label = match config.metric {
             Metric::ReadConnections => "active connections",
             Metric::ReadCpuUtilization => "CPU millicores",
             Metric::ReadConnectionUsage => "connection usage (%)",
         };
+        let header = output::Header {
+            namespace: &history.namespace,
+            cluster: &config.cluster,
+            scaled_object: &so.name,
+            metric: config.metric.as_str(),
+            target: config.target,
+            from: output::rfc3339(from),
+            to: output::rfc3339(to),
+            step_seconds: step,
+            query: &history.query,
+            hpa: &spec,
+        };
         if let Some(path) = &self.csv {
             output::csv(path, &rows)?;
         }
         if let Some(path) = &self.json {
-            let header = output::Header {
-                namespace: &self.namespace,
-                cluster: &config.cluster,
-                scaled_object: &so.name,
-                metric: config.metric.as_str(),
-                target: config.target,
-                from: output::rfc3339(from),
-                to: output::rfc3339(to),
-                step_seconds: step,
-                query: &query,
-                hpa: &spec,
-            };
             output::json(path, &header, &rows)?;
         }
-        if let Some(path) = &self.plot {
+        if self.plot.is_some() || self.png.is_some() {
             let title = format!(
                 "{}/{}: {} target {} per replica",
-                self.namespace, config.cluster, config.metric, config.target
+                history.namespace, config.cluster, config.metric, config.target
             );
-            plot::svg(path, &title, load_label, &rows)?;
+            let frame = plot::Frame {
+                title: &title,
+                load_label,
+                zone: &zone,
+                zone_name: &self.time_zone,
+                min_replicas: config.min_replicas,
+                max_replicas: config.max_replicas,
+            };
+            let svg = plot::svg_text(&frame, &rows)?;
+            if let Some(path) = &self.plot {
+                plot::write_svg(path, &svg)?;
+            }
+            if let Some(path) = &self.png {
+                plot::write_png(path, &svg)?;
+            }
         }
-        print!("{}", summary(&rows, step));
+        let mut tally = Tally::default();
+        for row in &rows {
+            tally.add(row, overload_above);
+        }
+        let summary = summary(&tally, step, overload_above, load_label);
+        match self.output {
+            None => print!("{summary}"),
+            Some(format) => {
+                output::print_rows(format, &header, &rows, &zone)?;
+                eprint!("{summary}");
+            }
+        }
+        Ok(())
+    }
+
+    /// `--tune`: every setting of the grid replayed over the history fetched once.
+    async fn sweep(
+        &self,
+        history: &History,
+        so: &scaled_object::ScaledObject,
+        file_target: f64,
+        inputs: &SweepInputs,
+    ) -> anyhow::Result<()> {
+        let SweepInputs {
+            sync,
+            overload_above,
+            syncs,
+        } = *inputs;
+        let targets = match &self.tune_target {
+            Some(text) => tune::parse_grid("--tune-target", text)?,
+            None => tune::default_targets(file_target),
+        };
+        let windows = self
+            .tune_scale_down_window
+            .as_deref()
+            .map(|text| {
+                let flag = "--tune-scale-down-window";
+                tune::whole(flag, &tune::parse_grid(flag, text)?, tune::WINDOWS)
+            })
+            .transpose()?;
+        let mins = self
+            .tune_min_replicas
+            .as_deref()
+            .map(|text| {
+                let flag = "--tune-min-replicas";
+                tune::whole(
+                    flag,
+                    &tune::parse_grid(flag, text)?,
+                    1..=so.max_replicas.max(1),
+                )
+            })
+            .transpose()?;
+        let settings = tune::settings(
+            &targets,
+            windows.as_deref(),
+            mins.as_deref(),
+            history.evaluations() + syncs,
+        )?;
+        let mut runs = settings
+            .iter()
+            .map(|s| {
+                let (config, spec) = tune::apply(so, self.cluster.as_deref(), sync, s)?;
+                let shown = (config.min_replicas, tune::window_of(&spec));
+                Ok((
+                    Replay::new(&history.namespace, config, spec),
+                    Tally::default(),
+                    shown,
+                ))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let progress = progress_bar(history.evaluations(), "evaluations (every setting)");
+        // Settings are independent: split across the cores, each thread stepping its own.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per_thread = runs.len().div_ceil(threads).max(1);
+        history
+            .replay(&progress, |times| {
+                std::thread::scope(|scope| {
+                    for part in runs.chunks_mut(per_thread) {
+                        scope.spawn(move || {
+                            for (t, parts) in times {
+                                for (replay, tally, _) in part.iter_mut() {
+                                    tally.add(&replay.step(*t, parts), overload_above);
+                                }
+                            }
+                        });
+                    }
+                });
+            })
+            .await?;
+        let tallies: Vec<Tally> = runs.iter().map(|r| r.1).collect();
+        let answered = tallies.first().map_or(0, |t| t.evaluations - t.errors);
+        let budget = (answered as f64 * self.max_overload / 100.0).floor() as u64;
+        let front = tune::pareto(
+            &tallies
+                .iter()
+                .map(|t| (t.simulated_steps, t.overloaded))
+                .collect::<Vec<_>>(),
+        );
+        let best = tune::recommend(&tallies, budget);
+        let step = history.step as f64;
+        let lines: Vec<tune::Line> = settings
+            .iter()
+            .zip(&runs)
+            .enumerate()
+            .map(|(i, (s, (_, t, (min, window))))| tune::Line {
+                target: s.target,
+                scale_down_window_seconds: *window,
+                min_replicas: *min,
+                instance_hours: t.simulated_steps as f64 * step / 3600.0,
+                overloaded_minutes: t.overloaded as f64 * step / 60.0,
+                scale_events: t.scale_events,
+                pareto: front[i],
+                recommended: best == Some(i),
+            })
+            .collect();
+        let budget_minutes = budget as f64 * step / 60.0;
+        let mut report = format!(
+            "{} settings over {} evaluations ({} with an answer); overloaded: above {overload_above} per read replica \
+             on the simulated count; budget --max-overload {}% = {budget_minutes:.1} min\n",
+            settings.len(),
+            history.evaluations(),
+            answered,
+            self.max_overload
+        );
+        match best {
+            Some(i) => {
+                let l = &lines[i];
+                report += &format!(
+                    "recommended: target {} ({:.1} instance-hours, {:.1} min overloaded, {} scale events), \
+                     the cheapest within the budget; apply to ScaledObject {}:\n{}",
+                    l.target,
+                    l.instance_hours,
+                    l.overloaded_minutes,
+                    l.scale_events,
+                    so.name,
+                    tune::apply_lines(so, &settings[i])
+                );
+            }
+            None => {
+                report += "recommended: none; every setting is overloaded beyond the budget \
+                           (lower --tune-target, or raise --max-overload)\n"
+            }
+        }
+        match self.output.unwrap_or(Format::Table) {
+            Format::Table => print!("{}{report}", tune::table(&lines)),
+            format => {
+                output::print_settings(format, &lines)?;
+                eprint!("{report}");
+            }
+        }
         Ok(())
     }
 }
 
+/// What a sweep takes from the flags besides the grid.
+#[derive(Clone, Copy)]
+struct SweepInputs {
+    /// The HPA's sync period in seconds.
+    sync: u32,
+    overload_above: f64,
+    /// HPA syncs over the range (the sweep's work per setting, with the evaluations).
+    syncs: u64,
+}
+
 /// A progress bar on a terminal; nothing otherwise (logs and pipes stay clean).
-fn progress_bar(total: u64) -> ProgressBar {
+fn progress_bar(total: u64, what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(total);
-    if let Ok(style) =
-        ProgressStyle::with_template("{bar:40} {pos}/{len} evaluations, {elapsed} (eta {eta})")
-    {
+    if let Ok(style) = ProgressStyle::with_template(&format!(
+        "{{bar:40}} {{pos}}/{{len}} {what}, {{elapsed}} (eta {{eta}})"
+    )) {
         bar.set_style(style);
     }
     bar
 }
 
-/// Counts and instance-hours, simulated against observed.
-fn summary(rows: &[Row], step: u64) -> String {
+/// Counts, instance-hours (simulated against observed) and overload, from the run's tally.
+fn summary(tally: &Tally, step: u64, overload_above: f64, load_label: &str) -> String {
     let hours = |sum: u64| sum as f64 * step as f64 / 3600.0;
-    let errors = rows.iter().filter(|r| r.error.is_some()).count();
-    let changes = rows
-        .windows(2)
-        .filter(|w| w[0].simulated != w[1].simulated)
-        .count();
-    let simulated: u64 = rows.iter().map(|r| u64::from(r.simulated)).sum();
-    let observed: u64 = rows.iter().filter_map(|r| r.observed).map(u64::from).sum();
     format!(
-        "{} evaluations, {errors} without an answer (gaps or scaler errors)\n\
-         simulated: {changes} scale events, {:.1} instance-hours; observed: {:.1} instance-hours\n",
-        rows.len(),
-        hours(simulated),
-        hours(observed),
+        "{} evaluations, {} without an answer (gaps or scaler errors)\n\
+         simulated: {} scale events, {:.1} instance-hours, {:.1} min overloaded (above {overload_above} {load_label} \
+         per read replica); observed: {:.1} instance-hours\n",
+        tally.evaluations,
+        tally.errors,
+        tally.scale_events,
+        hours(tally.simulated_steps),
+        tally.overloaded as f64 * step as f64 / 60.0,
+        hours(tally.observed_steps),
     )
 }
 

@@ -59,35 +59,120 @@ pub struct Header<'a> {
     pub hpa: &'a HpaSpec,
 }
 
+fn write_csv<T: Serialize>(
+    out: impl std::io::Write,
+    items: impl IntoIterator<Item = T>,
+) -> anyhow::Result<()> {
+    let mut writer = csv::Writer::from_writer(out);
+    for item in items {
+        writer.serialize(item)?;
+    }
+    writer.flush()?;
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct Document<'a> {
+    #[serde(flatten)]
+    header: &'a Header<'a>,
+    rows: Vec<Line<'a>>,
+}
+
+fn document<'a>(header: &'a Header<'a>, rows: &'a [Row]) -> Document<'a> {
+    Document {
+        header,
+        rows: rows.iter().map(Line::from).collect(),
+    }
+}
+
 pub fn csv(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
-    atomic_write(path, |file| {
-        let mut writer = csv::Writer::from_writer(file);
-        for row in rows {
-            writer.serialize(Line::from(row))?;
-        }
-        writer.flush()?;
-        Ok(())
-    })
-    .with_context(|| format!("--csv {}", path.display()))
+    atomic_write(path, |file| write_csv(file, rows.iter().map(Line::from)))
+        .with_context(|| format!("--csv {}", path.display()))
 }
 
 pub fn json(path: &Path, header: &Header<'_>, rows: &[Row]) -> anyhow::Result<()> {
-    #[derive(Serialize)]
-    struct Document<'a> {
-        #[serde(flatten)]
-        header: &'a Header<'a>,
-        rows: Vec<Line<'a>>,
-    }
-    let document = Document {
-        header,
-        rows: rows.iter().map(Line::from).collect(),
-    };
     atomic_write(path, |file| {
-        serde_json::to_writer_pretty(&mut *file, &document)?;
+        serde_json::to_writer_pretty(&mut *file, &document(header, rows))?;
         file.write_all(b"\n")?;
         Ok(())
     })
     .with_context(|| format!("--json {}", path.display()))
+}
+
+/// `-o`: the rows to stdout; the table shows the first and last rows and every row where the
+/// recommendation, reason, simulated or observed count, or the error changed.
+pub fn print_rows(
+    format: super::Format,
+    header: &Header<'_>,
+    rows: &[Row],
+    zone: &jiff::tz::TimeZone,
+) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    match format {
+        super::Format::Csv => write_csv(&mut out, rows.iter().map(Line::from))?,
+        super::Format::Json => {
+            serde_json::to_writer_pretty(&mut out, &document(header, rows))?;
+            out.write_all(b"\n")?;
+        }
+        super::Format::Table => out.write_all(changes_table(rows, zone).as_bytes())?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `-o` with `--tune`: one line per setting.
+pub fn print_settings(format: super::Format, lines: &[super::tune::Line]) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    match format {
+        super::Format::Csv => write_csv(&mut out, lines)?,
+        super::Format::Json => {
+            serde_json::to_writer_pretty(&mut out, lines)?;
+            out.write_all(b"\n")?;
+        }
+        super::Format::Table => out.write_all(super::tune::table(lines).as_bytes())?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn changes_table(rows: &[Row], zone: &jiff::tz::TimeZone) -> String {
+    let mut out = format!(
+        "{:<25} {:>10} {:>11} {:<14} {:>9} {:>8}  {}\n",
+        "time", "load", "recommended", "reason", "simulated", "observed", "error"
+    );
+    let key = |r: &Row| {
+        (
+            r.recommended,
+            r.reason,
+            r.simulated,
+            r.observed,
+            r.error.is_some(),
+        )
+    };
+    for (i, row) in rows.iter().enumerate() {
+        let changed = i == 0 || i + 1 == rows.len() || key(&rows[i - 1]) != key(row);
+        if !changed {
+            continue;
+        }
+        let time = jiff::Timestamp::from_second(row.time)
+            .map(|t| {
+                t.to_zoned(zone.clone())
+                    .strftime("%Y-%m-%d %H:%M:%S %Z")
+                    .to_string()
+            })
+            .unwrap_or_default();
+        let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        out += &format!(
+            "{time:<25} {:>10} {:>11} {:<14} {:>9} {:>8}  {}\n",
+            or_dash(row.load.map(|l| format!("{l:.1}"))),
+            or_dash(row.recommended.map(|r| r.to_string())),
+            row.reason.map_or("-", |r| r.as_str()),
+            row.simulated,
+            or_dash(row.observed.map(|o| o.to_string())),
+            row.error.as_deref().unwrap_or(""),
+        );
+    }
+    out
 }
 
 /// Where an output goes, from what is at its path now.
@@ -174,6 +259,40 @@ mod tests {
 
     fn write(path: &Path, text: &str) -> anyhow::Result<()> {
         atomic_write(path, |f| Ok(std::io::Write::write_all(f, text.as_bytes())?))
+    }
+
+    #[test]
+    fn the_printed_table_has_the_first_last_and_changed_rows() {
+        let row = |time: i64, simulated: u32, error: bool| Row {
+            time,
+            load: (!error).then_some(20.0),
+            recommended: (!error).then_some(2),
+            reason: (!error).then_some(scaler_core::decision::Reason::Load),
+            simulated,
+            observed: (!error).then_some(3),
+            error: error.then(|| "no instance series".into()),
+        };
+        let rows = [
+            row(0, 3, false),
+            row(60, 3, false),
+            row(120, 2, false),
+            row(180, 2, false),
+            row(240, 2, true),
+            row(300, 2, true),
+            row(360, 2, true),
+        ];
+        let berlin = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
+        let table = changes_table(&rows, &berlin);
+        let times: Vec<&str> = table.lines().skip(1).map(|l| &l[11..19]).collect();
+        assert_eq!(
+            times,
+            ["01:00:00", "01:02:00", "01:04:00", "01:06:00"],
+            "{table}"
+        );
+        assert!(
+            table.contains("CET") && table.contains("no instance series"),
+            "{table}"
+        );
     }
 
     #[test]

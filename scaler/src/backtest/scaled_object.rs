@@ -19,6 +19,10 @@ const KEDA_DEFAULT_MAX: u32 = 100;
 #[derive(Debug)]
 pub struct ScaledObject {
     pub name: String,
+    /// `metadata.namespace`, when the file has it (`kubectl get -o yaml` output does).
+    pub namespace: Option<String>,
+    /// Index of the external trigger in `spec.triggers`.
+    pub trigger: usize,
     pub metadata: HashMap<String, String>,
     pub min_replicas: u32,
     pub max_replicas: u32,
@@ -36,8 +40,19 @@ pub fn read(path: &Path, name: Option<&str>) -> anyhow::Result<ScaledObject> {
     for document in serde_norway::Deserializer::from_str(&text) {
         let value = Value::deserialize(document)
             .with_context(|| format!("--scaled-object {shown}: not YAML"))?;
-        if value.get("kind").and_then(Value::as_str) == Some("ScaledObject") {
-            found.push(value);
+        // `kubectl get scaledobjects -o yaml` prints one `kind: List` of them.
+        match value.get("kind").and_then(Value::as_str) {
+            Some("ScaledObject") => found.push(value),
+            Some("List") => found.extend(
+                value
+                    .get("items")
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+                    .filter(|v| v.get("kind").and_then(Value::as_str) == Some("ScaledObject"))
+                    .cloned(),
+            ),
+            _ => {}
         }
     }
     let names: Vec<String> = found
@@ -149,7 +164,19 @@ pub fn parse(object: &Value) -> anyhow::Result<ScaledObject> {
         .context("metadata.name: missing; a ScaledObject has a name")?
         .to_owned();
     let spec = object.get("spec").context("spec: missing")?;
-    let metadata = external_metadata(spec)?;
+    let namespace = object
+        .get("metadata")
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if let Some(ns) = &namespace {
+        anyhow::ensure!(
+            names::is_dns_label(ns),
+            "metadata.namespace: {} is not a namespace name (a lowercase DNS label)",
+            echo(ns)
+        );
+    }
+    let (trigger, metadata) = external_metadata(spec)?;
     let count = |field: &str, default: u32| -> anyhow::Result<u32> {
         match spec.get(field) {
             None | Some(Value::Null) => Ok(default),
@@ -185,6 +212,8 @@ pub fn parse(object: &Value) -> anyhow::Result<ScaledObject> {
     };
     Ok(ScaledObject {
         name,
+        namespace,
+        trigger,
         metadata,
         min_replicas,
         max_replicas,
@@ -193,7 +222,7 @@ pub fn parse(object: &Value) -> anyhow::Result<ScaledObject> {
 }
 
 /// The metadata of the one `external` trigger; KEDA's metadata values are strings only.
-fn external_metadata(spec: &Value) -> anyhow::Result<HashMap<String, String>> {
+fn external_metadata(spec: &Value) -> anyhow::Result<(usize, HashMap<String, String>)> {
     let triggers = spec
         .get("triggers")
         .and_then(Value::as_sequence)
@@ -216,7 +245,8 @@ fn external_metadata(spec: &Value) -> anyhow::Result<HashMap<String, String>> {
         .get("metadata")
         .and_then(Value::as_mapping)
         .with_context(|| format!("{field}: missing or not a mapping"))?;
-    map.iter()
+    let metadata = map
+        .iter()
         .map(|(k, v)| {
             let key = k
                 .as_str()
@@ -230,7 +260,8 @@ fn external_metadata(spec: &Value) -> anyhow::Result<HashMap<String, String>> {
             })?;
             Ok((key.to_owned(), value.to_owned()))
         })
-        .collect()
+        .collect::<anyhow::Result<_>>()?;
+    Ok((index, metadata))
 }
 
 /// A value as YAML, bounded and escaped for an error message.
@@ -342,6 +373,65 @@ spec:
                 "{error:#}"
             );
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_list_or_several_documents_pick_by_name_and_keep_the_namespace() {
+        let dir = std::env::temp_dir().join(format!("backtest-list-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let item = |name: &str, ns: &str| {
+            BASE.replace(
+                "metadata: {name: pg}",
+                &format!("metadata: {{name: {name}, namespace: {ns}}}"),
+            )
+            .lines()
+            .map(|l| format!("  {l}\n"))
+            .collect::<String>()
+            .replacen("  kind:", "- kind:", 1)
+        };
+        let list = dir.join("list.yaml");
+        let text = format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}{}",
+            item("a", "ns-a"),
+            item("b", "ns-b")
+        );
+        std::fs::write(&list, text).unwrap();
+        let so = read(&list, Some("b")).unwrap();
+        assert_eq!(
+            (so.name.as_str(), so.namespace.as_deref(), so.trigger),
+            ("b", Some("ns-b"), 1)
+        );
+        let error = read(&list, None).unwrap_err().to_string();
+        assert!(
+            error.contains("2 ScaledObjects (a, b); choose one with --name"),
+            "{error}"
+        );
+        let error = read(&list, Some("c")).unwrap_err().to_string();
+        assert!(
+            error.contains("no ScaledObject named \"c\"; found: a, b"),
+            "{error}"
+        );
+        let multi = dir.join("multi.yaml");
+        std::fs::write(
+            &multi,
+            format!("{BASE}---\n{}", BASE.replace("name: pg", "name: pg2")),
+        )
+        .unwrap();
+        let so = read(&multi, Some("pg2")).unwrap();
+        assert_eq!(so.namespace, None);
+        let bad = dir.join("bad.yaml");
+        std::fs::write(
+            &bad,
+            BASE.replace(
+                "metadata: {name: pg}",
+                "metadata: {name: pg, namespace: Not_A_Name}",
+            ),
+        )
+        .unwrap();
+        let error = format!("{:#}", read(&bad, None).unwrap_err());
+        assert!(error.contains("metadata.namespace"), "{error}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
