@@ -238,6 +238,7 @@ impl Args {
             Metric::ReadConnections => "active connections",
             Metric::ReadCpuUtilization => "CPU millicores",
             Metric::ReadConnectionUsage => "connection usage (%)",
+            Metric::ReadCommandsPerSecond => "read commands per second",
         };
         if let Some(path) = &self.csv {
             output::csv(path, &rows)?;
