@@ -14,8 +14,11 @@
 //! 7. Convergence hold: when `spec.instances` has been above the ready count for longer than the
 //!    deadline, a `recommended` above the ready count is held at `max(ready, floor)`, in back-off
 //!    windows (see [`convergence_phase`]).
-//! 8. Lag brake (threshold > 0, replica lag over 5 min above it, primary writing WAL) and dry-run
-//!    both hold the current count, clamped into `[floor, ceiling]`.
+//! 8. Lag brake and dry-run both hold the current count, clamped into `[floor, ceiling]`. The brake
+//!    engages while the primary writes and, for CNPG (threshold > 0), replica lag over 5 min is
+//!    above `maxReplicationLagSeconds`; for Redis, a replica's link is down, a replica is in a
+//!    full sync, or (threshold > 0) its offset lag is above `maxReplicationLagBytes`. Each engine
+//!    reads only its own unit: a byte offset never meets a seconds threshold.
 //!
 //! Precedence, strongest first: dry-run > stuck > brake > scale-in hold > quota > schedule >
 //! quorum > minReplicas/maxReplicas. The stuck hold wins over the scale-in hold: the instances it
@@ -24,7 +27,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::metadata::{MAX_EXTRA_SIGNALS, Metric, Signal};
+use crate::metadata::{Engine, MAX_EXTRA_SIGNALS, Metric, Signal};
 
 /// Why the count is what it is; one label value per variant for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -95,6 +98,8 @@ impl fmt::Display for Reason {
 /// The bounds and switches for one ScaledObject, with the quorum already resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Policy {
+    /// Which brake applies (and what the other fields count).
+    pub engine: Engine,
     /// The trigger's `metric` and its `target` (the target also encodes GetMetrics).
     pub metric: Metric,
     pub target: f64,
@@ -104,8 +109,10 @@ pub struct Policy {
     pub max_replicas: u32,
     /// Synchronous quorum (`maxSyncReplicas` or the Cluster's `synchronous.number`).
     pub quorum: u32,
-    /// Lag brake threshold in seconds; 0 = off.
+    /// CNPG lag brake threshold in seconds; 0 = off. Never read for Redis.
     pub max_lag_seconds: f64,
+    /// Redis replica offset lag threshold in bytes; 0 = that part off. Never read for CNPG.
+    pub max_lag_bytes: f64,
     pub dry_run: bool,
     /// How long `spec.instances` may stay above the ready count before the hold; 0 = off.
     pub convergence_deadline_seconds: f64,
@@ -135,6 +142,18 @@ pub struct Convergence {
     pub not_ready_seconds: Option<f64>,
 }
 
+/// The replicas' replication health of a Redis master and its replicas (redis_exporter).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct RedisReplication {
+    /// Replicas whose link to the master is down (`redis_master_link_up` 0).
+    pub links_down: u32,
+    /// Replicas loading a full sync (`redis_master_sync_in_progress` 1).
+    pub syncing: u32,
+    /// Largest offset lag of a replica behind the master over the window, in bytes; `None`
+    /// without the master's per-replica offsets.
+    pub max_lag_bytes: Option<f64>,
+}
+
 /// What was measured, turned into plain numbers at the I/O edge.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Observation {
@@ -147,8 +166,11 @@ pub struct Observation {
     pub extra_loads: [f64; MAX_EXTRA_SIGNALS],
     /// Largest replica lag over the last 5 minutes, in seconds; `None` without lag series.
     pub max_lag_seconds: Option<f64>,
-    /// Whether the primary wrote WAL recently (`rate(cnpg_collector_wal_bytes[5m]) > 0`).
+    /// Whether the primary wrote recently: CNPG `rate(cnpg_collector_wal_bytes[5m]) > 0`, Redis
+    /// its replication offset advancing faster than its own pings to replicas.
     pub primary_writing: bool,
+    /// Redis replication health; `None` for CNPG.
+    pub redis: Option<RedisReplication>,
     /// `None` without a Kubernetes topology or without a ResourceQuota that limits instances.
     pub quota: Option<QuotaCeiling>,
     /// `None` without a Kubernetes topology or without Cluster status.
@@ -227,13 +249,13 @@ fn within_cycle(t: f64, hold: f64, retry: f64, attempt: u32) -> Option<Convergen
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Brake {
-    /// Threshold is 0.
+    /// Threshold is 0 (CNPG; the Redis brake is never off).
     Off,
-    /// Lag is at or below the threshold (or unknown).
+    /// Lag is at or below the threshold (or unknown); for Redis, every link up and no full sync.
     Clear,
-    /// Lag is above the threshold but the primary is idle: the known false alarm.
+    /// Unhealthy replication but the primary is idle: the known false alarm.
     IdleLag,
-    /// Lag is above the threshold while the primary writes: hold.
+    /// Unhealthy replication while the primary writes: hold.
     Engaged,
 }
 
@@ -347,15 +369,7 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
         _ => None,
     };
 
-    let lag_high = obs
-        .max_lag_seconds
-        .is_some_and(|lag| lag > policy.max_lag_seconds);
-    let brake = match (policy.max_lag_seconds > 0.0, lag_high, obs.primary_writing) {
-        (false, _, _) => Brake::Off,
-        (true, false, _) => Brake::Clear,
-        (true, true, false) => Brake::IdleLag,
-        (true, true, true) => Brake::Engaged,
-    };
+    let brake = brake(policy, obs);
     let hold = obs.current.clamp(floor, ceiling);
     let (desired, reason) = if policy.dry_run {
         (hold, Reason::DryRun)
@@ -377,6 +391,34 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
         quota_ceiling,
         convergence,
         reason,
+    }
+}
+
+/// The brake's state: each engine compares only its own measurement with its own threshold.
+fn brake(policy: &Policy, obs: &Observation) -> Brake {
+    let (on, unhealthy) = match policy.engine {
+        Engine::Cnpg => (
+            policy.max_lag_seconds > 0.0,
+            obs.max_lag_seconds
+                .is_some_and(|lag| lag > policy.max_lag_seconds),
+        ),
+        // Evaluation refuses a Redis answer without health series, so `None` never gets here.
+        Engine::Redis => (
+            true,
+            obs.redis.is_some_and(|r| {
+                r.links_down > 0
+                    || r.syncing > 0
+                    || (policy.max_lag_bytes > 0.0
+                        && r.max_lag_bytes
+                            .is_some_and(|lag| lag > policy.max_lag_bytes))
+            }),
+        ),
+    };
+    match (on, unhealthy, obs.primary_writing) {
+        (false, _, _) => Brake::Off,
+        (true, false, _) => Brake::Clear,
+        (true, true, false) => Brake::IdleLag,
+        (true, true, true) => Brake::Engaged,
     }
 }
 
@@ -421,13 +463,29 @@ impl Decision {
                 "{load}; scale-in is disabled: holding the current {} instances",
                 self.desired
             ),
-            Reason::Brake => format!(
-                "lag brake: replica lag {:?}s > {}s while the primary writes WAL; holding {} (recommended {})",
-                obs.max_lag_seconds.unwrap_or_default(),
-                policy.max_lag_seconds,
-                self.desired,
-                self.recommended
-            ),
+            Reason::Brake => match (policy.engine, obs.redis) {
+                (Engine::Redis, Some(r)) => format!(
+                    "replication brake: {} replica link(s) down, {} in a full sync, offset lag {} \
+                     bytes (threshold {}) while the master writes; holding {} (recommended {})",
+                    r.links_down,
+                    r.syncing,
+                    r.max_lag_bytes.map_or("unknown".into(), |b| b.to_string()),
+                    if policy.max_lag_bytes > 0.0 {
+                        policy.max_lag_bytes.to_string()
+                    } else {
+                        "off".into()
+                    },
+                    self.desired,
+                    self.recommended
+                ),
+                _ => format!(
+                    "lag brake: replica lag {:?}s > {}s while the primary writes WAL; holding {} (recommended {})",
+                    obs.max_lag_seconds.unwrap_or_default(),
+                    policy.max_lag_seconds,
+                    self.desired,
+                    self.recommended
+                ),
+            },
             Reason::Quota => format!(
                 "{load}; capped at {} instances: the namespace's ResourceQuota ({}) fits no more",
                 self.desired,

@@ -4,6 +4,7 @@ use super::*;
 
 fn policy() -> Policy {
     Policy {
+        engine: Engine::Cnpg,
         metric: Metric::ReadConnections,
         target: 150.0,
         extra: [None; 2],
@@ -11,6 +12,7 @@ fn policy() -> Policy {
         max_replicas: 6,
         quorum: 0,
         max_lag_seconds: 0.0,
+        max_lag_bytes: 0.0,
         dry_run: false,
         convergence_deadline_seconds: 600.0,
         schedule_floor: 0,
@@ -25,6 +27,7 @@ fn obs(current: u32, load: f64) -> Observation {
         extra_loads: [0.0; 2],
         max_lag_seconds: None,
         primary_writing: false,
+        redis: None,
         quota: None,
         convergence: None,
     }
@@ -262,9 +265,23 @@ fn any_policy() -> impl Strategy<Value = Policy> {
         any::<bool>(),
         prop_oneof![Just(0), 1u32..60],
         any::<bool>(),
+        prop_oneof![Just(Engine::Cnpg), Just(Engine::Redis)],
+        prop_oneof![Just(0.0), 0.0f64..1e9],
     )
         .prop_map(
-            |(target, min, max, quorum, lag, dry_run, schedule_floor, scale_in_disabled)| Policy {
+            |(
+                target,
+                min,
+                max,
+                quorum,
+                lag,
+                dry_run,
+                schedule_floor,
+                scale_in_disabled,
+                engine,
+                lag_bytes,
+            )| Policy {
+                engine,
                 metric: Metric::ReadConnections,
                 target,
                 extra: [None; 2],
@@ -272,6 +289,7 @@ fn any_policy() -> impl Strategy<Value = Policy> {
                 max_replicas: max,
                 quorum,
                 max_lag_seconds: lag,
+                max_lag_bytes: lag_bytes,
                 dry_run,
                 convergence_deadline_seconds: 600.0,
                 schedule_floor,
@@ -290,14 +308,20 @@ fn any_obs() -> impl Strategy<Value = Observation> {
         ),
         proptest::option::of(0u32..100),
         proptest::option::of((0u32..100, proptest::option::of(0.0f64..1e5))),
+        proptest::option::of((0u32..3, 0u32..3, proptest::option::of(0.0f64..1e10))),
     )
         .prop_map(
-            |((current, load, lag, writing), quota_max, convergence)| Observation {
+            |((current, load, lag, writing), quota_max, convergence, redis)| Observation {
                 current,
                 load,
                 extra_loads: [0.0; 2],
                 max_lag_seconds: lag,
                 primary_writing: writing,
+                redis: redis.map(|(links_down, syncing, max_lag_bytes)| RedisReplication {
+                    links_down,
+                    syncing,
+                    max_lag_bytes,
+                }),
                 quota: quota(quota_max.unwrap_or(0)).filter(|_| quota_max.is_some()),
                 convergence: convergence.map(|(ready, not_ready_seconds)| Convergence {
                     ready,
@@ -774,4 +798,185 @@ proptest! {
         let more = Observation { load: o.load + extra, ..o };
         prop_assert!(decide(&p, &more).desired >= decide(&p, &o).desired);
     }
+}
+
+fn redis_policy(max_lag_bytes: f64) -> Policy {
+    Policy {
+        engine: Engine::Redis,
+        max_lag_bytes,
+        ..policy()
+    }
+}
+
+/// `current` Redis pods, `load` clients on replicas, replication health `r`, master writing or not.
+fn redis_obs(current: u32, load: f64, r: RedisReplication, writing: bool) -> Observation {
+    Observation {
+        primary_writing: writing,
+        redis: Some(r),
+        ..obs(current, load)
+    }
+}
+
+const HEALTHY: RedisReplication = RedisReplication {
+    links_down: 0,
+    syncing: 0,
+    max_lag_bytes: Some(300.0),
+};
+
+#[test]
+fn redis_brake_holds_on_a_down_link_or_a_full_sync_while_the_master_writes() {
+    for (what, r) in [
+        (
+            "link down",
+            RedisReplication {
+                links_down: 1,
+                ..HEALTHY
+            },
+        ),
+        (
+            "full sync",
+            RedisReplication {
+                syncing: 1,
+                ..HEALTHY
+            },
+        ),
+    ] {
+        // Up (load asks 6) and down (load asks 2) are both held at the current 4.
+        for load in [10_000.0, 0.0] {
+            let d = decide(&redis_policy(0.0), &redis_obs(4, load, r, true));
+            assert_eq!(
+                (d.desired, d.brake, d.reason),
+                (4, Brake::Engaged, Reason::Brake),
+                "{what}, load {load}"
+            );
+            let text = d.summary(&redis_policy(0.0), &redis_obs(4, load, r, true));
+            assert!(text.starts_with("replication brake"), "{text}");
+        }
+        // The same with an idle master: the known false alarm, never a hold.
+        let d = decide(&redis_policy(0.0), &redis_obs(4, 0.0, r, false));
+        assert_eq!(
+            (d.desired, d.brake, d.reason),
+            (2, Brake::IdleLag, Reason::Floor),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn redis_byte_lag_brakes_only_strictly_above_its_own_threshold() {
+    let lag = |bytes| RedisReplication {
+        max_lag_bytes: Some(bytes),
+        ..HEALTHY
+    };
+    let p = redis_policy(1_048_576.0);
+    assert_eq!(
+        decide(&p, &redis_obs(3, 900.0, lag(1_048_576.0), true)).brake,
+        Brake::Clear
+    );
+    let d = decide(&p, &redis_obs(3, 900.0, lag(1_048_577.0), true));
+    assert_eq!((d.desired, d.brake), (3, Brake::Engaged));
+    // Threshold 0 turns the byte part off, not the link and sync parts.
+    let d = decide(&redis_policy(0.0), &redis_obs(3, 900.0, lag(1e12), true));
+    assert_eq!(
+        (d.desired, d.brake, d.reason),
+        (6, Brake::Clear, Reason::Max)
+    );
+    // Unknown byte lag (no replica connected to the master) is not above anything.
+    let unknown = RedisReplication {
+        max_lag_bytes: None,
+        ..HEALTHY
+    };
+    assert_eq!(
+        decide(&p, &redis_obs(3, 900.0, unknown, true)).brake,
+        Brake::Clear
+    );
+}
+
+/// Cozystack's earlier operator compared a replica's byte offset lag with a seconds threshold, so
+/// any write load (a few hundred bytes in flight) froze scaling. Here each engine reads only its
+/// own unit: a seconds threshold never meets a byte offset, and a CNPG seconds lag never meets a
+/// byte threshold.
+#[test]
+fn a_byte_offset_is_never_compared_with_a_seconds_threshold() {
+    let in_flight = RedisReplication {
+        max_lag_bytes: Some(172_900.0),
+        ..HEALTHY
+    };
+    // A Redis policy that also carries a seconds threshold (evaluation never builds one: the
+    // metadata refuses maxReplicationLagSeconds for Redis), and a stray seconds lag.
+    let p = Policy {
+        max_lag_seconds: 10.0,
+        ..redis_policy(0.0)
+    };
+    let o = Observation {
+        max_lag_seconds: Some(1e6),
+        ..redis_obs(3, 900.0, in_flight, true)
+    };
+    let d = decide(&p, &o);
+    assert_eq!(
+        (d.desired, d.brake, d.reason),
+        (6, Brake::Clear, Reason::Max)
+    );
+    // The other way round: a CNPG policy with a byte threshold ignores Redis health entirely.
+    let p = Policy {
+        max_lag_bytes: 10.0,
+        ..policy()
+    };
+    let o = Observation {
+        redis: Some(RedisReplication {
+            links_down: 2,
+            syncing: 2,
+            max_lag_bytes: Some(1e12),
+        }),
+        primary_writing: true,
+        ..obs(3, 900.0)
+    };
+    assert_eq!(decide(&p, &o).brake, Brake::Off);
+}
+
+#[test]
+fn redis_write_load_with_no_lag_never_freezes_scaling() {
+    // The master writes all along; the replicas keep up (in-flight lag far below the threshold).
+    let p = redis_policy(1_048_576.0);
+    let mut current = 2;
+    for (load, want) in [(100.0, 2), (400.0, 4), (900.0, 6), (300.0, 3), (0.0, 2)] {
+        let d = decide(&p, &redis_obs(current, load, HEALTHY, true));
+        assert_eq!((d.desired, d.brake), (want, Brake::Clear), "load {load}");
+        current = d.desired;
+    }
+}
+
+#[test]
+fn redis_floor_keeps_one_replica_and_min_replicas() {
+    // No load: the master and one replica for failover.
+    let d = decide(&redis_policy(0.0), &redis_obs(5, 0.0, HEALTHY, false));
+    assert_eq!((d.desired, d.floor, d.reason), (2, 2, Reason::Floor));
+    for min in [0, 1] {
+        let p = Policy {
+            min_replicas: min,
+            ..redis_policy(0.0)
+        };
+        assert_eq!(decide(&p, &redis_obs(5, 0.0, HEALTHY, false)).desired, 2);
+    }
+    let p = Policy {
+        min_replicas: 4,
+        ..redis_policy(0.0)
+    };
+    assert_eq!(decide(&p, &redis_obs(5, 0.0, HEALTHY, false)).desired, 4);
+}
+
+#[test]
+fn redis_brake_is_never_off_and_dry_run_still_wins() {
+    let d = decide(&redis_policy(0.0), &redis_obs(3, 0.0, HEALTHY, true));
+    assert_eq!(d.brake, Brake::Clear);
+    let dry = Policy {
+        dry_run: true,
+        ..redis_policy(0.0)
+    };
+    let down = RedisReplication {
+        links_down: 1,
+        ..HEALTHY
+    };
+    let d = decide(&dry, &redis_obs(3, 900.0, down, true));
+    assert_eq!((d.desired, d.recommended, d.reason), (3, 6, Reason::DryRun));
 }

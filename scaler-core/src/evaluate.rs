@@ -6,9 +6,12 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::cluster::{ClusterFacts, Snapshot};
-use crate::decision::{self, Convergence, Decision, Observation, Policy, QuotaCeiling};
-use crate::metadata::{MAX_EXTRA_SIGNALS, Metric, ScalerConfig};
+use crate::decision::{
+    self, Convergence, Decision, Observation, Policy, QuotaCeiling, RedisReplication,
+};
+use crate::metadata::{Engine, MAX_EXTRA_SIGNALS, Metric, ScalerConfig};
 use crate::promql::part;
+use crate::promql::redis::BACKGROUND_REPL_BYTES_PER_SECOND;
 use crate::quota::{self, Fit};
 use crate::schedule;
 
@@ -36,6 +39,41 @@ pub enum EvaluateError {
          monitoring queries (pg_settings) enabled?"
     )]
     MissingMaxConnections {
+        namespace: String,
+        cluster: String,
+        replicas: u32,
+        with_series: u32,
+    },
+    #[error(
+        "no instance series for RedisFailover {cluster:?} in namespace {namespace:?} \
+         (redis_instance_info with pod=~\"rfr-{cluster}-<n>\"): is it running and its redis-exporter scraped?"
+    )]
+    NoRedisInstances { namespace: String, cluster: String },
+    #[error(
+        "RedisFailover {cluster:?} in namespace {namespace:?} has {masters} pods with role master \
+         (redis_instance_info{{role=\"master\"}}), not one: who writes is unknown (a failover?)"
+    )]
+    NotOneMaster {
+        namespace: String,
+        cluster: String,
+        masters: u32,
+    },
+    #[error(
+        "client-list series (redis_connected_clients_details) exist for {with_series} of {replicas} \
+         replicas of RedisFailover {cluster:?} in namespace {namespace:?}: run redis-exporter with \
+         --export-client-list (spec.redis.exporter.args), or the sentinels' connections count as load"
+    )]
+    MissingClientList {
+        namespace: String,
+        cluster: String,
+        replicas: u32,
+        with_series: u32,
+    },
+    #[error(
+        "replication series (redis_master_link_up) exist for {with_series} of {replicas} replicas of \
+         RedisFailover {cluster:?} in namespace {namespace:?}: replication health is unknown"
+    )]
+    MissingReplicationSeries {
         namespace: String,
         cluster: String,
         replicas: u32,
@@ -112,14 +150,23 @@ pub fn evaluate(
     parts: &HashMap<String, f64>,
     snapshot: Option<&Snapshot>,
 ) -> Result<Evaluation, EvaluateError> {
+    // No RedisFailover facts yet (docs/redis.md): the current count is the instance series'.
+    let snapshot = snapshot.filter(|_| config.engine == Engine::Cnpg);
     let facts = snapshot.map(|s| s.cluster);
+    let (namespace_, cluster_) = (namespace.to_owned(), config.cluster.clone());
     let instance_series = parts
         .get(part::INSTANCES)
         .map(|n| *n as u32)
         .filter(|n| *n > 0)
-        .ok_or_else(|| EvaluateError::NoInstances {
-            namespace: namespace.to_owned(),
-            cluster: config.cluster.clone(),
+        .ok_or(match config.engine {
+            Engine::Cnpg => EvaluateError::NoInstances {
+                namespace: namespace_,
+                cluster: cluster_,
+            },
+            Engine::Redis => EvaluateError::NoRedisInstances {
+                namespace: namespace_,
+                cluster: cluster_,
+            },
         })?;
     let load = parts.get(part::LOAD).copied();
     let metrics: Vec<Metric> = std::iter::once(config.metric)
@@ -146,6 +193,10 @@ pub fn evaluate(
             with_series: count(part::USAGE_PODS),
         });
     }
+    let redis = match config.engine {
+        Engine::Cnpg => None,
+        Engine::Redis => Some(redis_health(namespace, config, parts, &metrics)?),
+    };
     let mut extra = [None; MAX_EXTRA_SIGNALS];
     let mut extra_loads = [0.0; MAX_EXTRA_SIGNALS];
     for ((slot, load), signal) in extra.iter_mut().zip(&mut extra_loads).zip(&config.signals) {
@@ -171,6 +222,7 @@ pub fn evaluate(
         .map(|now| config.schedules.active(now))
         .unwrap_or_default();
     let policy = Policy {
+        engine: config.engine,
         metric: config.metric,
         target: config.target,
         extra,
@@ -178,6 +230,7 @@ pub fn evaluate(
         max_replicas: config.max_replicas,
         quorum,
         max_lag_seconds: config.max_replication_lag_seconds,
+        max_lag_bytes: config.max_replication_lag_bytes,
         dry_run: config.dry_run,
         convergence_deadline_seconds: config
             .convergence_deadline_seconds
@@ -199,7 +252,13 @@ pub fn evaluate(
         load: load.unwrap_or(0.0),
         extra_loads,
         max_lag_seconds: parts.get(part::LAG).copied(),
-        primary_writing: wal.is_some_and(|rate| rate > 0.0),
+        primary_writing: match config.engine {
+            Engine::Cnpg => wal.is_some_and(|rate| rate > 0.0),
+            Engine::Redis => parts
+                .get(part::REPL_RATE)
+                .is_some_and(|rate| *rate > BACKGROUND_REPL_BYTES_PER_SECOND),
+        },
+        redis,
         quota: fit.as_ref().map(|f| QuotaCeiling {
             instances: existing.saturating_add(f.more),
             resource: f.resource,
@@ -242,6 +301,46 @@ pub fn evaluate(
         policy,
         observation,
         decision,
+    })
+}
+
+/// A Redis answer's replication health; a series missing on a replica is an error, never health.
+fn redis_health(
+    namespace: &str,
+    config: &ScalerConfig,
+    parts: &HashMap<String, f64>,
+    metrics: &[Metric],
+) -> Result<RedisReplication, EvaluateError> {
+    let count = |name| parts.get(name).map_or(0, |n| *n as u32);
+    let replicas = count(part::REPLICAS);
+    let masters = count(part::MASTERS);
+    if masters != 1 {
+        return Err(EvaluateError::NotOneMaster {
+            namespace: namespace.to_owned(),
+            cluster: config.cluster.clone(),
+            masters,
+        });
+    }
+    if metrics.contains(&Metric::ReadConnections) && count(part::CLIENT_PODS) < replicas {
+        return Err(EvaluateError::MissingClientList {
+            namespace: namespace.to_owned(),
+            cluster: config.cluster.clone(),
+            replicas,
+            with_series: count(part::CLIENT_PODS),
+        });
+    }
+    if count(part::HEALTH_PODS) < replicas {
+        return Err(EvaluateError::MissingReplicationSeries {
+            namespace: namespace.to_owned(),
+            cluster: config.cluster.clone(),
+            replicas,
+            with_series: count(part::HEALTH_PODS),
+        });
+    }
+    Ok(RedisReplication {
+        links_down: count(part::LINKS_DOWN),
+        syncing: count(part::SYNCING),
+        max_lag_bytes: parts.get(part::LAG_BYTES).copied(),
     })
 }
 
@@ -627,5 +726,143 @@ mod tests {
             &[("convergenceDeadlineSeconds", "60")],
         );
         assert_eq!(e.decision.reason, Reason::Max);
+    }
+
+    fn redis_config(extra: &[(&str, &str)]) -> ScalerConfig {
+        let mut md: HashMap<String, String> =
+            [("target", "5"), ("maxReplicas", "6"), ("engine", "redis")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        md.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        parse("cache", &md).unwrap()
+    }
+
+    /// A healthy master and two replicas with `load` clients, the master writing `repl_rate` B/s.
+    fn redis_answer(load: f64, repl_rate: f64) -> HashMap<String, f64> {
+        parts(&[
+            ("instances", 3.0),
+            ("masters", 1.0),
+            ("replicas", 2.0),
+            ("client_pods", 2.0),
+            ("health_pods", 2.0),
+            ("links_down", 0.0),
+            ("syncing", 0.0),
+            ("lag_bytes", 425.0),
+            ("repl_rate", repl_rate),
+            ("load", load),
+        ])
+    }
+
+    #[test]
+    fn redis_health_feeds_the_brake_and_the_write_gate_ignores_sentinel_hellos() {
+        let cfg = redis_config(&[]);
+        let e = evaluate(
+            "ns",
+            &cfg,
+            &inputs("metrics"),
+            &redis_answer(22.0, 27_000.0),
+            None,
+        )
+        .unwrap();
+        assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Load));
+        assert_eq!(
+            e.observation.redis,
+            Some(RedisReplication {
+                links_down: 0,
+                syncing: 0,
+                max_lag_bytes: Some(425.0)
+            })
+        );
+        assert!(e.observation.primary_writing);
+        let mut down = redis_answer(22.0, 27_000.0);
+        down.insert("links_down".into(), 1.0);
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &down, None).unwrap();
+        assert_eq!((e.decision.desired, e.decision.reason), (3, Reason::Brake));
+        // Three sentinels' hellos and the pings (about 180 B/s, tests/liveredis) are not writes.
+        down.insert("repl_rate".into(), 180.0);
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &down, None).unwrap();
+        assert!(!e.observation.primary_writing);
+        assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Load));
+    }
+
+    #[test]
+    fn redis_unknowns_are_errors_never_zero() {
+        let cfg = redis_config(&[]);
+        let eval =
+            |answer: &HashMap<String, f64>| evaluate("ns", &cfg, &inputs("metrics"), answer, None);
+        assert!(matches!(
+            eval(&parts(&[])),
+            Err(EvaluateError::NoRedisInstances { .. })
+        ));
+        for (part, value) in [("masters", 0.0), ("masters", 2.0)] {
+            let mut a = redis_answer(5.0, 0.0);
+            a.insert(part.into(), value);
+            assert!(
+                matches!(eval(&a), Err(EvaluateError::NotOneMaster { .. })),
+                "{part}={value}"
+            );
+        }
+        let mut a = redis_answer(5.0, 0.0);
+        a.remove("masters");
+        assert!(matches!(
+            eval(&a),
+            Err(EvaluateError::NotOneMaster { masters: 0, .. })
+        ));
+        // No client list on a replica: its sentinels would count as load.
+        let mut a = redis_answer(5.0, 0.0);
+        a.insert("client_pods".into(), 1.0);
+        let err = eval(&a).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EvaluateError::MissingClientList {
+                    replicas: 2,
+                    with_series: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("--export-client-list"));
+        // The client list is not needed for commands per second.
+        let commands = redis_config(&[("metric", "ReadCommandsPerSecond")]);
+        assert!(evaluate("ns", &commands, &inputs("metrics"), &a, None).is_ok());
+        // No link series on a replica: its health is unknown.
+        let mut a = redis_answer(5.0, 0.0);
+        a.remove("health_pods");
+        assert!(matches!(
+            eval(&a),
+            Err(EvaluateError::MissingReplicationSeries {
+                replicas: 2,
+                with_series: 0,
+                ..
+            })
+        ));
+        // A lone master has no replicas: nothing to check, no load.
+        let lone = parts(&[("instances", 1.0), ("masters", 1.0)]);
+        let e = eval(&lone).unwrap();
+        assert_eq!((e.observation.load, e.decision.desired), (0.0, 2));
+    }
+
+    #[test]
+    fn redis_ignores_cnpg_cluster_facts() {
+        let snap = snapshot(
+            json!({"spec": {"instances": 5, "maxSyncReplicas": 3}}),
+            vec![],
+        );
+        let e = evaluate(
+            "ns",
+            &redis_config(&[]),
+            &inputs("kube"),
+            &redis_answer(0.0, 0.0),
+            Some(&snap),
+        )
+        .unwrap();
+        assert_eq!(
+            (e.observation.current, e.current_source, e.policy.quorum),
+            (3, CurrentSource::InstanceSeries, 0)
+        );
+        assert_eq!(e.cluster_spec, None);
     }
 }

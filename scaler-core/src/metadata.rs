@@ -16,7 +16,8 @@ pub const MAX_TARGET: f64 = 1e9;
 
 /// Keys KEDA itself reads from the same trigger metadata; accepted and ignored.
 const KEDA_KEYS: [&str; 3] = ["scalerAddress", "enableTLS", "unsafeSsl"];
-const OUR_KEYS: [&str; 12] = [
+const OUR_KEYS: [&str; 14] = [
+    "engine",
     "cluster",
     "metric",
     "target",
@@ -24,12 +25,45 @@ const OUR_KEYS: [&str; 12] = [
     "maxReplicas",
     "maxSyncReplicas",
     "maxReplicationLagSeconds",
+    "maxReplicationLagBytes",
     "dryRun",
     "convergenceDeadlineSeconds",
     "scaleIn",
     "schedules",
     "signals",
 ];
+
+/// The database behind the trigger: what the query reads and which brake applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// A CloudNativePG `Cluster` (CNPG's exporter series); the default.
+    #[default]
+    Cnpg,
+    /// A spotahome-style `RedisFailover` (redis_exporter series); docs/redis.md.
+    Redis,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cnpg => "cnpg",
+            Self::Redis => "redis",
+        }
+    }
+
+    /// The metrics this engine's query can read.
+    pub fn metrics(self) -> &'static [Metric] {
+        match self {
+            Self::Cnpg => &[
+                Metric::ReadConnections,
+                Metric::ReadCpuUtilization,
+                Metric::ReadConnectionUsage,
+            ],
+            Self::Redis => &[Metric::ReadConnections, Metric::ReadCommandsPerSecond],
+        }
+    }
+}
 
 /// The load signal summed over read replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,13 +74,16 @@ pub enum Metric {
     ReadCpuUtilization,
     /// Client connections (any state) over `max_connections`, in percent, summed over replicas.
     ReadConnectionUsage,
+    /// Redis only: read commands per second on replicas (docs/redis.md).
+    ReadCommandsPerSecond,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 3] = [
+    pub const ALL: [Metric; 4] = [
         Self::ReadConnections,
         Self::ReadCpuUtilization,
         Self::ReadConnectionUsage,
+        Self::ReadCommandsPerSecond,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +91,7 @@ impl Metric {
             Self::ReadConnections => "ReadConnections",
             Self::ReadCpuUtilization => "ReadCPUUtilization",
             Self::ReadConnectionUsage => "ReadConnectionUsage",
+            Self::ReadCommandsPerSecond => "ReadCommandsPerSecond",
         }
     }
 
@@ -69,7 +107,8 @@ impl std::str::FromStr for Metric {
     fn from_str(value: &str) -> Result<Self, Self::Err> {
         Self::parse(value).ok_or_else(|| {
             format!(
-                "{} is not a metric: use ReadConnections, ReadCPUUtilization or ReadConnectionUsage",
+                "{} is not a metric: use ReadConnections, ReadCPUUtilization, ReadConnectionUsage or \
+                 ReadCommandsPerSecond (Redis)",
                 echo(value)
             )
         })
@@ -101,7 +140,8 @@ impl fmt::Display for Metric {
 /// One trigger's validated settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScalerConfig {
-    /// CNPG Cluster name (a DNS label).
+    pub engine: Engine,
+    /// CNPG Cluster or RedisFailover name (a DNS label).
     pub cluster: String,
     pub metric: Metric,
     /// Load one read replica should carry (connections, or CPU millicores).
@@ -112,8 +152,11 @@ pub struct ScalerConfig {
     pub max_replicas: u32,
     /// Synchronous quorum; `None` means "read it from the Cluster".
     pub max_sync_replicas: Option<u32>,
-    /// Lag brake threshold in seconds; 0 turns the brake off.
+    /// CNPG lag brake threshold in seconds; 0 turns the brake off.
     pub max_replication_lag_seconds: f64,
+    /// Redis: replica offset lag threshold in bytes; 0 turns that part of the brake off (the
+    /// link-down and full-sync parts stay on).
+    pub max_replication_lag_bytes: f64,
     /// Publish the recommendation but hold the current count.
     pub dry_run: bool,
     /// Seconds a scale-up may take to converge before the stuck hold; 0 turns the hold off;
@@ -132,6 +175,7 @@ impl Eq for ScalerConfig {}
 
 impl std::hash::Hash for ScalerConfig {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.engine.hash(state);
         self.cluster.hash(state);
         self.metric.hash(state);
         self.target.to_bits().hash(state);
@@ -139,6 +183,7 @@ impl std::hash::Hash for ScalerConfig {
         self.max_replicas.hash(state);
         self.max_sync_replicas.hash(state);
         self.max_replication_lag_seconds.to_bits().hash(state);
+        self.max_replication_lag_bytes.to_bits().hash(state);
         self.dry_run.hash(state);
         self.convergence_deadline_seconds
             .map(f64::to_bits)
@@ -153,10 +198,11 @@ impl std::hash::Hash for ScalerConfig {
 }
 
 impl ScalerConfig {
-    /// The MetricSpec name: `cnpg-<cluster>-<metric in lowercase>`, lowercase and path-safe.
+    /// The MetricSpec name: `<engine>-<cluster>-<metric in lowercase>`, lowercase and path-safe.
     pub fn metric_name(&self) -> String {
         format!(
-            "cnpg-{}-{}",
+            "{}-{}-{}",
+            self.engine.as_str(),
             self.cluster,
             self.metric.as_str().to_ascii_lowercase()
         )
@@ -178,6 +224,13 @@ pub enum MetadataError {
         value: String,
         allowed: &'static str,
     },
+    /// A key that only the other engine reads.
+    #[error("metadata key {key:?} does not apply to engine {engine}: {fix}")]
+    WrongEngine {
+        key: &'static str,
+        engine: &'static str,
+        fix: &'static str,
+    },
     #[error(
         "metadata key \"minReplicas\" ({min}) is above \"maxReplicas\" ({max}): lower minReplicas or raise maxReplicas"
     )]
@@ -198,9 +251,16 @@ pub enum MetadataError {
     DefaultCluster { name: String },
 }
 
-const CLUSTER_ALLOWED: &str =
-    "a CNPG cluster name: lowercase letters, digits and '-', at most 63 characters";
+const ENGINE_ALLOWED: &str = "cnpg (the default) or redis";
+const CLUSTER_ALLOWED: &str = "a CNPG Cluster or RedisFailover name: lowercase letters, digits and \
+     '-', at most 63 characters";
 const METRIC_ALLOWED: &str = "one of ReadConnections, ReadCPUUtilization, ReadConnectionUsage";
+const REDIS_METRIC_ALLOWED: &str =
+    "with engine redis, one of ReadConnections, ReadCommandsPerSecond";
+const REDIS_SIGNALS_ALLOWED: &str = "with engine redis, at most `ReadConnections=<target>` or \
+     `ReadCommandsPerSecond=<target>` (not the `metric` key's), target from 0.001 to 1e9";
+const LAG_BYTES_ALLOWED: &str =
+    "a whole number of bytes from 0 to 1e15 (0 turns the byte-lag part of the brake off)";
 const SIGNALS_ALLOWED: &str = "up to 2 of `<metric>=<target>` separated by ',', e.g. \
      ReadCPUUtilization=400,ReadConnectionUsage=70: metrics ReadConnections, ReadCPUUtilization, \
      ReadConnectionUsage, each once and not the `metric` key's; targets from 0.001 to 1e9";
@@ -229,6 +289,37 @@ pub fn parse(
     }
     let get = |key: &str| metadata.get(key).map(|v| v.trim());
 
+    let engine = match get("engine") {
+        None => Engine::Cnpg,
+        Some(value) if value.eq_ignore_ascii_case("cnpg") => Engine::Cnpg,
+        Some(value) if value.eq_ignore_ascii_case("redis") => Engine::Redis,
+        Some(value) => return Err(invalid("engine", value, ENGINE_ALLOWED)),
+    };
+    // Each engine's brake has its own unit: a seconds threshold never meets a byte offset.
+    let foreign: &[(&'static str, &'static str)] = match engine {
+        Engine::Cnpg => &[(
+            "maxReplicationLagBytes",
+            "it is Redis's byte-offset threshold; CNPG's is maxReplicationLagSeconds",
+        )],
+        Engine::Redis => &[
+            (
+                "maxReplicationLagSeconds",
+                "Redis reports replica lag as a byte offset, not seconds: use maxReplicationLagBytes",
+            ),
+            (
+                "maxSyncReplicas",
+                "Redis replication is asynchronous: remove it (the floor keeps one replica for failover)",
+            ),
+        ],
+    };
+    if let Some(&(key, fix)) = foreign.iter().find(|(k, _)| metadata.contains_key(*k)) {
+        return Err(MetadataError::WrongEngine {
+            key,
+            engine: engine.as_str(),
+            fix,
+        });
+    }
+
     let cluster = match get("cluster") {
         Some(value) if is_dns_label(value) => value.to_owned(),
         Some(value) => return Err(invalid("cluster", value, CLUSTER_ALLOWED)),
@@ -239,11 +330,15 @@ pub fn parse(
             });
         }
     };
+    let (metric_allowed, signals_allowed) = match engine {
+        Engine::Cnpg => (METRIC_ALLOWED, SIGNALS_ALLOWED),
+        Engine::Redis => (REDIS_METRIC_ALLOWED, REDIS_SIGNALS_ALLOWED),
+    };
     let metric = match get("metric") {
         None => Metric::ReadConnections,
-        Some(value) => {
-            Metric::parse(value).ok_or_else(|| invalid("metric", value, METRIC_ALLOWED))?
-        }
+        Some(value) => Metric::parse(value)
+            .filter(|m| engine.metrics().contains(m))
+            .ok_or_else(|| invalid("metric", value, metric_allowed))?,
     };
     let target = match get("target") {
         None => {
@@ -290,6 +385,15 @@ pub fn parse(
             .filter(|s| *s >= 0.0)
             .ok_or_else(|| invalid("maxReplicationLagSeconds", value, LAG_ALLOWED))?,
     };
+    let max_replication_lag_bytes = match get("maxReplicationLagBytes") {
+        None => 0.0,
+        Some(value) => value
+            .parse::<u64>()
+            .ok()
+            .map(|n| n as f64)
+            .filter(|n| *n <= crate::promql::MAX_VALUE)
+            .ok_or_else(|| invalid("maxReplicationLagBytes", value, LAG_BYTES_ALLOWED))?,
+    };
     let dry_run = match get("dryRun") {
         None => false,
         Some(value) if value.eq_ignore_ascii_case("true") => true,
@@ -328,10 +432,11 @@ pub fn parse(
     }
     let signals = match get("signals") {
         None | Some("") => Vec::new(),
-        Some(value) => parse_signals(value, metric)
-            .ok_or_else(|| invalid("signals", value, SIGNALS_ALLOWED))?,
+        Some(value) => parse_signals(value, metric, engine)
+            .ok_or_else(|| invalid("signals", value, signals_allowed))?,
     };
     Ok(ScalerConfig {
+        engine,
         cluster,
         metric,
         target,
@@ -339,6 +444,7 @@ pub fn parse(
         max_replicas,
         max_sync_replicas,
         max_replication_lag_seconds,
+        max_replication_lag_bytes,
         dry_run,
         convergence_deadline_seconds,
         scale_in_disabled,
@@ -347,12 +453,13 @@ pub fn parse(
     })
 }
 
-/// `Metric=target,...`: distinct metrics other than `primary`, at most [`MAX_EXTRA_SIGNALS`].
-fn parse_signals(value: &str, primary: Metric) -> Option<Vec<Signal>> {
+/// `Metric=target,...`: distinct metrics of `engine` other than `primary`, at most
+/// [`MAX_EXTRA_SIGNALS`].
+fn parse_signals(value: &str, primary: Metric, engine: Engine) -> Option<Vec<Signal>> {
     let mut signals: Vec<Signal> = Vec::new();
     for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let (name, target) = item.split_once('=')?;
-        let metric = Metric::parse(name.trim())?;
+        let metric = Metric::parse(name.trim()).filter(|m| engine.metrics().contains(m))?;
         let target =
             parse_number(target.trim()).filter(|t| (MIN_TARGET..=MAX_TARGET).contains(t))?;
         if metric == primary || signals.iter().any(|s| s.metric == metric) {
@@ -408,6 +515,7 @@ mod tests {
         assert_eq!(
             cfg,
             ScalerConfig {
+                engine: Engine::Cnpg,
                 cluster: "pg".into(),
                 metric: Metric::ReadConnections,
                 target: 150.0,
@@ -415,6 +523,7 @@ mod tests {
                 max_replicas: 6,
                 max_sync_replicas: None,
                 max_replication_lag_seconds: 0.0,
+                max_replication_lag_bytes: 0.0,
                 dry_run: false,
                 convergence_deadline_seconds: None,
                 scale_in_disabled: false,
@@ -516,6 +625,91 @@ mod tests {
     }
 
     #[test]
+    fn engine_redis_reads_its_own_keys_and_refuses_the_other_engines() {
+        let redis = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base();
+            pairs.push(("engine", "redis"));
+            pairs.extend_from_slice(extra);
+            parse("cache", &md(&pairs))
+        };
+        let cfg = redis(&[
+            ("metric", "ReadCommandsPerSecond"),
+            ("signals", "ReadConnections=20"),
+            ("maxReplicationLagBytes", "1048576"),
+        ])
+        .unwrap();
+        assert_eq!(cfg.engine, Engine::Redis);
+        assert_eq!(cfg.metric, Metric::ReadCommandsPerSecond);
+        assert_eq!(cfg.max_replication_lag_bytes, 1_048_576.0);
+        assert_eq!(cfg.max_replication_lag_seconds, 0.0);
+        assert_eq!(cfg.metric_name(), "redis-cache-readcommandspersecond");
+        let cfg = redis(&[]).unwrap();
+        assert_eq!(
+            (cfg.metric, cfg.max_replication_lag_bytes),
+            (Metric::ReadConnections, 0.0)
+        );
+        // The case of the engine does not matter; CNPG stays the default and keeps its name.
+        let mut pairs = base();
+        pairs.push(("engine", "CNPG"));
+        assert_eq!(parse("pg", &md(&pairs)).unwrap().engine, Engine::Cnpg);
+        assert_eq!(parse("pg", &md(&base())).unwrap().engine, Engine::Cnpg);
+        // A seconds threshold is refused for Redis, naming the key and the byte key instead.
+        for (key, value, hint) in [
+            ("maxReplicationLagSeconds", "10", "maxReplicationLagBytes"),
+            ("maxSyncReplicas", "1", "asynchronous"),
+        ] {
+            let err = redis(&[(key, value)]).unwrap_err();
+            assert!(matches!(err, MetadataError::WrongEngine { key: k, .. } if k == key));
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("\"{key}\"")) && text.contains(hint),
+                "{text}"
+            );
+        }
+        // And a byte threshold for CNPG.
+        let mut pairs = base();
+        pairs.push(("maxReplicationLagBytes", "100"));
+        let text = parse("pg", &md(&pairs)).unwrap_err().to_string();
+        assert!(
+            text.contains("\"maxReplicationLagBytes\"") && text.contains("cnpg"),
+            "{text}"
+        );
+        // CNPG's metrics are not Redis's, and Redis's not CNPG's.
+        for (key, value) in [
+            ("metric", "ReadCPUUtilization"),
+            ("metric", "ReadConnectionUsage"),
+            ("signals", "ReadCPUUtilization=100"),
+            ("maxReplicationLagBytes", "1.5"),
+            ("maxReplicationLagBytes", "-1"),
+            ("maxReplicationLagBytes", "1e20"),
+        ] {
+            let text = redis(&[(key, value)]).unwrap_err().to_string();
+            assert!(
+                text.contains(&format!("\"{key}\"")),
+                "{key}={value}: {text}"
+            );
+        }
+        let mut pairs = base();
+        pairs.push(("metric", "ReadCommandsPerSecond"));
+        let text = parse("pg", &md(&pairs)).unwrap_err().to_string();
+        assert!(text.contains("\"metric\""), "{text}");
+    }
+
+    #[test]
+    fn an_unknown_engine_is_invalid_and_named() {
+        for value in ["mysql", "", "redis-cluster"] {
+            let mut pairs = base();
+            pairs.push(("engine", value));
+            let err = parse("pg", &md(&pairs)).unwrap_err();
+            assert!(
+                matches!(err, MetadataError::Invalid { key: "engine", .. }),
+                "{value}: {err}"
+            );
+            assert!(err.to_string().contains("cnpg (the default) or redis"));
+        }
+    }
+
+    #[test]
     fn cluster_defaults_to_a_valid_scaled_object_name_only() {
         assert!(matches!(
             parse("My.SO", &md(&base())),
@@ -546,7 +740,7 @@ mod tests {
                 "[0-9]{1,4}",
                 "-?[0-9]{0,3}\\.?[0-9]{0,4}(e-?[0-9]{1,3})?",
                 "(?i)(true|false|nan|inf|-inf|0x1f)",
-                "(ReadConnections|ReadCPUUtilization|pg|[a-z0-9-]{1,70})",
+                "(ReadConnections|ReadCPUUtilization|ReadCommandsPerSecond|redis|cnpg|pg|[a-z0-9-]{1,70})",
                 ".{0,40}",
                 // Huge values must not make huge messages.
                 (1usize..20_000).prop_map(|n| "\n".repeat(n)),
@@ -569,6 +763,14 @@ mod tests {
                         prop_assert!((1..=MAX_REPLICAS_LIMIT).contains(&c.max_replicas));
                         prop_assert!(c.max_sync_replicas.is_none_or(|q| q <= MAX_REPLICAS_LIMIT));
                         prop_assert!(c.max_replication_lag_seconds.is_finite() && c.max_replication_lag_seconds >= 0.0);
+                        prop_assert!(c.max_replication_lag_bytes.is_finite() && c.max_replication_lag_bytes >= 0.0);
+                        // Each engine only ever carries its own metrics and its own lag unit.
+                        prop_assert!(c.engine.metrics().contains(&c.metric));
+                        prop_assert!(c.signals.iter().all(|s| c.engine.metrics().contains(&s.metric)));
+                        match c.engine {
+                            Engine::Cnpg => prop_assert_eq!(c.max_replication_lag_bytes, 0.0),
+                            Engine::Redis => prop_assert!(c.max_replication_lag_seconds == 0.0 && c.max_sync_replicas.is_none()),
+                        }
                     }
                     Err(e) => {
                         let message = e.to_string();

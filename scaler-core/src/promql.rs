@@ -9,13 +9,16 @@
 //! namespace A never serves B, and `pg` never matches `pg-archive-1` (that pod's cluster is
 //! `pg-archive`). The single-cluster query is the batch of one. Replicas are the pods whose
 //! `cnpg_pg_replication_in_recovery` is 1, the primary the one where it is 0.
+//!
+//! `engine: redis` has its own query of the same shape over redis_exporter series
+//! ([`redis`], docs/redis.md).
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::metadata::{MAX_EXTRA_SIGNALS, Metric, ScalerConfig};
+use crate::metadata::{Engine, MAX_EXTRA_SIGNALS, Metric, ScalerConfig};
 use names::echo;
 
 /// Users whose sessions are the platform's own, not client load.
@@ -32,6 +35,21 @@ pub const MAX_QUERY_BYTES: usize = 12 * 1024;
 const INSTANCE_SUFFIX: &str = "-[1-9][0-9]*";
 /// The cluster of an instance pod: everything before the last `-<n>` (unique: `n` has no `-`).
 const CLUSTER_OF_POD: &str = "(.+)-[1-9][0-9]*";
+
+/// How one engine's pods are named: `<prefix><name><suffix>`, and the regex that gives back the
+/// name (label_replace anchors it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PodNames {
+    pub prefix: &'static str,
+    pub suffix: &'static str,
+    pub name_of_pod: &'static str,
+}
+
+const CNPG_PODS: PodNames = PodNames {
+    prefix: "",
+    suffix: INSTANCE_SUFFIX,
+    name_of_pod: CLUSTER_OF_POD,
+};
 
 /// Names of the labelled parts of [`decision_query`].
 pub mod part {
@@ -54,12 +72,27 @@ pub mod part {
             (false, Metric::ReadConnections) => "load_readconnections",
             (false, Metric::ReadCpuUtilization) => "load_readcpuutilization",
             (false, Metric::ReadConnectionUsage) => "load_readconnectionusage",
+            (false, Metric::ReadCommandsPerSecond) => "load_readcommandspersecond",
         }
     }
     pub const LAG: &str = "lag";
     pub const WAL: &str = "wal";
+    /// Redis (docs/redis.md): pods whose role is master.
+    pub const MASTERS: &str = "masters";
+    /// Redis: replicas with client-list series (`--export-client-list`).
+    pub const CLIENT_PODS: &str = "client_pods";
+    /// Redis: replicas with a `redis_master_link_up` series.
+    pub const HEALTH_PODS: &str = "health_pods";
+    /// Redis: replicas whose link to the master is down.
+    pub const LINKS_DOWN: &str = "links_down";
+    /// Redis: replicas in a full sync.
+    pub const SYNCING: &str = "syncing";
+    /// Redis: largest replica offset lag behind the master, in bytes.
+    pub const LAG_BYTES: &str = "lag_bytes";
+    /// Redis: the master's replication offset growth, in bytes per second.
+    pub const REPL_RATE: &str = "repl_rate";
     /// Every part name the query can label a series with.
-    pub const ALL: [&str; 11] = [
+    pub const ALL: [&str; 19] = [
         INSTANCES,
         LOAD,
         REPLICAS,
@@ -69,8 +102,16 @@ pub mod part {
         "load_readconnections",
         "load_readcpuutilization",
         "load_readconnectionusage",
+        "load_readcommandspersecond",
         LAG,
         WAL,
+        MASTERS,
+        CLIENT_PODS,
+        HEALTH_PODS,
+        LINKS_DOWN,
+        SYNCING,
+        LAG_BYTES,
+        REPL_RATE,
     ];
 }
 
@@ -84,10 +125,11 @@ pub struct Target {
 /// What a query asks for besides its targets; every target of one query shares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
+    pub engine: Engine,
     pub metric: Metric,
     /// The `signals` besides `metric`, in the order given.
     pub extra: [Option<Metric>; MAX_EXTRA_SIGNALS],
-    /// The lag brake is on: the query adds replica lag and primary WAL rate.
+    /// The lag brake is on: the query adds replica lag and primary WAL rate (always for Redis).
     pub brake: bool,
 }
 
@@ -98,9 +140,13 @@ impl Shape {
             *slot = Some(signal.metric);
         }
         Self {
+            engine: config.engine,
             metric: config.metric,
             extra,
-            brake: config.max_replication_lag_seconds > 0.0,
+            brake: match config.engine {
+                Engine::Cnpg => config.max_replication_lag_seconds > 0.0,
+                Engine::Redis => true,
+            },
         }
     }
 }
@@ -115,7 +161,10 @@ pub type Parts = HashMap<String, f64>;
 /// added only to such reduced vectors, so a scraped `cluster` label (an external label, say)
 /// can never collide with it.
 pub fn decision_query(targets: &[Target], shape: Shape) -> String {
-    let sel = selector(targets);
+    if shape.engine == Engine::Redis {
+        return redis::decision_query(targets, shape);
+    }
+    let sel = selector(targets, CNPG_PODS);
     let replicas = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 1)");
     let primary = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 0)");
     // Warm-up: a replica whose WAL receiver was down at any point of the CPU rate window was
@@ -170,6 +219,8 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
                     ),
                 ]);
             }
+            // Refused for CNPG by the metadata parser; never in a CNPG shape.
+            Metric::ReadCommandsPerSecond => {}
             Metric::ReadConnectionUsage => {
                 // Every client session holds a slot of max_connections, idle ones too.
                 let max_connections = format!(
@@ -239,6 +290,11 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
             ),
         ]);
     }
+    labelled(parts)
+}
+
+/// The parts joined with `or`, each series labelled `part=<name>`.
+pub(crate) fn labelled(parts: Vec<(&str, String)>) -> String {
     let mut query = String::new();
     for (i, (name, expr)) in parts.into_iter().enumerate() {
         if i > 0 {
@@ -255,15 +311,21 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
 /// `agg` of a per-pod vector (labels `namespace`, `pod` and maybe more, never `cluster`) by
 /// namespace and cluster.
 fn per_cluster(agg: &str, per_pod: &str) -> String {
+    per_name(agg, per_pod, CNPG_PODS)
+}
+
+/// [`per_cluster`] for pods named like `pods`.
+pub(crate) fn per_name(agg: &str, per_pod: &str, pods: PodNames) -> String {
     format!(
-        "{agg} by (namespace,cluster) (label_replace({per_pod}, \"cluster\", \"$1\", \"pod\", \"{CLUSTER_OF_POD}\"))"
+        "{agg} by (namespace,cluster) (label_replace({per_pod}, \"cluster\", \"$1\", \"pod\", \"{}\"))",
+        pods.name_of_pod
     )
 }
 
 /// The label matchers every selector of a batch carries: its namespaces, and the instance pods
 /// of its clusters (a namespace and a cluster of different targets may pair up: such extra
 /// groups are answered and ignored by [`parse_answer`]'s callers).
-fn selector(targets: &[Target]) -> String {
+pub(crate) fn selector(targets: &[Target], pods: PodNames) -> String {
     let namespaces: BTreeSet<&str> = targets.iter().map(|t| t.namespace.as_str()).collect();
     let clusters: BTreeSet<&str> = targets.iter().map(|t| t.cluster.as_str()).collect();
     // One name matches by equality (the batch of one reads like a hand-written query).
@@ -274,9 +336,10 @@ fn selector(targets: &[Target]) -> String {
             string_escape(&alternation(&namespaces))
         ),
     };
+    let (prefix, suffix) = (pods.prefix, pods.suffix);
     let pods = match clusters.len() {
-        1 => format!("{}{INSTANCE_SUFFIX}", alternation(&clusters)),
-        _ => format!("({}){INSTANCE_SUFFIX}", alternation(&clusters)),
+        1 => format!("{prefix}{}{suffix}", alternation(&clusters)),
+        _ => format!("{prefix}({}){suffix}", alternation(&clusters)),
     };
     format!("{namespace},pod=~\"{}\"", string_escape(&pods))
 }
@@ -352,12 +415,17 @@ pub const MAX_VALUE: f64 = 1e15;
 /// Largest pod count a counting part may carry.
 pub const MAX_COUNT: f64 = 100_000.0;
 /// The parts that count pods: whole numbers from 0 to [`MAX_COUNT`].
-const COUNT_PARTS: [&str; 5] = [
+const COUNT_PARTS: [&str; 10] = [
     part::INSTANCES,
     part::REPLICAS,
     part::LOAD_PODS,
     part::USAGE_PODS,
     part::WARMING,
+    part::MASTERS,
+    part::CLIENT_PODS,
+    part::HEALTH_PODS,
+    part::LINKS_DOWN,
+    part::SYNCING,
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -497,6 +565,9 @@ pub fn parse_matrix(
 ) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
     crate::matrix::parse(body, target, times)
 }
+
+#[path = "promql_redis.rs"]
+pub mod redis;
 
 #[cfg(test)]
 #[path = "promql_tests.rs"]

@@ -10,6 +10,7 @@ fn t(namespace: &str, cluster: &str) -> Target {
 }
 
 const CONNECTIONS_BRAKE: Shape = Shape {
+    engine: Engine::Cnpg,
     metric: Metric::ReadConnections,
     extra: [None; 2],
     brake: true,
@@ -57,6 +58,7 @@ fn a_batch_selects_its_namespaces_and_clusters_and_groups_by_both() {
 #[test]
 fn lag_and_wal_are_only_queried_for_the_brake() {
     let shape = Shape {
+        engine: Engine::Cnpg,
         metric: Metric::ReadConnections,
         extra: [None; 2],
         brake: false,
@@ -69,6 +71,7 @@ fn lag_and_wal_are_only_queried_for_the_brake() {
 #[test]
 fn cpu_query_reads_the_postgres_container_in_millicores() {
     let shape = Shape {
+        engine: Engine::Cnpg,
         metric: Metric::ReadCpuUtilization,
         extra: [None; 2],
         brake: false,
@@ -88,6 +91,7 @@ fn cpu_query_reads_the_postgres_container_in_millicores() {
 #[test]
 fn every_signal_has_its_load_part_and_usage_reads_max_connections() {
     let shape = Shape {
+        engine: Engine::Cnpg,
         metric: Metric::ReadConnections,
         extra: [
             Some(Metric::ReadConnectionUsage),
@@ -297,6 +301,7 @@ fn shape() -> impl Strategy<Value = Shape> {
         any::<bool>(),
     )
         .prop_map(|(metric, usage, brake)| Shape {
+            engine: Engine::Cnpg,
             metric,
             extra: [usage.filter(|u| *u != metric), None],
             brake,
@@ -403,4 +408,158 @@ fn every_load_part_is_a_known_part() {
             assert!(part::ALL.contains(&part::load_of(metric, primary)));
         }
     }
+}
+
+const REDIS: Shape = Shape {
+    engine: Engine::Redis,
+    metric: Metric::ReadConnections,
+    extra: [None; 2],
+    brake: true,
+};
+
+/// Every selector of the query, as written (the text between `{` and `}` after a metric name).
+fn selectors(query: &str) -> Vec<&str> {
+    query
+        .match_indices("{namespace")
+        .map(|(i, _)| &query[i + 1..i + query[i..].find('}').unwrap()])
+        .collect()
+}
+
+#[test]
+fn redis_query_reads_the_failovers_redis_pods_only() {
+    let q = decision_query(&[t("tenant", "cache")], REDIS);
+    let sels = selectors(&q);
+    assert!(sels.len() > 10, "{q}");
+    for sel in &sels {
+        // StatefulSet ordinals from 0; never the sentinels' rfs-cache-… nor rfr-cache-x-0.
+        assert!(
+            sel.starts_with(r#"namespace="tenant",pod=~"rfr-cache-(0|[1-9][0-9]*)""#),
+            "{sel}"
+        );
+    }
+    // Grouped by namespace and the name taken back from the pod name.
+    assert!(q.contains(r#""cluster", "$1", "pod", "rfr-(.+)-(0|[1-9][0-9]*)""#));
+    for name in [
+        "instances",
+        "masters",
+        "replicas",
+        "load",
+        "client_pods",
+        "health_pods",
+        "links_down",
+        "syncing",
+        "lag_bytes",
+        "repl_rate",
+    ] {
+        assert!(q.contains(&format!(r#""part", "{name}""#)), "{name}: {q}");
+        assert!(part::ALL.contains(&name), "{name}");
+    }
+    // Roles come from the instance's own INFO, not from pod labels.
+    assert!(q.contains(r#"role="slave""#) && q.contains(r#"role="master""#));
+    // No CNPG series, and nothing in seconds: the lag is the master's offset minus each replica's.
+    assert!(!q.contains("cnpg_") && !q.contains("lag_seconds"), "{q}");
+    assert!(
+        q.contains("redis_master_repl_offset") && q.contains("redis_connected_slave_offset_bytes")
+    );
+    let two = decision_query(&[t("a", "cache"), t("b", "queue")], REDIS);
+    assert!(two.contains(r#"namespace=~"a|b",pod=~"rfr-(cache|queue)-(0|[1-9][0-9]*)""#));
+}
+
+#[test]
+fn redis_connections_leave_out_sentinels_exporter_and_master_link() {
+    let q = decision_query(&[t("tenant", "cache")], REDIS);
+    // The total minus the named internal entries, per pod, on replicas only.
+    assert!(
+        q.contains("max by (namespace,pod) (redis_connected_clients{"),
+        "{q}"
+    );
+    assert!(q.contains(r#"name=~"sentinel-[0-9a-f]+-(cmd|pubsub)|redis_exporter""#));
+    assert!(q.contains(r#"flags="M""#));
+    assert!(
+        q.contains("max by (namespace,pod,name,flags) (last_over_time("),
+        "{q}"
+    );
+    assert!(q.contains("[1m]"));
+    assert!(!q.contains("redis_commands_total"));
+}
+
+#[test]
+fn redis_commands_count_read_commands_of_replicas() {
+    let shape = Shape {
+        metric: Metric::ReadCommandsPerSecond,
+        extra: [Some(Metric::ReadConnections), None],
+        ..REDIS
+    };
+    let q = decision_query(&[t("tenant", "cache")], shape);
+    assert!(q.contains(r#""part", "load""#) && q.contains(r#""part", "load_readconnections""#));
+    assert!(q.contains("rate(redis_commands_total{"), "{q}");
+    // The read list, as a regex: GET and subcommands in, replicated writes and the platform's own
+    // commands out.
+    let list: Vec<&str> = redis::READ_COMMANDS.split('|').collect();
+    for read in ["get", "mget", "hgetall", "zrange", "scan", r"xinfo\\"] {
+        assert!(list.contains(&read), "{read}");
+    }
+    for other in [
+        "set",
+        "del",
+        "publish",
+        "ping",
+        "info",
+        "select",
+        "client",
+        "config",
+        "replconf",
+        "slowlog",
+        "latency",
+        "subscribe",
+        "exec",
+        "multi",
+        "eval",
+        "evalsha",
+    ] {
+        assert!(!list.contains(&other), "{other}");
+    }
+}
+
+#[test]
+fn redis_answer_parts_are_counts_where_they_count_pods() {
+    let c = t("tenant", "cache");
+    for part in [
+        "masters",
+        "client_pods",
+        "health_pods",
+        "links_down",
+        "syncing",
+    ] {
+        let body = answer(vec![sample(&c, part, "1.5")]);
+        assert!(
+            matches!(parse_answer(body.as_bytes()), Err(QueryError::Garbage(_))),
+            "{part}"
+        );
+    }
+    let body = answer(vec![
+        sample(&c, "instances", "3"),
+        sample(&c, "lag_bytes", "172900"),
+        sample(&c, "repl_rate", "27146.5"),
+    ]);
+    let parsed = parse_answer(body.as_bytes()).unwrap();
+    assert_eq!(parsed[&c]["lag_bytes"], 172_900.0);
+    assert_eq!(parsed[&c]["repl_rate"], 27_146.5);
+}
+
+#[test]
+fn redis_shape_always_has_the_brake_and_cnpg_keeps_its_query() {
+    let md = |pairs: &[(&str, &str)]| {
+        let map = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        crate::metadata::parse("cache", &map).unwrap()
+    };
+    let redis = md(&[("engine", "redis"), ("target", "5"), ("maxReplicas", "6")]);
+    assert_eq!(Shape::of(&redis), REDIS);
+    let cnpg = md(&[("target", "5"), ("maxReplicas", "6")]);
+    let shape = Shape::of(&cnpg);
+    assert_eq!((shape.engine, shape.brake), (Engine::Cnpg, false));
+    assert!(!decision_query(&[t("a", "pg")], shape).contains("redis_"));
 }

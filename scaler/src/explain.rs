@@ -241,6 +241,7 @@ fn text(report: &Report<'_>) -> String {
         Metric::ReadConnectionUsage => {
             "client connections over max_connections on streaming replicas, percent summed"
         }
+        Metric::ReadCommandsPerSecond => "read commands per second on Redis replicas",
     };
     let load_unit = unit(p.metric);
     let _ = writeln!(

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
 use scaler_core::evaluate::{self, EvaluateError, Evaluation, Inputs};
+use scaler_core::metadata::Engine;
 use scaler_core::promql::{self, Parts, QueryError, Shape, Target};
 
 use crate::backend;
@@ -87,9 +88,16 @@ impl Evaluate for Observer {
         let queries = futures::stream::iter(queries)
             .buffered(self.concurrency.max(1))
             .collect::<Vec<_>>();
-        let lookups = futures::future::join_all(keys.iter().map(|key| {
-            self.topology
-                .lookup(&key.namespace, &key.config.cluster, &self.metrics)
+        // The topology knows CNPG Clusters only; a Redis key's count is its instance series'.
+        let lookups = futures::future::join_all(keys.iter().map(|key| async move {
+            match key.config.engine {
+                Engine::Cnpg => {
+                    self.topology
+                        .lookup(&key.namespace, &key.config.cluster, &self.metrics)
+                        .await
+                }
+                Engine::Redis => Ok(None),
+            }
         }));
         let (answers, snapshots) = tokio::join!(queries, lookups);
         let answer_of: HashMap<(Shape, &Target), &Result<backend::Answer, QueryError>> = batches

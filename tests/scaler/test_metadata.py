@@ -32,6 +32,11 @@ INVALID = [
     ("schedule-bad-zone", {"schedules": "0 8 * * * for 1h floor 4 in Europe/Atlantis"}, "schedules"),
     ("schedule-floor-above-max", {"schedules": "0 8 * * * for 1h floor 11"}, "schedules"),
     ("schedule-does-nothing", {"schedules": "0 8 * * * for 1h"}, "schedules"),
+    ("engine-unknown", {"engine": "mysql"}, "engine"),
+    ("redis-seconds-lag", {"engine": "redis", "maxReplicationLagSeconds": "10"}, "maxReplicationLagSeconds"),
+    ("redis-cnpg-metric", {"engine": "redis", "metric": "ReadCPUUtilization"}, "metric"),
+    ("redis-lag-not-bytes", {"engine": "redis", "maxReplicationLagBytes": "1MiB"}, "maxReplicationLagBytes"),
+    ("cnpg-bytes-lag", {"maxReplicationLagBytes": "1048576"}, "maxReplicationLagBytes"),
     ("schedule-second-window", {"schedules": "0 8 * * * for 1h floor 3; 0 9 * * * for 99d floor 3"}, "window 2"),
 ]
 

@@ -362,6 +362,7 @@ impl Args {
             Metric::ReadConnections => "active connections",
             Metric::ReadCpuUtilization => "CPU millicores",
             Metric::ReadConnectionUsage => "connection usage (%)",
+            Metric::ReadCommandsPerSecond => "read commands per second",
         };
         let header = output::Header {
             namespace: &history.namespace,

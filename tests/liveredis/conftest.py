@@ -1,0 +1,49 @@
+"""Fixtures: one live rig for the whole session (master rfr-cache-0, replicas rfr-cache-1 and
+rfr-cache-2, three sentinels, an exporter each, VictoriaMetrics, `scaler serve`), and a record of
+what each scenario observed, printed at the end as the table docs/redis.md keeps."""
+import pathlib
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parents[0] / "scaler")]  # keda.py, scaler_proc.py
+
+from rig import NAMESPACE, SENTINELS, Rig  # noqa: E402
+
+OBSERVED: list[tuple[str, str, str]] = []
+
+
+@pytest.fixture(scope="session")
+def rig():
+    r = Rig()
+    try:
+        r.start()
+        r.wait_scraped(f'redis_instance_info{{namespace="{NAMESPACE}"}}', lambda s: len(s) == 3,
+                       what="three instances scraped")
+        # Every sentinel holds two connections to each instance once it has discovered it (client
+        # list entries are new series at every scrape: counted by name over a few seconds).
+        r.wait_scraped(f'count by (pod) (count by (pod,name) (last_over_time(redis_connected_clients_details'
+                       f'{{namespace="{NAMESPACE}",name=~"sentinel-.*"}}[5s])))',
+                       lambda s: len(s) == 3 and all(v >= 2 * SENTINELS for v in s.values()),
+                       timeout=60, what="every sentinel connected to every instance")
+        yield r
+    finally:
+        r.stop()
+
+
+@pytest.fixture
+def record():
+    """record(scenario, expected, observed): one row of the closing table."""
+    def add(scenario: str, expected: str, observed: str):
+        OBSERVED.append((scenario, expected, observed))
+    return add
+
+
+def pytest_terminal_summary(terminalreporter):
+    if OBSERVED:
+        terminalreporter.section("live Redis: scenario -> expected -> observed")
+        terminalreporter.write_line("| scenario | expected | observed |")
+        terminalreporter.write_line("|---|---|---|")
+        for row in OBSERVED:
+            terminalreporter.write_line("| " + " | ".join(row) + " |")

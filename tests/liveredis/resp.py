@@ -1,0 +1,77 @@
+"""A minimal RESP2 client over a plain socket: real client connections to redis-server for the
+load and the writer, without a client library (the suite's only dependency is the server)."""
+from __future__ import annotations
+
+import socket
+
+
+class Conn:
+    def __init__(self, port: int, timeout: float = 5.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, *args) -> None:
+        out = [f"*{len(args)}\r\n".encode()]
+        for a in args:
+            b = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        self.sock.sendall(b"".join(out))
+
+    def call(self, *args):
+        self.send(*args)
+        return self.reply()
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed by redis-server")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n: int) -> bytes:
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed by redis-server")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self._exact(n)
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.reply() for _ in range(n)]
+        raise RuntimeError(f"unexpected RESP reply {line!r}")
+
+
+def info(port: int, section: str) -> dict[str, str]:
+    c = Conn(port)
+    try:
+        text = c.call("INFO", section).decode()
+    finally:
+        c.close()
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
+
+
+def command(port: int, *args):
+    c = Conn(port)
+    try:
+        return c.call(*args)
+    finally:
+        c.close()

@@ -1,0 +1,252 @@
+"""The live rig: one RedisFailover-shaped set of real Redis instances (master rfr-cache-0, replicas
+rfr-cache-1 and rfr-cache-2, named like the redis-operator's StatefulSet pods), three real
+sentinels monitoring them (their connections are what the load must leave out), one real
+redis_exporter per instance with --export-client-list, a VictoriaMetrics that scrapes them with the
+labels the operator's exporter container gets (namespace, pod, container, endpoint), `scaler serve`
+reading that VictoriaMetrics, and the independent gRPC client driving it like KEDA."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+import resp
+from keda import Keda, metadata
+from scaler_proc import Scaler
+from testkit import Proc, free_port, wait_until
+from vm import VictoriaMetrics
+
+NAMESPACE, NAME = "tenant-live", "cache"
+SCRAPE_INTERVAL = "1s"
+SENTINELS = 3
+
+
+class Instance:
+    """One Redis pod: redis-server without persistence (a restart comes back empty, as an
+    emptyDir pod does, so it needs a full sync)."""
+
+    def __init__(self, base: Path, n: int):
+        self.name = f"rfr-{NAME}-{n}"
+        self.dir = base / self.name
+        self.dir.mkdir()
+        self.port = free_port()
+        self.proc: Proc | None = None
+        self.master: "Instance | None" = None
+
+    def start(self, master: "Instance | None" = None) -> "Instance":
+        self.master = master if master is not None else self.master
+        args = ["redis-server", "--port", self.port, "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", self.dir, "--daemonize", "no"]
+        if self.master is not None:
+            args += ["--replicaof", "127.0.0.1", self.master.port]
+        self.proc = Proc(args, self.dir / "redis.log", name=self.name)
+        wait_until(lambda: resp.command(self.port, "PING") == "PONG", 15, 0.05, f"{self.name} up",
+                   proc=self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.stop()
+
+    def call(self, *args):
+        return resp.command(self.port, *args)
+
+    def info(self, section: str) -> dict[str, str]:
+        return resp.info(self.port, section)
+
+
+class Clients:
+    """`n` real client connections to `inst`, each having sent one PING, held open."""
+
+    def __init__(self, inst: Instance, n: int):
+        self.inst, self.n, self.conns = inst, n, []
+
+    def __enter__(self) -> "Clients":
+        for _ in range(self.n):
+            c = resp.Conn(self.inst.port)
+            assert c.call("PING") == "PONG"
+            self.conns.append(c)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for c in self.conns:
+            c.close()
+
+
+class Writer:
+    """A client that SETs 100-byte values on the master, pipelined, about `per_second` a second,
+    until stopped: the master's replication offset advances with it."""
+
+    def __init__(self, master: Instance, per_second: int = 2000):
+        self.master, self.per_second = master, per_second
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.written = 0
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            c = resp.Conn(self.master.port)
+            batch = max(1, self.per_second // 20)
+            while not self.stop_event.is_set():
+                for i in range(batch):
+                    c.send("SET", f"k:{(self.written + i) % 10000}", "v" * 100)
+                for _ in range(batch):
+                    c.reply()
+                self.written += batch
+                self.stop_event.wait(0.05)
+            c.close()
+        except BaseException as e:  # surfaced by __exit__
+            self.error = e
+
+    def __enter__(self) -> "Writer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_event.set()
+        self.thread.join(10)
+        if self.error and exc[0] is None:
+            raise self.error
+
+
+class Rig:
+    def __init__(self):
+        # LIVEREDIS_KEEP=1 keeps the directory (redis.log, exporter.log, sentinel.log) for a post-mortem.
+        self.base = Path(tempfile.mkdtemp(prefix="liveredis-"))
+        self.instances: dict[str, Instance] = {}
+        self.sentinels: list[Proc] = []
+        self.exporters: dict[str, tuple[Proc, int]] = {}
+        self.scrape_config = self.base / "scrape.yaml"
+        self.vm = VictoriaMetrics(str(self.base / "vm"), extra_args=(
+            f"-promscrape.config={self.scrape_config}", "-promscrape.configCheckInterval=1s"))
+        self._write_scrape_config()
+        self.scaler: Scaler | None = None
+        self.keda: Keda | None = None
+
+    def start(self) -> "Rig":
+        self.vm.start()
+        self.scaler = Scaler(str(self.base), self.vm.url, refresh="1s", topology="metrics").start()
+        self.keda = Keda(self.scaler.address)
+        master = self.add(Instance(self.base, 0).start())
+        for n in (1, 2):
+            self.add(Instance(self.base, n).start(master))
+        for n in range(SENTINELS):
+            self.start_sentinel(n, master)
+        return self
+
+    def stop(self) -> None:
+        if self.keda:
+            self.keda.close()
+        if self.scaler:
+            self.scaler.stop()
+        for proc, _ in self.exporters.values():
+            proc.stop()
+        for proc in self.sentinels:
+            proc.stop()
+        for inst in self.instances.values():
+            inst.stop()
+        self.vm.stop()
+        if not os.environ.get("LIVEREDIS_KEEP"):
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def add(self, inst: Instance) -> Instance:
+        self.instances[inst.name] = inst
+        self.start_exporter(inst)
+        return inst
+
+    def start_sentinel(self, n: int, master: Instance) -> None:
+        d = self.base / f"rfs-{NAME}-{n}"
+        d.mkdir()
+        port = free_port()
+        # A failover is not under test: sentinels watch, greet (their hellos run through the
+        # master's replication stream) and hold their connections to every instance.
+        (d / "sentinel.conf").write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {d}\n"
+            f"sentinel monitor mymaster 127.0.0.1 {master.port} 2\n"
+            "sentinel down-after-milliseconds mymaster 600000\n"
+            "sentinel failover-timeout mymaster 600000\n")
+        proc = Proc(["redis-sentinel", d / "sentinel.conf"], d / "sentinel.log", name=f"sentinel {n}")
+        wait_until(lambda: resp.command(port, "PING") == "PONG", 15, 0.05, f"sentinel {n} up", proc=proc)
+        self.sentinels.append(proc)
+
+    def start_exporter(self, inst: Instance) -> None:
+        port = free_port()
+        proc = Proc(["prometheus-redis-exporter", "-redis.addr", f"redis://127.0.0.1:{inst.port}",
+                     "-web.listen-address", f"127.0.0.1:{port}", "-export-client-list"],
+                    inst.dir / "exporter.log", name=f"exporter {inst.name}")
+        self.exporters[inst.name] = (proc, port)
+        wait_until(lambda: requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).ok, 15, 0.1,
+                   f"exporter of {inst.name}", proc=proc)
+        self._write_scrape_config()
+
+    def _write_scrape_config(self) -> None:
+        targets = [{"targets": [f"127.0.0.1:{port}"],
+                    "labels": {"namespace": NAMESPACE, "pod": name, "container": "redis-exporter",
+                               "endpoint": "http-metrics"}}
+                   for name, (_, port) in sorted(self.exporters.items())]
+        cfg = {"scrape_configs": [{"job_name": f"{NAMESPACE}/rfr-{NAME}", "scrape_interval": SCRAPE_INTERVAL,
+                                   "static_configs": targets}]}
+        tmp = self.scrape_config.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cfg, indent=1))  # JSON is YAML
+        os.replace(tmp, self.scrape_config)
+        if self.vm.proc is not None and self.vm.proc.alive():
+            self.vm.proc.signal(signal.SIGHUP)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def series(self, promql: str) -> dict[str, float]:
+        out = {}
+        for r in self.vm.query(promql):
+            m = r["metric"]
+            out[m.get("pod") or json.dumps(m, sort_keys=True)] = float(r["value"][1])
+        return out
+
+    def wait_scraped(self, promql: str, expect, timeout: float = 30, what: str | None = None):
+        last = {}
+
+        def probe():
+            nonlocal last
+            last = self.series(promql)
+            return expect(last)
+
+        try:
+            wait_until(probe, timeout, 0.5, what or promql, proc=self.vm.proc)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}; last value: {last}") from None
+        return last
+
+    def ref(self, **md):
+        return self.keda.ref(NAMESPACE, NAME, metadata(cluster=NAME, engine="redis", maxReplicas="6", **md))
+
+    def desired(self, target: str = "5", **md) -> int:
+        return self.keda.desired(self.ref(target=target, **md), float(target))
+
+    def wait_desired(self, want: int, timeout: float = 30, target: str = "5", **md) -> int:
+        last = None
+
+        def probe():
+            nonlocal last
+            last = self.desired(target, **md)
+            return last == want
+
+        try:
+            return wait_until(probe, timeout, 0.5, f"desired == {want}")
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}; last desired {last}") from None
+
+    def hold(self, want: int, seconds: float, target: str = "5", **md) -> list[int]:
+        """Polls for `seconds`; every answer must be `want` (a brake that holds, not a blip)."""
+        seen = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            seen.append(self.desired(target, **md))
+            assert seen[-1] == want, f"desired {seen[-1]} while holding {want}; seen {seen}"
+            time.sleep(0.5)
+        return seen

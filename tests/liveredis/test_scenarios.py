@@ -1,0 +1,160 @@
+"""The scenarios of docs/redis.md, in order: the idle master comes first (the write gate's 5-minute
+rate window must not have seen the writer yet), then read load, writes without lag, a link down
+and a full sync under writes. The scaler runs with --topology metrics: its current count is the
+number of instance series, 3. Target 5 clients per replica, maxReplicas 6."""
+import time
+
+from rig import NAMESPACE, Clients, Writer
+from testkit import wait_until
+
+PODS = f'namespace="{NAMESPACE}",pod=~"rfr-cache-[0-9]+"'
+# The write gate's threshold (scaler-core/src/promql_redis.rs, BACKGROUND_REPL_BYTES_PER_SECOND).
+BACKGROUND = 1024
+LAG_THRESHOLD = "1048576"
+
+
+def repl_rate(rig) -> float:
+    return rig.series(f'rate(redis_master_repl_offset{{namespace="{NAMESPACE}",pod="rfr-cache-0"}}[5m])')[
+        "rfr-cache-0"]
+
+
+def link_up(rig, pod: str) -> float | None:
+    return rig.series(f'redis_master_link_up{{namespace="{NAMESPACE}",pod="{pod}"}}').get(pod)
+
+
+def cut_link(replica) -> None:
+    """The replica's link to the master goes down and stays down: it re-authenticates with a
+    password the master does not have (the sentinels leave it alone: it still names the master)."""
+    replica.call("CONFIG", "SET", "masterauth", "not-the-password")
+    replica.call("CLIENT", "KILL", "TYPE", "master")
+
+
+def mend_link(replica) -> None:
+    replica.call("CONFIG", "SET", "masterauth", "")
+
+
+def test_idle_master(rig, record):
+    r1, r2 = rig.instances["rfr-cache-1"], rig.instances["rfr-cache-2"]
+    clients = rig.series(f"redis_connected_clients{{{PODS}}}")
+    rig.wait_desired(2)
+    rate = repl_rate(rig)
+    # Sentinel hellos and pings move the offset of a master nobody writes to.
+    assert 0 < rate < BACKGROUND, rate
+    cut_link(r2)
+    rig.wait_scraped(f'redis_master_link_up{{namespace="{NAMESPACE}",pod="rfr-cache-2"}}',
+                     lambda s: s.get("rfr-cache-2") == 0, what="rfr-cache-2 link down")
+    # A down link while the master is idle: the brake would hold 3; the floor 2 is asked.
+    held = rig.hold(2, 4, maxReplicationLagBytes=LAG_THRESHOLD)
+    mend_link(r2)
+    rig.wait_scraped(f'redis_master_link_up{{namespace="{NAMESPACE}",pod="rfr-cache-2"}}',
+                     lambda s: s.get("rfr-cache-2") == 1, what="rfr-cache-2 link up")
+    record("idle master (no client writes), 3 sentinels; then replica rfr-cache-2's link down",
+           "desired 2 (floor); link down with an idle master does not brake",
+           f"redis_connected_clients {dict(sorted(clients.items()))} with no client connected "
+           f"(sentinels, exporter, master link), desired 2; master offset rate {rate:.0f} B/s "
+           f"(< {BACKGROUND}: idle); link down: desired {held[-1]} over {len(held)} polls")
+    assert r1.info("replication")["master_link_status"] == "up"
+
+
+def test_read_load_up_and_down(rig, record):
+    r1, r2 = rig.instances["rfr-cache-1"], rig.instances["rfr-cache-2"]
+    t0 = time.monotonic()
+    with Clients(r1, 11), Clients(r2, 11):
+        rig.wait_desired(6)  # 1 + ceil(22 / 5)
+        up = time.monotonic() - t0
+        with Clients(r1, 0):
+            pass
+    t1 = time.monotonic()
+    rig.wait_desired(2)
+    down = time.monotonic() - t1
+    with Clients(r1, 7):
+        rig.wait_desired(3)  # 1 + ceil(7 / 5)
+    rig.wait_desired(2)
+    # The master's clients are not read load.
+    with Clients(rig.instances["rfr-cache-0"], 30):
+        rig.wait_scraped(f'redis_connected_clients{{namespace="{NAMESPACE}",pod="rfr-cache-0"}}',
+                         lambda s: s.get("rfr-cache-0", 0) >= 30, what="30 clients on the master scraped")
+        rig.hold(2, 3)
+    record("read load: 11 + 11 client connections on the replicas, closed; 7; 30 on the master",
+           "desired 6, then 2; 3; master clients ignored (2)",
+           f"desired 6 after {up:.1f} s, 2 after {down:.1f} s; 3 with 7; 2 with 30 on the master")
+
+
+def test_writes_without_lag(rig, record):
+    r1 = rig.instances["rfr-cache-1"]
+    master = rig.instances["rfr-cache-0"]
+    with Writer(master, 2000) as w, Clients(r1, 12):
+        wait_until(lambda: repl_rate(rig) > BACKGROUND, 30, 0.5, "master writing")
+        rig.wait_desired(4, maxReplicationLagBytes=LAG_THRESHOLD)  # 1 + ceil(12 / 5)
+        lags = []
+        for _ in range(6):
+            info = master.info("replication")
+            offset = int(info["master_repl_offset"])
+            for k in ("slave0", "slave1"):
+                fields = dict(kv.split("=") for kv in info[k].split(","))
+                lags.append(offset - int(fields["offset"]))
+            time.sleep(0.5)
+        rate = repl_rate(rig)
+        held = rig.hold(4, 4, maxReplicationLagBytes=LAG_THRESHOLD)
+    rig.wait_desired(2, maxReplicationLagBytes=LAG_THRESHOLD)
+    assert w.written > 1000
+    # A byte lag compared with a seconds threshold (say 10) would have frozen this count.
+    assert max(lags) > 10, lags
+    record("writes without lag: 2000 SET/s on the master, 12 clients on rfr-cache-1, "
+           f"maxReplicationLagBytes {LAG_THRESHOLD}",
+           "desired 4 while writing, 2 after; brake clear",
+           f"master offset rate {rate:.0f} B/s; replica offset lag up to {max(lags)} B "
+           f"(> 10: a seconds threshold read as bytes would freeze); desired 4 over {len(held)} polls, "
+           "then 2")
+
+
+def test_link_down_under_writes(rig, record):
+    r1, r2 = rig.instances["rfr-cache-1"], rig.instances["rfr-cache-2"]
+    master = rig.instances["rfr-cache-0"]
+    with Writer(master, 2000), Clients(r1, 22):
+        rig.wait_desired(6)
+        cut_link(r2)
+        rig.wait_scraped(f'redis_master_link_up{{namespace="{NAMESPACE}",pod="rfr-cache-2"}}',
+                         lambda s: s.get("rfr-cache-2") == 0, what="rfr-cache-2 link down")
+        rig.wait_desired(3)
+        held = rig.hold(3, 4)
+        t0 = time.monotonic()
+        mend_link(r2)
+        rig.wait_desired(6)
+        released = time.monotonic() - t0
+    record("link down under writes: rfr-cache-2 re-authenticates with a wrong password; "
+           "2000 SET/s, 22 clients on rfr-cache-1",
+           "desired held at the current 3 (load asks 6), released when the link is back",
+           f"desired 3 over {len(held)} polls; 6 again {released:.1f} s after the link was mended")
+
+
+def test_full_sync_under_writes(rig, record):
+    r1, r2 = rig.instances["rfr-cache-1"], rig.instances["rfr-cache-2"]
+    master = rig.instances["rfr-cache-0"]
+    # A disk-based full sync is in progress on the replica while the master's BGSAVE runs; the
+    # server's rdb-key-save-delay (microseconds per key) makes it last (10000 keys: about 10 s).
+    master.call("CONFIG", "SET", "repl-diskless-sync", "no")
+    master.call("CONFIG", "SET", "rdb-key-save-delay", "1000")
+    with Writer(master, 2000), Clients(r1, 22):
+        wait_until(lambda: int(master.info("keyspace").get("db0", "keys=0").split(",")[0][5:]) >= 10000, 30, 0.2,
+                   "10000 keys")
+        rig.wait_desired(6)
+        # The pod restarts empty (no persistence): it needs a full sync.
+        r2.stop()
+        (r2.dir / "dump.rdb").unlink(missing_ok=True)
+        r2.start()
+        syncing = rig.wait_scraped(f'redis_master_sync_in_progress{{namespace="{NAMESPACE}",pod="rfr-cache-2"}}',
+                                   lambda s: s.get("rfr-cache-2") == 1, what="rfr-cache-2 in a full sync")
+        rig.wait_desired(3)
+        seen = [3]
+        while r2.info("replication").get("master_sync_in_progress") == "1":
+            seen.append(rig.desired())
+            assert seen[-1] == 3, seen
+            time.sleep(0.5)
+        rig.wait_desired(6, timeout=30)
+    master.call("CONFIG", "SET", "rdb-key-save-delay", "0")
+    record("full sync under writes: rfr-cache-2 restarts empty, disk-based sync of 10000 keys "
+           "(rdb-key-save-delay 1 ms/key); 2000 SET/s, 22 clients on rfr-cache-1",
+           "desired held at 3 while master_sync_in_progress is 1, then 6",
+           f"redis_master_sync_in_progress {syncing}; desired 3 over {len(seen)} polls during the "
+           "sync, then 6")
