@@ -49,12 +49,16 @@ class Process:
     """One replica: the package Deployment's arguments, its admin port on loopback."""
 
     def __init__(self, rig, name: str, args: list[str]):
+        self.name = name
         self.admin = free_port()
         args = [a for a in args if not a.startswith("--admin-listen")]
         self.proc = rig.group.start(name, [rig.scaler_bin, *args, "--admin-listen", f"127.0.0.1:{self.admin}"],
                                     env={"KUBECONFIG": str(rig.cp.kubeconfig)})
+
+    def ready(self) -> "Process":
         wait_until(lambda: requests.get(f"http://127.0.0.1:{self.admin}/readyz", timeout=1).ok,
-                   timeout=60, interval=POLL, what=f"{name} /readyz", proc=self.proc)
+                   timeout=60, interval=POLL, what=f"{self.name} /readyz", proc=self.proc)
+        return self
 
     def metric(self, name: str) -> float:
         return promtext.total(promtext.scrape(f"http://127.0.0.1:{self.admin}/metrics", timeout=2), name)
@@ -95,7 +99,7 @@ class Webhook:
             args.append({"--listen": f"--listen={self.ip}:{self.port}", "--tls-cert": f"--tls-cert={self.pair.cert}",
                          "--tls-key": f"--tls-key={self.pair.key}"}.get(flag, a))
         self._serial += 1
-        self.replica = Process(self.rig, f"scaler-webhook-{self._serial}", args)
+        self.replica = Process(self.rig, f"scaler-webhook-{self._serial}", args).ready()
         return self
 
     def stop(self) -> None:
@@ -123,7 +127,10 @@ class ShardControllers:
         self._serial += 1
         name = f"shard-controller-{self._serial}"
         args = package_args(self.rig, CONTROLLER, "shard-controller")
-        self.replicas[name] = Process(self.rig, name, [*args, "--lease-namespace", NS, "--identity", name])
+        # Listed before it is ready: it may take the Lease at once, and a sampler must see that.
+        replica = self.replicas[name] = Process(self.rig, name,
+                                                [*args, "--lease-namespace", NS, "--identity", name])
+        replica.ready()
 
     def start(self, count: int) -> "ShardControllers":
         for _ in range(count):

@@ -202,10 +202,15 @@ impl Args {
 
         let mut tick = tokio::time::interval(sync_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut leadership = leader.clone();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
+                // A change of leadership acts at once, not at the next tick: a new leader syncs
+                // (a successor rescues without a sync interval's wait) and the gauge never reports
+                // a lead that moved. In a dry run nothing sends: the branch is simply off.
+                Ok(()) = leadership.changed() => {}
             }
             let leading = *leader.borrow();
             metrics.leader.set(i64::from(leading));
