@@ -26,7 +26,7 @@ def binary(name: str, version: str) -> Path:
 
 
 def crd_files() -> list[Path]:
-    return [*upstream_crd_files("keda", "helm-controller", "source-controller", "cnpg"),
+    return [*upstream_crd_files("keda", "helm-controller", "source-controller", "cnpg", "redis-operator"),
             REPO / "tests/e2e/fixtures/cert-manager-crds.yaml"]
 
 
