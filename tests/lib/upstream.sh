@@ -38,4 +38,4 @@ copy source-controller github.com/fluxcd/source-controller "$SOURCE_CONTROLLER_V
 copy cnpg github.com/cloudnative-pg/cloudnative-pg "$CNPG_VERSION" \
   config/crd/bases/postgresql.cnpg.io_clusters.yaml config/manager/default-monitoring.yaml
 copy redis-operator github.com/spotahome/redis-operator "$REDIS_OPERATOR_VERSION" \
-  charts/redisoperator/crds/databases.spotahome.com_redisfailovers.yaml
+  manifests/databases.spotahome.com_redisfailovers.yaml
