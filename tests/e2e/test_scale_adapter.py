@@ -5,12 +5,15 @@ scale subresource), KEDA and the HPA (kube-controller-manager).
 Stand-in, named: the Redis operator is absent on the rig (as CNPG's is), so nothing acts on
 spec.redis.replicas; the test reads what the adapter wrote. The load is the existing scaler's CNPG
 decision on the feeder's series (the Redis decision is not part of this suite): it only has to move
-the HPA, which then moves the adapter's /scale, which moves the RedisFailover 2 -> 4 -> 2."""
+the HPA, which then moves the adapter's /scale, which moves the RedisFailover 2 -> 4 -> 2.
+The adapter runs as the package chart's ServiceAccount with the RBAC the chart renders."""
 
 import time
+from pathlib import Path
 
 import pytest
 import requests
+import yaml
 
 from rig import POLL
 from rig.kube import ApiError
@@ -23,6 +26,8 @@ RF = "databases.spotahome.com/v1"
 SA = "autoscaling.cozystack.io/v1alpha1"
 HPA = "autoscaling/v2"
 MANAGER = "cozy-scale-adapter"
+ADAPTER_NS = "cozy-scale-adapter-e2e"
+ACCOUNT = "cozy-autoscaling-scale-adapter"
 MIN_WRITE = 3  # seconds, --min-write-interval of the adapter under test
 SELECTOR = "app.kubernetes.io/component=redis,app.kubernetes.io/part-of=redis-failover,app.kubernetes.io/name={}"
 
@@ -67,20 +72,46 @@ def hold(rig, name: str, seconds: float, expected: int) -> None:
         time.sleep(0.5)
 
 
+def as_chart_service_account(rig, package) -> Path:
+    """Installs the RBAC the package chart renders for the adapter (scaleAdapter.enabled=true, in
+    ADAPTER_NS) and returns a kubeconfig acting as its ServiceAccount, as `kubectl --as` does: the
+    adapter then runs with exactly the chart's permissions."""
+    helm, chart = package
+    rig.kube.ensure_namespace(ADAPTER_NS)
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    objs = [o for o in helm.render(chart, ["scaleAdapter.enabled=true"], keda=False, release="cozy-autoscaling",
+                                   namespace=ADAPTER_NS)
+            if o["kind"] in kinds and o["metadata"]["name"].startswith(ACCOUNT)]
+    assert sorted(o["kind"] for o in objs) == sorted(kinds), objs
+    for o in objs:
+        if o["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            o["metadata"]["namespace"] = ADAPTER_NS
+        rig.kube.apply(o)
+    config = yaml.safe_load(rig.cp.kubeconfig.read_text())
+    config["users"][0]["user"]["as"] = f"system:serviceaccount:{ADAPTER_NS}:{ACCOUNT}"
+    config["users"][0]["user"]["as-groups"] = ["system:serviceaccounts", f"system:serviceaccounts:{ADAPTER_NS}",
+                                               "system:authenticated"]
+    path = rig.dir / "scale-adapter.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 @pytest.fixture(scope="module")
 def adapter_proc(rig, package):
-    """The adapter, after the package chart (whose crds/ hold the ScaleAdapter CRD) is installed."""
+    """The adapter with the chart's RBAC, after the package chart (whose crds/ hold the
+    ScaleAdapter CRD) is installed."""
     rig.kube.ensure_namespace(NS)
     rig.kube.ensure_namespace(OTHER_NS)
+    kubeconfig = as_chart_service_account(rig, package)
     admin = free_port()
     proc = rig.group.start("scale-adapter", [
         rig.scaler_bin, "scale-adapter", "--admin-listen", f"127.0.0.1:{admin}", "--sync-interval", "1s",
-        "--min-write-interval", f"{MIN_WRITE}s", "--lease-namespace", NS, "--identity", "adapter-e2e",
+        "--min-write-interval", f"{MIN_WRITE}s", "--lease-namespace", ADAPTER_NS, "--identity", "adapter-e2e",
         "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s", "--log-level", "info"],
-        env={"KUBECONFIG": str(rig.cp.kubeconfig)})
+        env={"KUBECONFIG": str(kubeconfig)})
     wait_until(lambda: requests.get(f"http://127.0.0.1:{admin}/readyz", timeout=1).ok,
                timeout=60, interval=POLL, what="scale-adapter /readyz", proc=proc)
-    wait_until(lambda: (rig.kube.get("coordination.k8s.io/v1", "Lease", "cozy-scale-adapter", NS) or {})
+    wait_until(lambda: (rig.kube.get("coordination.k8s.io/v1", "Lease", "cozy-scale-adapter", ADAPTER_NS) or {})
                .get("spec", {}).get("holderIdentity") == "adapter-e2e",
                timeout=30, interval=POLL, what="the adapter to lead")
     yield proc
@@ -173,7 +204,13 @@ def test_failures_are_explained_in_conditions(rig, adapter_proc):
     bad["spec"]["replicasPath"] = "/spec/sentinel/customConfig"
     rig.kube.apply(bad)
     rig.kube.apply(adapter("missing", "no-such-redis"))
-    for name, reason in [("nopath", "PathMissing"), ("garbage", "PathMissing"), ("missing", "TargetMissing")]:
+    # A kind the chart's scaleAdapter.targets does not list: the ClusterRole refuses it.
+    pg = adapter("forbidden", "pg")
+    pg["spec"] |= {"targetRef": {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster", "name": "pg"},
+                   "replicasPath": "/spec/instances"}
+    rig.kube.apply(pg)
+    for name, reason in [("nopath", "PathMissing"), ("garbage", "PathMissing"), ("missing", "TargetMissing"),
+                         ("forbidden", "Forbidden")]:
         wait_until(lambda: synced(rig, name).get("reason") == reason, timeout=30, interval=POLL,
                    what=f"{name}: {reason}")
         assert synced(rig, name)["status"] == "False" and synced(rig, name)["message"]
@@ -181,7 +218,8 @@ def test_failures_are_explained_in_conditions(rig, adapter_proc):
     wait_until(lambda: synced(rig, "garbage").get("reason") == "NotANumber", timeout=30, interval=POLL,
                what="garbage: NotANumber")
     assert "an array of 1" in synced(rig, "garbage")["message"]
-    for name in ("nopath", "garbage", "missing"):
+    assert "scaleAdapter.targets" in synced(rig, "forbidden")["message"]
+    for name in ("nopath", "garbage", "missing", "forbidden"):
         rig.kube.delete(SA, "ScaleAdapter", name, NS)
 
 
