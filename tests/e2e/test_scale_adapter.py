@@ -256,3 +256,33 @@ def test_the_hpa_moves_the_redisfailover_2_4_2(rig, scaler, adapter_proc):
     assert owners_of_replicas(rig, name) == {MANAGER}
     rig.kube.delete("keda.sh/v1alpha1", "ScaledObject", name, NS)
     rig.kube.delete("postgresql.cnpg.io/v1", "Cluster", name, NS)
+
+
+def test_many_adapters_and_a_huge_target_stay_bounded(rig, adapter_proc):
+    """100 adapters synced (8 at a time, one GET and at most one apply each per sync), and a 1 MiB
+    string at the path is reported in a short, cut message."""
+    count = 100
+    for i in range(count):
+        rig.kube.apply(redis_failover(f"many-{i}", NS, 2))
+        rig.kube.apply(adapter(f"many-{i}", f"many-{i}", replicas=2))
+    wait_until(lambda: all(synced(rig, f"many-{i}").get("reason") == "Synced" for i in range(count)),
+               timeout=120, interval=1, what="every adapter Synced")
+    start = time.monotonic()
+    for i in range(count):
+        scale(rig, f"many-{i}", 3)
+    wait_until(lambda: all(target_replicas(rig, f"many-{i}") == 3 for i in range(count)),
+               timeout=120, interval=1, what="every target at 3")
+    print(f"FIGURE scale-adapter: {count} adapters scaled, all targets written in {time.monotonic() - start:.1f} s")
+    huge = redis_failover("huge", NS, 2)
+    huge["spec"]["sentinel"]["image"] = "x" * (1 << 20)
+    rig.kube.apply(huge)
+    bad = adapter("huge", "huge")
+    bad["spec"]["replicasPath"] = "/spec/sentinel/image"
+    rig.kube.apply(bad)
+    wait_until(lambda: synced(rig, "huge").get("reason") == "NotANumber", timeout=30, interval=POLL,
+               what="huge: NotANumber")
+    message = synced(rig, "huge")["message"]
+    assert len(message) < 1024 and "(1048576 bytes)" in message, message
+    for i in range(count):
+        rig.kube.delete(SA, "ScaleAdapter", f"many-{i}", NS)
+    rig.kube.delete(SA, "ScaleAdapter", "huge", NS)
