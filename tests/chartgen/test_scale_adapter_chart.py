@@ -4,6 +4,7 @@ and scrape object follow the shard controller's conventions, and the CRD ships i
 import yaml
 
 from conftest import PACKAGE, one
+from validate import validate_all
 
 NS = "cozy-autoscaling"
 NAME = "cozy-autoscaling-scale-adapter"
@@ -23,6 +24,7 @@ def test_off_by_default_with_the_crd_shipped_either_way(helm):
 
 def test_deployment_runs_the_adapter_with_the_values(helm):
     objs = render(helm, ON + ["scaleAdapter.minWriteInterval=1m", "scaleAdapter.syncInterval=10s"])
+    validate_all(objs)
     dep = one(objs, "Deployment", NAME)
     assert dep["spec"]["replicas"] == 2
     pod = dep["spec"]["template"]["spec"]
