@@ -28,6 +28,8 @@ enum Command {
     ShardController(webhook::controller::Args),
     /// Inspect shard placement (read-only).
     Shards(webhook::controller::report::Args),
+    /// Run the ScaleAdapter controller: write each adapter's /scale count into its target.
+    ScaleAdapter(adapter::Args),
 }
 
 impl Cli {
@@ -59,6 +61,7 @@ impl Cli {
             Command::Webhook(args) => args.run().await,
             Command::ShardController(args) => args.run().await,
             Command::Shards(args) => args.run().await,
+            Command::ScaleAdapter(args) => args.run().await,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `scaler`: one binary (one image) for every job: the KEDA external scaler (`serve`, `explain`,
 //! this crate), and Flux shard placement (the webhook crate): the admission webhook (`webhook`)
-//! and the placement controller (`shard-controller`, `shards plan`).
+//! and the placement controller (`shard-controller`, `shards plan`); and the scale adapter
+//! (`scale-adapter`, the adapter crate).
 mod cli;
 
 #[global_allocator]

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 fail() { echo "check-setup: $*" >&2; exit 1; }
 
 for f in venv/bin/python helm3/helm helm4/helm \
-         "upstream/keda-$KEDA_VERSION" "upstream/cnpg-$CNPG_VERSION" \
+         "upstream/keda-$KEDA_VERSION" "upstream/cnpg-$CNPG_VERSION" "upstream/redis-operator-$REDIS_OPERATOR_VERSION" \
          "upstream/helm-controller-$HELM_CONTROLLER_VERSION" "upstream/source-controller-$SOURCE_CONTROLLER_VERSION" \
          "e2e/bin/etcd-$ETCD_VERSION" "e2e/bin/kube-apiserver-$KUBE_VERSION" "e2e/bin/kube-controller-manager-$KUBE_VERSION" \
          "e2e/bin/keda-operator-$KEDA_VERSION" "e2e/bin/keda-adapter-$KEDA_VERSION" "e2e/bin/helm-controller-$HELM_CONTROLLER_VERSION"; do

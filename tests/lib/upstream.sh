@@ -37,3 +37,5 @@ copy helm-controller github.com/fluxcd/helm-controller "$HELM_CONTROLLER_VERSION
 copy source-controller github.com/fluxcd/source-controller "$SOURCE_CONTROLLER_VERSION" 'config/crd/bases/*.yaml'
 copy cnpg github.com/cloudnative-pg/cloudnative-pg "$CNPG_VERSION" \
   config/crd/bases/postgresql.cnpg.io_clusters.yaml config/manager/default-monitoring.yaml
+copy redis-operator github.com/spotahome/redis-operator "$REDIS_OPERATOR_VERSION" \
+  manifests/databases.spotahome.com_redisfailovers.yaml

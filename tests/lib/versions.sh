@@ -10,3 +10,6 @@ HELM_CONTROLLER_VERSION=v1.6.4
 SOURCE_CONTROLLER_VERSION=v1.9.0
 # CRDs (the Cluster with its scale subresource and labelSelectorPath) and default-monitoring.yaml.
 CNPG_VERSION=v1.30.1
+# CRD only (the RedisFailover, which declares no subresources; the ScaleAdapter drives it): the
+# newest tag the module proxy serves (v1.3.0 is refused there). The operator itself is not run.
+REDIS_OPERATOR_VERSION=v1.3.0-rc1

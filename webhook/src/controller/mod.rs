@@ -3,7 +3,7 @@
 //! metadata, shard Deployments), plans with `placement::plan`, and, as the holder of a Lease,
 //! moves tenants off removed or failed shards and evens out load, paced.
 //!
-//! `sync` runs one pass, `relabel` makes a move's conditional writes, `lease` elects the leader,
+//! `sync` runs one pass, `relabel` makes a move's conditional writes, `runtime::lease` elects the leader,
 //! `report` prints a plan for operators, `metrics` the gauges.
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,16 +17,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
 
 use crate::{Pin, index, watch};
-use runtime::{logging::LogArgs, shutdown as signals};
+use runtime::{lease, logging::LogArgs, shutdown as signals};
 
-pub mod lease;
 pub mod metrics;
 pub mod relabel;
 pub mod report;
 pub mod sync;
-
-#[cfg(test)]
-mod mock;
 
 /// Name of the reporting controller on Events.
 const CONTROLLER_NAME: &str = "cozy-flux-shard-controller";

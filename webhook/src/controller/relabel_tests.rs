@@ -1,8 +1,8 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::controller::mock::{self, ApiServer};
 use crate::watch::helmrelease_resource;
+use runtime::mock::{self, ApiServer};
 
 const NS: &str = "/api/v1/namespaces/tenant-a";
 

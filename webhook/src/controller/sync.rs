@@ -335,10 +335,10 @@ fn gauge(n: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock;
     use crate::index::{Index, Release, TenantNamespace};
     use kube::runtime::events::Reporter;
     use placement::plan::ShardHealth;
+    use runtime::mock;
     use std::collections::BTreeMap as Map;
 
     /// An index with `n` tenants stranded on removed shard5 and two ready shards.

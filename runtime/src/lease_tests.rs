@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::*;
-use crate::controller::mock::{self, ApiServer};
+use crate::mock::{self, ApiServer};
 
 const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/cozy-fluxcd/leases/shardctl";
 const COLLECTION: &str = "/apis/coordination.k8s.io/v1/namespaces/cozy-fluxcd/leases";

@@ -1,0 +1,223 @@
+//! `scaler scale-adapter`: the ScaleAdapter controller (docs/scale-adapter.md). A ScaleAdapter
+//! gives a target without a `/scale` subresource (a RedisFailover) one: the HPA or `kubectl
+//! scale` sets the adapter's `spec.replicas`, and the leader (a Lease, `runtime::lease`) writes
+//! it into the target at `replicasPath` with server-side apply, paced, never while paused.
+//!
+//! `crd` is the API, `path` the pointer, `target` the checks before any call, `decide` and
+//! `status` the pure decision, `sync` the I/O, `metrics` the gauges.
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch as channel;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span, warn};
+
+use runtime::{admin, lease, logging::LogArgs, shutdown as signals};
+
+pub mod crd;
+pub mod decide;
+pub mod metrics;
+pub mod path;
+pub mod status;
+pub mod sync;
+pub mod target;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    // Boxed: the flags are many, and the CLI enum should stay small (clippy large_enum_variant).
+    #[command(flatten)]
+    settings: Box<Settings>,
+}
+
+#[derive(Debug, clap::Args)]
+struct Settings {
+    /// Least time between two writes to one target (pacing).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    min_write_interval: Duration,
+    /// Time between syncs of every adapter.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    sync_interval: Duration,
+    /// Adapters synced at once.
+    #[arg(long, default_value = "8", value_parser = clap::value_parser!(u16).range(1..=256))]
+    concurrency: u16,
+    /// Timeout of each Kubernetes API call.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    api_timeout: Duration,
+    /// Address of the plain-HTTP admin server: /healthz, /readyz, /metrics.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    admin_listen: SocketAddr,
+    /// Namespace of the leader-election Lease (the pod's own namespace in the chart).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "cozy-autoscaling")]
+    lease_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "cozy-scale-adapter")]
+    lease_name: String,
+    /// This replica's identity in the Lease (the pod name in the chart).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// How long a lease stays valid after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    lease_duration: Duration,
+    /// The leader steps down when it could not renew for this long (< --lease-duration).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    renew_deadline: Duration,
+    /// Pause between lease attempts.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    retry_period: Duration,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+impl Args {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let s = *self.settings;
+        s.log.init()?;
+        anyhow::ensure!(
+            s.renew_deadline < s.lease_duration && s.retry_period < s.renew_deadline,
+            "need --retry-period < --renew-deadline < --lease-duration (got {:?}, {:?}, {:?})",
+            s.retry_period,
+            s.renew_deadline,
+            s.lease_duration
+        );
+        let identity = s.identity.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "scale-adapter".into());
+            format!("{host}-{}", std::process::id())
+        });
+        let shutdown = CancellationToken::new();
+        tokio::spawn(signals::cancel_on_signal(shutdown.clone()));
+        let client = Client::try_default().await?;
+
+        let mut registry = Registry::default();
+        let metrics = metrics::Metrics::register(&mut registry);
+        let readiness = admin::Readiness::default();
+        let listener = tokio::net::TcpListener::bind(s.admin_listen).await?;
+        tokio::spawn(admin::serve(
+            listener,
+            Arc::new(registry),
+            readiness.clone(),
+            shutdown.clone(),
+        ));
+
+        let (store, writer) = reflector::store::<crd::ScaleAdapter>();
+        let adapters = Api::<crd::ScaleAdapter>::all(client.clone());
+        let watch = reflector(writer, watcher(adapters, watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+        tokio::spawn(async move {
+            futures::pin_mut!(watch);
+            while let Some(event) = watch.next().await {
+                if let Err(error) = event {
+                    warn!(%error, "ScaleAdapter watch");
+                }
+            }
+        });
+
+        let (leader_tx, leader) = channel::channel(false);
+        let elector = lease::Elector::new(
+            Api::<Lease>::namespaced(client.clone(), &s.lease_namespace),
+            s.lease_name.clone(),
+            identity.clone(),
+            lease::Timing {
+                lease_duration: s.lease_duration,
+                renew_deadline: s.renew_deadline,
+                retry_period: s.retry_period,
+            },
+        );
+        let election = tokio::spawn(
+            lease::run(elector, leader_tx, shutdown.clone())
+                .instrument(info_span!("lease", %identity)),
+        );
+        let syncer = sync::Syncer::new(
+            client,
+            sync::Settings {
+                min_interval: s.min_write_interval,
+                api_timeout: s.api_timeout,
+                concurrency: usize::from(s.concurrency),
+            },
+            metrics.clone(),
+        );
+        info!(%identity, field_manager = sync::FIELD_MANAGER, "running the scale adapter");
+
+        let mut tick = tokio::time::interval(s.sync_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut synced = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            if !synced {
+                synced = store.wait_until_ready().now_or_never_ready();
+                if !synced {
+                    continue;
+                }
+                readiness.set(true);
+            }
+            let leading = *leader.borrow();
+            metrics.leader.set(i64::from(leading));
+            let snapshot = store.state();
+            metrics
+                .adapters
+                .set(i64::try_from(snapshot.len()).unwrap_or(i64::MAX));
+            if leading {
+                metrics.syncs.inc();
+                syncer.sync(snapshot).instrument(info_span!("sync")).await;
+            }
+        }
+        readiness.set(false);
+        // Lets the lease task release the lease before the process exits.
+        let _ = election.await;
+        Ok(())
+    }
+}
+
+/// Whether a future is ready at once (the reflector's first list has arrived).
+trait NowOrNeverReady {
+    fn now_or_never_ready(self) -> bool;
+}
+
+impl<F: Future> NowOrNeverReady for F {
+    fn now_or_never_ready(self) -> bool {
+        futures::FutureExt::now_or_never(self).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn defaults_and_bad_flags() {
+        let cli = Cli::try_parse_from(["scale-adapter"]).unwrap();
+        assert_eq!(
+            cli.args.settings.min_write_interval,
+            Duration::from_secs(30)
+        );
+        assert_eq!(cli.args.settings.lease_name, "cozy-scale-adapter");
+        for (flag, value) in [
+            ("--concurrency", "0"),
+            ("--min-write-interval", "soon"),
+            ("--sync-interval", "-1s"),
+        ] {
+            let arg = format!("{flag}={value}");
+            let error = Cli::try_parse_from(["scale-adapter", &arg])
+                .err()
+                .unwrap_or_else(|| panic!("{flag} {value} accepted"))
+                .to_string();
+            assert!(error.contains(flag), "{error}");
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! One sync of every adapter (the I/O around [`crate::decide`]): read each target, decide,
+//! server-side apply the count under [`FIELD_MANAGER`], write the status when it changed. Each
+//! API call has a deadline and at most `concurrency` adapters are in flight, so a slow API
+//! server or many adapters cannot stall or flood it.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{self, Scope};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::Mutex;
+use tokio::time::timeout;
+use tracing::{info, warn};
+
+use crate::crd::ScaleAdapter;
+use crate::decide::{Action, Blocked, Input, decide};
+use crate::metrics::Metrics;
+use crate::status::{self, Report};
+use crate::target::{self, Claim, Target, TargetKey};
+
+/// The field manager of every write: the target's count and the adapter's status.
+pub const FIELD_MANAGER: &str = "cozy-scale-adapter";
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub min_interval: Duration,
+    pub api_timeout: Duration,
+    pub concurrency: usize,
+}
+
+pub struct Syncer {
+    client: Client,
+    settings: Settings,
+    metrics: Metrics,
+    /// Resolved kinds; one discovery call per kind, retried while it fails.
+    kinds: Mutex<HashMap<GroupVersionKind, ApiResource>>,
+    /// When each adapter (namespace, name) last wrote, by this process.
+    writes: Mutex<HashMap<(String, String), Timestamp>>,
+}
+
+impl Syncer {
+    pub fn new(client: Client, settings: Settings, metrics: Metrics) -> Self {
+        Self {
+            client,
+            settings,
+            metrics,
+            kinds: Mutex::default(),
+            writes: Mutex::default(),
+        }
+    }
+
+    /// Syncs every adapter in `adapters` (the reflector's snapshot).
+    pub async fn sync(&self, adapters: Vec<Arc<ScaleAdapter>>) {
+        let targets: Vec<_> = adapters.iter().map(|a| target::validate(&a.spec)).collect();
+        let claims = adapters
+            .iter()
+            .zip(&targets)
+            .filter_map(|(a, t)| {
+                let t = t.as_ref().ok()?;
+                let namespace = a.namespace()?;
+                Some((
+                    TargetKey {
+                        namespace: namespace.clone(),
+                        group: t.gvk.group.clone(),
+                        kind: t.gvk.kind.clone(),
+                        name: a.spec.target_ref.name.clone(),
+                    },
+                    Claim {
+                        created: a
+                            .creation_timestamp()
+                            .map(|t| t.0.to_string())
+                            .unwrap_or_default(),
+                        namespace,
+                        name: a.name_any(),
+                    },
+                ))
+            })
+            .collect();
+        let losers = target::losers(claims);
+        let live: std::collections::HashSet<_> = adapters
+            .iter()
+            .map(|a| (a.namespace().unwrap_or_default(), a.name_any()))
+            .collect();
+        self.writes.lock().await.retain(|k, _| live.contains(k));
+        let mut blocked: BTreeMap<&'static str, i64> = BTreeMap::new();
+        let reasons: Vec<_> = stream::iter(adapters.iter().zip(targets))
+            .map(|(adapter, target)| {
+                let key = (adapter.namespace().unwrap_or_default(), adapter.name_any());
+                let conflict = losers.get(&key).cloned();
+                self.sync_one(adapter, target, conflict)
+            })
+            .buffer_unordered(self.settings.concurrency)
+            .collect()
+            .await;
+        for reason in reasons.into_iter().flatten() {
+            *blocked.entry(reason).or_default() += 1;
+        }
+        self.metrics.set_unsynced(&blocked);
+    }
+
+    /// Returns the reason when the adapter is not synced.
+    async fn sync_one(
+        &self,
+        adapter: &ScaleAdapter,
+        target: Result<Target, String>,
+        conflict: Option<String>,
+    ) -> Option<&'static str> {
+        let namespace = adapter.namespace()?;
+        let name = adapter.name_any();
+        let key = (namespace.clone(), name.clone());
+        let current = match (target, conflict) {
+            (Err(message), _) => Err(Blocked::InvalidSpec(message)),
+            (Ok(_), Some(owner)) => Err(Blocked::Conflict(owner)),
+            (Ok(target), None) => self.read(&namespace, adapter, &target).await,
+        };
+        let stored = adapter.status.as_ref();
+        let last_write = {
+            let writes = self.writes.lock().await;
+            writes.get(&key).copied().max(status::last_write(stored))
+        };
+        let now = Timestamp::now();
+        let decision = decide(&Input {
+            desired: adapter.spec.replicas,
+            paused: adapter.spec.paused,
+            current: current.as_ref().map(|(n, _)| *n).map_err(Clone::clone),
+            last_write,
+            now,
+            min_interval: self.settings.min_interval,
+        });
+        let mut replicas = decision.replicas;
+        let mut verdict = decision.verdict;
+        let mut last_write = last_write;
+        if let (Action::Write(n), Ok((_, (api, target)))) = (&decision.action, &current) {
+            match self.write(api, target, &adapter.spec.target_ref, *n).await {
+                Ok(written) => {
+                    self.writes.lock().await.insert(key, now);
+                    last_write = Some(now);
+                    self.metrics.writes.inc();
+                    info!(%namespace, adapter = %name, target = %adapter.spec.target_ref.name, from = ?replicas, to = n, "wrote the target's count");
+                    replicas = Some(written);
+                    verdict = crate::decide::Verdict {
+                        synced: written == *n,
+                        reason: if written == *n {
+                            "Synced"
+                        } else {
+                            "NotApplied"
+                        },
+                        message: format!("wrote {n}; the target has {written}"),
+                    };
+                }
+                Err(blocked) => {
+                    warn!(%namespace, adapter = %name, reason = blocked.reason(), message = %blocked.message(), "cannot write the target");
+                    verdict = crate::decide::Verdict {
+                        synced: false,
+                        reason: blocked.reason(),
+                        message: blocked.message(),
+                    };
+                }
+            }
+        }
+        let next = status::status(&Report {
+            previous: stored,
+            generation: adapter.metadata.generation,
+            replicas,
+            selector: &adapter.spec.selector,
+            verdict: &verdict,
+            last_write,
+            now,
+        });
+        if stored != Some(&next) {
+            self.write_status(&namespace, &name, &next).await;
+        }
+        (!verdict.synced).then_some(verdict.reason)
+    }
+
+    /// The target's count, and what is needed to write it.
+    async fn read(
+        &self,
+        namespace: &str,
+        adapter: &ScaleAdapter,
+        target: &Target,
+    ) -> Result<(i32, (Api<DynamicObject>, Target)), Blocked> {
+        let resource = self.resolve(&target.gvk).await?;
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource);
+        let object = self
+            .call(api.get_opt(&adapter.spec.target_ref.name))
+            .await?
+            .ok_or(Blocked::TargetMissing)?;
+        let value = serde_json::to_value(&object).map_err(|e| Blocked::Api(e.to_string()))?;
+        let count = target.path.read(&value).map_err(Blocked::Read)?;
+        Ok((count, (api, target.clone())))
+    }
+
+    async fn resolve(&self, gvk: &GroupVersionKind) -> Result<ApiResource, Blocked> {
+        if let Some(resource) = self.kinds.lock().await.get(gvk) {
+            return Ok(resource.clone());
+        }
+        let (resource, caps) = self
+            .call(discovery::pinned_kind(&self.client, gvk))
+            .await
+            .map_err(|b| match b {
+                Blocked::TargetMissing => Blocked::KindUnknown(format!(
+                    "the API server serves no {}/{} {}: install its CRD",
+                    gvk.group, gvk.version, gvk.kind
+                )),
+                other => other,
+            })?;
+        if caps.scope != Scope::Namespaced {
+            return Err(Blocked::InvalidSpec(format!(
+                "targetRef.kind {} is cluster-scoped: only objects in the adapter's namespace are driven",
+                gvk.kind
+            )));
+        }
+        self.kinds
+            .lock()
+            .await
+            .insert(gvk.clone(), resource.clone());
+        Ok(resource)
+    }
+
+    /// Applies the count; returns the count the answer holds.
+    async fn write(
+        &self,
+        api: &Api<DynamicObject>,
+        target: &Target,
+        reference: &crate::crd::TargetRef,
+        replicas: i32,
+    ) -> Result<i32, Blocked> {
+        let patch = target.path.apply_patch(
+            &reference.api_version,
+            &reference.kind,
+            &reference.name,
+            replicas,
+        );
+        // force: the adapter is the declared owner of this one field (as the HPA is of a
+        // Deployment's replicas); a chart still setting it would flip it back (docs/scale-adapter.md).
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let written = self
+            .call(api.patch(&reference.name, &params, &Patch::Apply(&patch)))
+            .await?;
+        let value = serde_json::to_value(&written).map_err(|e| Blocked::Api(e.to_string()))?;
+        target.path.read(&value).map_err(Blocked::Read)
+    }
+
+    async fn write_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        next: &crate::crd::ScaleAdapterStatus,
+    ) {
+        let api = Api::<ScaleAdapter>::namespaced(self.client.clone(), namespace);
+        let body = json!({
+            "apiVersion": "autoscaling.cozystack.io/v1alpha1",
+            "kind": "ScaleAdapter",
+            "metadata": {"name": name},
+            "status": next,
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        if let Err(blocked) = self
+            .call(api.patch_status(name, &params, &Patch::Apply(&body)))
+            .await
+        {
+            warn!(%namespace, adapter = %name, message = %blocked.message(), "cannot write the status");
+        }
+    }
+
+    /// One API call with the deadline; 404 is `TargetMissing` (callers rename it), 403 `Forbidden`.
+    async fn call<T>(
+        &self,
+        call: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, Blocked> {
+        match timeout(self.settings.api_timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(kube::Error::Api(s))) if s.code == 403 => {
+                Err(Blocked::Forbidden(names::echo(&s.message)))
+            }
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(Blocked::TargetMissing),
+            Ok(Err(kube::Error::Discovery(e))) => Err(Blocked::KindUnknown(e.to_string())),
+            Ok(Err(e)) => Err(Blocked::Api(names::echo(&e.to_string()))),
+            Err(_) => Err(Blocked::Api(format!(
+                "no answer within {:?}",
+                self.settings.api_timeout
+            ))),
+        }
+    }
+}

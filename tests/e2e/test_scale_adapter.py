@@ -1,0 +1,288 @@
+"""The scale adapter (`scaler scale-adapter`) on the real kube-apiserver, with the real
+RedisFailover CRD (spotahome redis-operator's Go module at REDIS_OPERATOR_VERSION, which declares no
+scale subresource), KEDA and the HPA (kube-controller-manager).
+
+Stand-in, named: the Redis operator is absent on the rig (as CNPG's is), so nothing acts on
+spec.redis.replicas; the test reads what the adapter wrote. The load is the existing scaler's CNPG
+decision on the feeder's series (the Redis decision is not part of this suite): it only has to move
+the HPA, which then moves the adapter's /scale, which moves the RedisFailover 2 -> 4 -> 2.
+The adapter runs as the package chart's ServiceAccount with the RBAC the chart renders."""
+
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from rig import POLL
+from rig.kube import ApiError
+from scaledobject import cluster_and_scaledobject
+from testkit import free_port, wait_until
+
+NS = "tenant-redis"
+OTHER_NS = "tenant-redis-other"
+RF = "databases.spotahome.com/v1"
+SA = "autoscaling.cozystack.io/v1alpha1"
+HPA = "autoscaling/v2"
+MANAGER = "cozy-scale-adapter"
+ADAPTER_NS = "cozy-scale-adapter-e2e"
+ACCOUNT = "cozy-autoscaling-scale-adapter"
+MIN_WRITE = 3  # seconds, --min-write-interval of the adapter under test
+SELECTOR = "app.kubernetes.io/component=redis,app.kubernetes.io/part-of=redis-failover,app.kubernetes.io/name={}"
+
+
+def redis_failover(name: str, namespace: str, replicas: int) -> dict:
+    return {"apiVersion": RF, "kind": "RedisFailover", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"redis": {"replicas": replicas}, "sentinel": {"replicas": 3}}}
+
+
+def adapter(name: str, target: str, replicas: int | None = 2, **spec) -> dict:
+    body = {"targetRef": {"apiVersion": RF, "kind": "RedisFailover", "name": target},
+            "replicasPath": "/spec/redis/replicas", "selector": SELECTOR.format(target), **spec}
+    if replicas is not None:
+        body["replicas"] = replicas
+    return {"apiVersion": SA, "kind": "ScaleAdapter", "metadata": {"name": name, "namespace": NS}, "spec": body}
+
+
+def target_replicas(rig, name: str, namespace: str = NS) -> int:
+    return rig.kube.get(RF, "RedisFailover", name, namespace)["spec"]["redis"]["replicas"]
+
+
+def synced(rig, name: str) -> dict:
+    status = (rig.kube.get(SA, "ScaleAdapter", name, NS) or {}).get("status", {})
+    return next((c for c in status.get("conditions", []) if c["type"] == "Synced"), {})
+
+
+def scale(rig, name: str, replicas: int) -> dict:
+    """What `kubectl scale scaleadapter/<name> --replicas=N` sends: a patch of the /scale subresource."""
+    return rig.kube.merge_patch(SA, "ScaleAdapter", name, {"spec": {"replicas": replicas}}, NS, sub="scale")
+
+
+def owners_of_replicas(rig, name: str, namespace: str = NS) -> set[str]:
+    rf = rig.kube.get(RF, "RedisFailover", name, namespace)
+    return {m["manager"] for m in rf["metadata"].get("managedFields", [])
+            if "f:replicas" in m.get("fieldsV1", {}).get("f:spec", {}).get("f:redis", {})}
+
+
+def hold(rig, name: str, seconds: float, expected: int) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        assert target_replicas(rig, name) == expected, f"the target moved off {expected} during a hold"
+        time.sleep(0.5)
+
+
+def as_chart_service_account(rig, package) -> Path:
+    """Installs the RBAC the package chart renders for the adapter (scaleAdapter.enabled=true, in
+    ADAPTER_NS) and returns a kubeconfig acting as its ServiceAccount, as `kubectl --as` does: the
+    adapter then runs with exactly the chart's permissions."""
+    helm, chart = package
+    rig.kube.ensure_namespace(ADAPTER_NS)
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    objs = [o for o in helm.render(chart, ["scaleAdapter.enabled=true"], keda=False, release="cozy-autoscaling",
+                                   namespace=ADAPTER_NS)
+            if o["kind"] in kinds and o["metadata"]["name"].startswith(ACCOUNT)]
+    assert sorted(o["kind"] for o in objs) == sorted(kinds), objs
+    for o in objs:
+        if o["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            o["metadata"]["namespace"] = ADAPTER_NS
+        rig.kube.apply(o)
+    config = yaml.safe_load(rig.cp.kubeconfig.read_text())
+    config["users"][0]["user"]["as"] = f"system:serviceaccount:{ADAPTER_NS}:{ACCOUNT}"
+    config["users"][0]["user"]["as-groups"] = ["system:serviceaccounts", f"system:serviceaccounts:{ADAPTER_NS}",
+                                               "system:authenticated"]
+    path = rig.dir / "scale-adapter.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def adapter_proc(rig, package):
+    """The adapter with the chart's RBAC, after the package chart (whose crds/ hold the
+    ScaleAdapter CRD) is installed."""
+    rig.kube.ensure_namespace(NS)
+    rig.kube.ensure_namespace(OTHER_NS)
+    kubeconfig = as_chart_service_account(rig, package)
+    admin = free_port()
+    proc = rig.group.start("scale-adapter", [
+        rig.scaler_bin, "scale-adapter", "--admin-listen", f"127.0.0.1:{admin}", "--sync-interval", "1s",
+        "--min-write-interval", f"{MIN_WRITE}s", "--lease-namespace", ADAPTER_NS, "--identity", "adapter-e2e",
+        "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s", "--log-level", "info"],
+        env={"KUBECONFIG": str(kubeconfig)})
+    wait_until(lambda: requests.get(f"http://127.0.0.1:{admin}/readyz", timeout=1).ok,
+               timeout=60, interval=POLL, what="scale-adapter /readyz", proc=proc)
+    wait_until(lambda: (rig.kube.get("coordination.k8s.io/v1", "Lease", "cozy-scale-adapter", ADAPTER_NS) or {})
+               .get("spec", {}).get("holderIdentity") == "adapter-e2e",
+               timeout=30, interval=POLL, what="the adapter to lead")
+    yield proc
+    proc.stop()
+
+
+def test_the_redisfailover_crd_has_no_scale_subresource(rig):
+    crd = rig.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "redisfailovers.databases.spotahome.com")
+    assert all(not v.get("subresources", {}).get("scale") for v in crd["spec"]["versions"])
+
+
+def test_kubectl_scale_on_the_adapter_moves_the_target(rig, adapter_proc):
+    rig.kube.apply(redis_failover("cache", NS, 2))
+    rig.kube.apply(adapter("cache", "cache", replicas=2))
+    wait_until(lambda: synced(rig, "cache").get("reason") == "Synced", timeout=30, interval=POLL,
+               what="the adapter Synced on the initial count")
+    got = scale(rig, "cache", 3)
+    assert got["spec"]["replicas"] == 3
+    wait_until(lambda: target_replicas(rig, "cache") == 3, timeout=30, interval=POLL,
+               what="spec.redis.replicas to follow the /scale write")
+    wait_until(lambda: rig.kube.get(SA, "ScaleAdapter", "cache", NS, sub="scale")["status"].get("replicas") == 3,
+               timeout=30, interval=POLL, what="the scale subresource's status.replicas")
+    scale_status = rig.kube.get(SA, "ScaleAdapter", "cache", NS, sub="scale")["status"]
+    assert scale_status["selector"] == SELECTOR.format("cache")
+    # Only the adapter owns the count: the creator's claim was taken over by the adapter's apply.
+    assert owners_of_replicas(rig, "cache") == {MANAGER}
+    rf = rig.kube.get(RF, "RedisFailover", "cache", NS)
+    assert rf["spec"]["sentinel"]["replicas"] == 3, "a field the adapter does not own is untouched"
+
+
+def test_writes_are_paced(rig, adapter_proc):
+    scale(rig, "cache", 4)
+    wait_until(lambda: target_replicas(rig, "cache") == 4, timeout=30, interval=POLL, what="4")
+    written = time.monotonic()
+    scale(rig, "cache", 2)
+    wait_until(lambda: target_replicas(rig, "cache") == 2, timeout=30, interval=POLL, what="2")
+    assert time.monotonic() - written >= MIN_WRITE - 0.5, "two writes to one target inside --min-write-interval"
+
+
+def test_paused_writes_nothing(rig, adapter_proc):
+    rig.kube.merge_patch(SA, "ScaleAdapter", "cache", {"spec": {"paused": True}}, NS)
+    scale(rig, "cache", 5)
+    wait_until(lambda: synced(rig, "cache").get("reason") == "Paused", timeout=30, interval=POLL,
+               what="the Paused condition")
+    hold(rig, "cache", 3 * MIN_WRITE, 2)
+    rig.kube.merge_patch(SA, "ScaleAdapter", "cache", {"spec": {"paused": False}}, NS)
+    wait_until(lambda: target_replicas(rig, "cache") == 5, timeout=30, interval=POLL, what="the unpaused write")
+    scale(rig, "cache", 2)
+    wait_until(lambda: target_replicas(rig, "cache") == 2, timeout=30, interval=POLL, what="back to 2")
+
+
+def test_a_target_in_another_namespace_is_refused(rig, adapter_proc):
+    rig.kube.apply(redis_failover("elsewhere", OTHER_NS, 2))
+    sneaky = adapter("sneaky", "elsewhere", replicas=4)
+    sneaky["spec"]["targetRef"]["namespace"] = OTHER_NS
+    collection = rig.kube.path(SA, "ScaleAdapter", NS)
+    # There is no namespace field: a strict client (kubectl's default field validation) is refused ...
+    with pytest.raises(ApiError) as refused:
+        rig.kube.request("POST", collection, sneaky, params={"fieldValidation": "Strict"})
+    assert refused.value.status == 400 and "unknown field" in str(refused.value)
+    assert "spec.targetRef.namespace" in str(refused.value)
+    # ... so is a server-side apply, whatever its validation (the API server answers 500 here) ...
+    with pytest.raises(ApiError) as applied:
+        rig.kube.apply(sneaky)
+    assert ".spec.targetRef.namespace: field not declared in schema" in str(applied.value)
+    # ... a name cannot smuggle one in ...
+    slashed = adapter("slashed", f"{OTHER_NS}/elsewhere")
+    with pytest.raises(ApiError) as invalid:
+        rig.kube.apply(slashed)
+    assert invalid.value.status == 422 and "targetRef.name" in str(invalid.value)
+    # ... and a lax client's field is pruned: the adapter looks in its own namespace only.
+    rig.kube.request("POST", collection, sneaky, params={"fieldValidation": "Ignore"})
+    stored = rig.kube.get(SA, "ScaleAdapter", "sneaky", NS)
+    assert "namespace" not in stored["spec"]["targetRef"]
+    wait_until(lambda: synced(rig, "sneaky").get("reason") == "TargetMissing", timeout=30, interval=POLL,
+               what="TargetMissing for the other namespace's object")
+    hold_other = time.monotonic() + 2 * MIN_WRITE
+    while time.monotonic() < hold_other:
+        assert target_replicas(rig, "elsewhere", OTHER_NS) == 2
+        time.sleep(0.5)
+    assert MANAGER not in owners_of_replicas(rig, "elsewhere", OTHER_NS)
+    rig.kube.delete(SA, "ScaleAdapter", "sneaky", NS)
+
+
+def test_failures_are_explained_in_conditions(rig, adapter_proc):
+    rig.kube.apply(redis_failover("nopath", NS, 2) | {"spec": {"sentinel": {"replicas": 3}}})
+    rig.kube.apply(adapter("nopath", "nopath"))
+    rig.kube.apply(redis_failover("garbage", NS, 2))
+    bad = adapter("garbage", "garbage")
+    bad["spec"]["replicasPath"] = "/spec/sentinel/customConfig"
+    rig.kube.apply(bad)
+    rig.kube.apply(adapter("missing", "no-such-redis"))
+    # A kind the chart's scaleAdapter.targets does not list: the ClusterRole refuses it.
+    pg = adapter("forbidden", "pg")
+    pg["spec"] |= {"targetRef": {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster", "name": "pg"},
+                   "replicasPath": "/spec/instances"}
+    rig.kube.apply(pg)
+    for name, reason in [("nopath", "PathMissing"), ("garbage", "PathMissing"), ("missing", "TargetMissing"),
+                         ("forbidden", "Forbidden")]:
+        wait_until(lambda: synced(rig, name).get("reason") == reason, timeout=30, interval=POLL,
+                   what=f"{name}: {reason}")
+        assert synced(rig, name)["status"] == "False" and synced(rig, name)["message"]
+    rig.kube.merge_patch(RF, "RedisFailover", "garbage", {"spec": {"sentinel": {"customConfig": ["maxmemory 1mb"]}}}, NS)
+    wait_until(lambda: synced(rig, "garbage").get("reason") == "NotANumber", timeout=30, interval=POLL,
+               what="garbage: NotANumber")
+    assert "an array of 1" in synced(rig, "garbage")["message"]
+    assert "scaleAdapter.targets" in synced(rig, "forbidden")["message"]
+    for name in ("nopath", "garbage", "missing", "forbidden"):
+        rig.kube.delete(SA, "ScaleAdapter", name, NS)
+
+
+def test_the_hpa_moves_the_redisfailover_2_4_2(rig, scaler, adapter_proc):
+    """KEDA's ScaledObject targets the ScaleAdapter (its /scale); the scaler's decision on the
+    feeder's series is the load signal."""
+    name = "loop"
+    rig.kube.apply(redis_failover(name, NS, 2))
+    rig.kube.apply(adapter(name, name, replicas=2))
+    rig.feeder.set(NS, name, connections=0, lag_seconds=0, wal_bytes_per_s=20000)
+    objs = {o["kind"]: o for o in cluster_and_scaledobject(rig, scaler.address, NS, name)}
+    # The load source: a CNPG Cluster stand-in held at 3 instances (two replicas carry the feeder's
+    # read sessions); nothing scales it, only its decision is used.
+    cluster, so = objs["Cluster"], objs["ScaledObject"]
+    cluster["spec"]["instances"] = 3
+    rig.kube.apply(cluster)
+    so["spec"]["scaleTargetRef"] = {"apiVersion": SA, "kind": "ScaleAdapter", "name": name}
+    so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"] = 2, 5
+    rig.kube.apply(so)
+    wait_until(lambda: any(c["type"] == "ScalingActive" and c["status"] == "True" for c in
+                           (rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{name}", NS) or {})
+                           .get("status", {}).get("conditions", [])),
+               timeout=90, interval=POLL, what="the HPA ScalingActive on the adapter's /scale")
+    hpa = rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{name}", NS)
+    assert hpa["spec"]["scaleTargetRef"]["kind"] == "ScaleAdapter"
+    assert target_replicas(rig, name) == 2
+    # 25 read sessions / target 10 -> 1 + 3 = 4.
+    rig.feeder.set(NS, name, connections=25)
+    wait_until(lambda: target_replicas(rig, name) == 4, timeout=120, interval=POLL,
+               what="spec.redis.replicas to reach 4")
+    rig.feeder.set(NS, name, connections=0)
+    wait_until(lambda: target_replicas(rig, name) == 2, timeout=120, interval=POLL,
+               what="spec.redis.replicas back to 2")
+    assert owners_of_replicas(rig, name) == {MANAGER}
+    rig.kube.delete("keda.sh/v1alpha1", "ScaledObject", name, NS)
+    rig.kube.delete("postgresql.cnpg.io/v1", "Cluster", name, NS)
+
+
+def test_many_adapters_and_a_huge_target_stay_bounded(rig, adapter_proc):
+    """100 adapters synced (8 at a time, one GET and at most one apply each per sync), and a 1 MiB
+    string at the path is reported in a short, cut message."""
+    count = 100
+    for i in range(count):
+        rig.kube.apply(redis_failover(f"many-{i}", NS, 2))
+        rig.kube.apply(adapter(f"many-{i}", f"many-{i}", replicas=2))
+    wait_until(lambda: all(synced(rig, f"many-{i}").get("reason") == "Synced" for i in range(count)),
+               timeout=120, interval=1, what="every adapter Synced")
+    start = time.monotonic()
+    for i in range(count):
+        scale(rig, f"many-{i}", 3)
+    wait_until(lambda: all(target_replicas(rig, f"many-{i}") == 3 for i in range(count)),
+               timeout=120, interval=1, what="every target at 3")
+    print(f"FIGURE scale-adapter: {count} adapters scaled, all targets written in {time.monotonic() - start:.1f} s")
+    huge = redis_failover("huge", NS, 2)
+    huge["spec"]["sentinel"]["image"] = "x" * (1 << 20)
+    rig.kube.apply(huge)
+    bad = adapter("huge", "huge")
+    bad["spec"]["replicasPath"] = "/spec/sentinel/image"
+    rig.kube.apply(bad)
+    wait_until(lambda: synced(rig, "huge").get("reason") == "NotANumber", timeout=30, interval=POLL,
+               what="huge: NotANumber")
+    message = synced(rig, "huge")["message"]
+    assert len(message) < 1024 and "(1048576 bytes)" in message, message
+    for i in range(count):
+        rig.kube.delete(SA, "ScaleAdapter", f"many-{i}", NS)
+    rig.kube.delete(SA, "ScaleAdapter", "huge", NS)
