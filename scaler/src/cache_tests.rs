@@ -30,6 +30,10 @@ impl Evaluate for Fake {
         self.per_call.unwrap_or(usize::MAX)
     }
 
+    fn keys_per_query(&self) -> usize {
+        self.keys_per_call()
+    }
+
     async fn evaluate(&self, keys: &[Arc<Key>]) -> Vec<Result<Evaluation, ObserveError>> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         lock(&self.keys).push(keys.len());
@@ -79,6 +83,19 @@ fn cache(fake: &Fake, refresh_ms: u64, staleness_ms: u64) -> Arc<Cache<Fake>> {
     bounded(fake, refresh_ms, staleness_ms, usize::MAX).0
 }
 
+/// A cache whose cold keys gather for up to `window_ms`.
+fn gathering(fake: &Fake, window_ms: u64) -> Arc<Cache<Fake>> {
+    let timing = Timing {
+        refresh: Duration::from_secs(10),
+        staleness: Duration::from_secs(20),
+        ttl: Duration::from_secs(60),
+        capacity: usize::MAX,
+        cold_window: Duration::from_millis(window_ms),
+    };
+    let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+    Arc::new(Cache::new(fake.clone(), timing, metrics))
+}
+
 /// A cache of at most `capacity` keys, and the registry of its metrics.
 fn bounded(
     fake: &Fake,
@@ -91,6 +108,7 @@ fn bounded(
         staleness: Duration::from_millis(staleness_ms),
         ttl: Duration::from_millis(200),
         capacity,
+        cold_window: Duration::ZERO,
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -298,4 +316,64 @@ async fn past_the_capacity_the_least_recently_asked_keys_go_first() {
     assert_eq!(cache.len(), 16);
     let held = |name: &str| read(&cache.entries).contains_key(&key(name));
     assert!(held("k-0") && held("new") && !held("k-1") && held("k-2"));
+}
+
+#[tokio::test]
+async fn a_burst_of_cold_keys_shares_evaluations_and_a_lone_one_goes_at_once() {
+    let fake = Fake {
+        delay: Duration::from_millis(20),
+        per_call: Some(100),
+        ..Fake::default()
+    };
+    let cache = gathering(&fake, 200);
+    // A lone cold key waits for no window.
+    let start = Instant::now();
+    cache.get(key("first")).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        start.elapsed()
+    );
+    // A burst right after it: 150 keys at once. A query's worth (the fake's 100) is sent at
+    // once, the rest when the window ends.
+    let start = Instant::now();
+    let calls = (0..150).map(|i| {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.get(key(&format!("so-{i}"))).await.map(|_| ()) })
+    });
+    for call in futures::future::join_all(calls).await {
+        assert_eq!(call.unwrap(), Ok(()));
+    }
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(200) && elapsed < Duration::from_millis(350),
+        "{elapsed:?}"
+    );
+    assert_eq!(fake.batch_sizes(), [1, 100, 50]);
+    // A window after the last send, a lone cold key goes at once again.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let start = Instant::now();
+    cache.get(key("last")).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_caller_that_gives_up_leaves_its_answer_for_the_retry() {
+    let fake = Fake {
+        delay: Duration::from_millis(150),
+        ..Fake::default()
+    };
+    let cache = gathering(&fake, 0);
+    // KEDA's deadline drops the call before the evaluation ends; the evaluation goes on.
+    let gave_up = tokio::time::timeout(Duration::from_millis(50), cache.get(key("so"))).await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let start = Instant::now();
+    assert_eq!(load(&cache, "so").await, 1.0);
+    assert!(start.elapsed() < Duration::from_millis(50));
+    assert_eq!(fake.calls(), 1);
 }

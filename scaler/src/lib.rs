@@ -4,7 +4,9 @@
 pub mod backend;
 pub mod backtest;
 pub mod cache;
+pub mod counted;
 pub mod explain;
+pub mod gather;
 pub mod grpc;
 pub mod metrics;
 pub mod observe;
