@@ -6,8 +6,9 @@
 //! the query slots (each batches its keys into a few queries). Per key:
 //! * calls are answered from memory: the last good evaluation while it is within `staleness`,
 //!   else the last failure (for up to two intervals, so retries do not hammer a sick backend);
-//! * a cold key (first call), or one with nothing usable, is evaluated at once: alone after a
-//!   quiet spell, else together with the cold keys arriving within the cold window
+//! * a cold key (first call), or one with nothing usable, is evaluated at once: alone while no
+//!   other cold evaluation is in flight, else together with the cold keys arriving within the
+//!   cold window
 //!   ([`crate::gather`]), so a burst of them (a scaler start) costs batched queries, not one per
 //!   key. The evaluation runs on a task of its own: a caller that gives up (KEDA's deadline)
 //!   cancels neither the query nor its recording, and the answer serves the retry. One
@@ -65,6 +66,8 @@ struct State {
     /// When the last attempt finished, and its error if it failed.
     attempt: Option<(Instant, Option<ObserveError>)>,
     last_asked: Option<Instant>,
+    /// Evicted while an evaluation of it was running: its outcome publishes no gauges.
+    evicted: bool,
 }
 
 struct Entry {
@@ -174,6 +177,7 @@ impl<E: Evaluate> Cache<E> {
             for ((key, entry, _flight, answer), result) in batch.into_iter().zip(results) {
                 let _ = answer.send(cache.record(&key, &entry, result));
             }
+            lock(&cache.cold).done();
         });
     }
 
@@ -236,7 +240,9 @@ impl<E: Evaluate> Cache<E> {
                 } else {
                     debug!(namespace = %key.namespace, scaledobject = %key.name, desired = d.desired, reason = %d.reason, "decision unchanged");
                 }
-                self.metrics.decision(&entry.labels, &evaluation);
+                if !state.evicted {
+                    self.metrics.decision(&entry.labels, &evaluation);
+                }
                 state.good = Some((now, evaluation.clone()));
                 state.attempt = Some((now, None));
                 Ok(evaluation)
@@ -295,10 +301,18 @@ impl<E: Evaluate> Cache<E> {
         }
         for (_, key) in ages.iter().take(count) {
             if let Some(entry) = entries.remove(key) {
-                self.metrics.forget(&entry.labels);
+                self.forget(&entry);
             }
         }
         count
+    }
+
+    /// Drops an evicted entry's gauges. Under its state lock, so an evaluation of it still running
+    /// (a tick took it before the eviction) cannot publish them again after.
+    fn forget(&self, entry: &Entry) {
+        let mut state = lock(&entry.state);
+        state.evicted = true;
+        self.metrics.forget(&entry.labels);
     }
 
     /// What a caller gets without evaluating: the last good evaluation within staleness, else a
@@ -330,7 +344,7 @@ impl<E: Evaluate> Cache<E> {
             let last = lock(&entry.state).last_asked;
             let keep = last.is_some_and(|at| now.saturating_duration_since(at) < self.timing.ttl);
             if !keep {
-                self.metrics.forget(&entry.labels);
+                self.forget(entry);
             }
             keep
         });

@@ -334,8 +334,8 @@ async fn a_burst_of_cold_keys_shares_evaluations_and_a_lone_one_goes_at_once() {
         "{:?}",
         start.elapsed()
     );
-    // A burst right after it: 150 keys at once. A query's worth (the fake's 100) is sent at
-    // once, the rest when the window ends.
+    // A burst: 150 keys at once. A query's worth (the fake's 100) is sent at once, the rest
+    // when the window ends.
     let start = Instant::now();
     let calls = (0..150).map(|i| {
         let cache = cache.clone();
@@ -349,9 +349,9 @@ async fn a_burst_of_cold_keys_shares_evaluations_and_a_lone_one_goes_at_once() {
         elapsed >= Duration::from_millis(200) && elapsed < Duration::from_millis(350),
         "{elapsed:?}"
     );
-    assert_eq!(fake.batch_sizes(), [1, 100, 50]);
-    // A window after the last send, a lone cold key goes at once again.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The burst's first key went alone (nothing was in flight), the others gathered.
+    assert_eq!(fake.batch_sizes(), [1, 1, 100, 49]);
+    // Nothing in flight: a lone cold key goes at once again.
     let start = Instant::now();
     cache.get(key("last")).await.unwrap();
     assert!(
@@ -376,4 +376,34 @@ async fn a_caller_that_gives_up_leaves_its_answer_for_the_retry() {
     assert_eq!(load(&cache, "so").await, 1.0);
     assert!(start.elapsed() < Duration::from_millis(50));
     assert_eq!(fake.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_key_evicted_during_its_refresh_leaves_no_gauges() {
+    let fake = Fake {
+        delay: Duration::from_millis(100),
+        ..Fake::default()
+    };
+    let (cache, registry) = bounded(&fake, 100, 1_000, 16);
+    cache.get(key("a")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let tick = tokio::spawn({
+        let cache = cache.clone();
+        async move { cache.refresh_due().await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // While the tick evaluates "a", new keys push it out (it is the least recently asked).
+    let calls = (0..16).map(|i| {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.get(key(&format!("new-{i}"))).await.map(|_| ()) })
+    });
+    futures::future::join_all(calls).await;
+    assert_eq!(tick.await.unwrap(), 1);
+    assert!(!read(&cache.entries).contains_key(&key("a")));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        !text.contains(r#"scaledobject="a""#),
+        "gauges of the evicted key:\n{text}"
+    );
 }

@@ -1,17 +1,20 @@
-//! When cold keys go to the backend (pure: the caller passes the time in). A cold key after a
-//! quiet spell (no cold key sent for a window's length) goes at once, alone, so one new
-//! ScaledObject waits for nothing. A cold key that arrives sooner opens a gathering window: every
-//! cold key arriving in it joins one batch, sent as soon as it fills a query, else when the window
-//! ends. So a burst (a scaler start, KEDA asking for the whole fleet at once) costs one query per
-//! full batch plus at most one per window, instead of one per key, and each key waits at most the
-//! window. (An early close once keys stop arriving was tried: a client whose calls trickle in, as
-//! the test suite's does, then got batches of 1, 3, 6, 12 … instead of full ones.)
+//! When cold keys go to the backend (pure: the caller passes the time in). A cold key while no
+//! other cold evaluation is in flight goes at once, alone, so one new ScaledObject, or a client
+//! asking one at a time, waits for nothing. A cold key that arrives while one is in flight (a
+//! burst: a scaler start, KEDA asking for the whole fleet at once) opens a gathering window:
+//! every cold key arriving in it joins one batch, sent as soon as it fills a query, else when the
+//! window ends. So a burst costs one query per full batch plus at most one per window, instead of
+//! one per key, and each of its keys waits at most the window. (Two other rules were tried with
+//! tests/scaler/test_restart.py: closing a window early once keys stop arriving gave batches of 1,
+//! 3, 6, 12 … for a client whose calls trickle in; "quiet" as "nothing sent for a window" made a
+//! client asking one key at a time wait a window for each.)
 use std::time::{Duration, Instant};
 
 /// What to do with a key that just arrived.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Arrival<T> {
-    /// Send these now (the key alone after quiet, or a batch that just filled a query).
+    /// Send these now (the key alone, or a batch that just filled a query); call
+    /// [`Gathering::done`] when their evaluation has ended.
     Send(Vec<T>),
     /// The key opened window `generation`: call [`Gathering::closes_at`] and [`Gathering::close`]
     /// until it is sent.
@@ -29,8 +32,8 @@ pub struct Gathering<T> {
     /// The open window: its generation and when it opened.
     open: Option<(u64, Instant)>,
     generation: u64,
-    /// When the last batch (or lone key) was sent.
-    last_sent: Option<Instant>,
+    /// Cold evaluations sent and not done.
+    in_flight: usize,
 }
 
 impl<T> Gathering<T> {
@@ -42,7 +45,7 @@ impl<T> Gathering<T> {
             pending: Vec::new(),
             open: None,
             generation: 0,
-            last_sent: None,
+            in_flight: 0,
         }
     }
 
@@ -50,15 +53,12 @@ impl<T> Gathering<T> {
         if self.open.is_some() {
             self.pending.push(key);
             if self.pending.len() >= self.limit {
-                return Arrival::Send(self.take(now));
+                return Arrival::Send(self.take());
             }
             return Arrival::Joined;
         }
-        let quiet = self
-            .last_sent
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.window);
-        if quiet || self.limit == 1 {
-            self.last_sent = Some(now);
+        if self.in_flight == 0 || self.window.is_zero() || self.limit == 1 {
+            self.in_flight += 1;
             return Arrival::Send(vec![key]);
         }
         self.generation += 1;
@@ -76,12 +76,17 @@ impl<T> Gathering<T> {
     /// The batch of window `generation` when it is due at `now`.
     pub fn close(&mut self, generation: u64, now: Instant) -> Option<Vec<T>> {
         let at = self.closes_at(generation)?;
-        (now >= at).then(|| self.take(now))
+        (now >= at).then(|| self.take())
     }
 
-    fn take(&mut self, now: Instant) -> Vec<T> {
+    /// One sent evaluation has ended.
+    pub fn done(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
+
+    fn take(&mut self) -> Vec<T> {
         self.open = None;
-        self.last_sent = Some(now);
+        self.in_flight += 1;
         std::mem::take(&mut self.pending)
     }
 }
@@ -97,7 +102,7 @@ mod tests {
         let t = Instant::now();
         let mut g = Gathering::new(200 * MS, 100);
         assert_eq!(g.arrive(1, t), Arrival::Send(vec![1]));
-        // Soon after: a window opens, and keys arriving in it join.
+        // While it is in flight: a window opens, and keys arriving in it join.
         assert_eq!(g.arrive(2, t + MS), Arrival::Opened(1));
         for (i, key) in (3..10).enumerate() {
             assert_eq!(g.arrive(key, t + (2 + 5 * i as u32) * MS), Arrival::Joined);
@@ -106,10 +111,16 @@ mod tests {
         assert_eq!(g.close(1, t + 200 * MS), None);
         assert_eq!(g.close(1, t + 201 * MS), Some((2..10).collect()));
         assert_eq!(g.closes_at(1), None);
-        // Sooner than a window after a send, a key waits; a window later, it goes alone again.
-        assert_eq!(g.arrive(10, t + 400 * MS), Arrival::Opened(2));
-        assert_eq!(g.close(2, t + 600 * MS), Some(vec![10]));
-        assert_eq!(g.arrive(11, t + 800 * MS), Arrival::Send(vec![11]));
+        // Both evaluations done: the next key goes alone, at once.
+        g.done();
+        assert_eq!(g.arrive(10, t + 202 * MS), Arrival::Opened(2));
+        g.done();
+        assert_eq!(g.close(2, t + 402 * MS), Some(vec![10]));
+        g.done();
+        assert_eq!(g.arrive(11, t + 403 * MS), Arrival::Send(vec![11]));
+        // A client asking one key at a time never waits.
+        g.done();
+        assert_eq!(g.arrive(12, t + 404 * MS), Arrival::Send(vec![12]));
     }
 
     #[test]

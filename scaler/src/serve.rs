@@ -80,8 +80,8 @@ pub struct Args {
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, env = "SCALER_CONVERGENCE_DEADLINE")]
     pub convergence_deadline: Duration,
     /// Cold ScaledObjects arriving within this of each other (a scaler start: KEDA asks for the
-    /// whole fleet) are evaluated together in batched queries; one after a quiet spell goes at
-    /// once. 0s evaluates each alone. At most 1s: a cold answer takes this plus the query.
+    /// whole fleet) are evaluated together in batched queries; one while no other is being
+    /// evaluated goes at once. 0s evaluates each alone. At most 1s: a cold answer takes this plus the query.
     #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
     pub cold_batch_window: Duration,
     /// Forget ScaledObjects nobody asked about for this long.

@@ -45,9 +45,10 @@ def fleet_vm(tmp_path_factory):
     v.stop()
 
 
-async def burst(address: str) -> list[tuple[float | None, str, float]]:
-    """Every ScaledObject asked once, all at once, alternating two connections: per call its
-    value (None on error), status code name and seconds taken."""
+async def burst(address: str, n: int = FLEET, so=so) -> list[tuple[float | None, str, float]]:
+    """ScaledObjects so(0) … so(n - 1) asked once, all at once, alternating two connections (also
+    tests/scaler/bench/restart.py's client): per call its value (None on error), status code
+    name and seconds taken."""
     pb2, pb2_grpc = stubs()
 
     async def ask(stub, i):
@@ -65,7 +66,7 @@ async def burst(address: str) -> list[tuple[float | None, str, float]]:
     async with grpc.aio.insecure_channel(address) as operator, \
             grpc.aio.insecure_channel(address) as adapter:
         stubs_ = [pb2_grpc.ExternalScalerStub(ch) for ch in (operator, adapter)]
-        return await asyncio.gather(*(ask(stubs_[i % 2], i) for i in range(FLEET)))
+        return await asyncio.gather(*(ask(stubs_[i % 2], i) for i in range(n)))
 
 
 def backend_queries(scaler: Scaler) -> float:
