@@ -10,7 +10,7 @@ For each fleet size (--sizes), against one real VictoriaMetrics holding the flee
                     batch's namespaces and pods): the least any per-cluster answer can cost
 
 For the two scalers: fill the cache (every ScaledObject asked once), then, with no client calls,
-count over --ticks refresh ticks VictoriaMetrics' own process_cpu_seconds_total and
+count over --ticks refresh ticks (per refresh interval of their wall time) VictoriaMetrics' own process_cpu_seconds_total and
 vm_tcplistener_written_bytes_total (bytes it sent; our own /metrics reads are subtracted) and its
 query count, per refresh. The floor query runs --ticks times, per run. Ratios against the floor
 and against batched are printed with the figures (JSON lines).
@@ -108,13 +108,16 @@ def scaler_cost(args, vm, meter, n, mode, flags, work) -> dict:
         wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
         t = ticks(scaler)
         wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
-        a, t = meter.read(), ticks(scaler)
+        a, t, started = meter.read(), ticks(scaler), time.monotonic()
         wait_until(lambda: ticks(scaler) >= t + args.ticks, (args.ticks + 2) * args.refresh, 0.2,
                    f"{args.ticks} refresh ticks")
         b = meter.read()
+        # Per refresh interval of wall time: ticks that overrun it (a backend that cannot serve a
+        # whole fleet's queries in one interval) do not make a refresh look cheaper or dearer.
+        intervals = (time.monotonic() - started) / args.refresh
         return {"part": "backend cost per refresh", "scaledobjects": n, "mode": mode,
-                "fill_s": round(fill_s, 1), "fill_errors": errors, **delta(a, b, args.ticks),
-                "loadavg": loadavg()}
+                "fill_s": round(fill_s, 1), "fill_errors": errors, "intervals": round(intervals, 2),
+                **delta(a, b, intervals), "loadavg": loadavg()}
     finally:
         scaler.stop()
 

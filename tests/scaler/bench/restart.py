@@ -63,6 +63,7 @@ def main():
     ap.add_argument("--scaler", required=True)
     ap.add_argument("--sizes", default="1000,10000")
     ap.add_argument("--refresh", type=float, default=15)
+    ap.add_argument("--modes", default="before,after")
     ap.add_argument("--json")
     args = ap.parse_args()
     os.environ["SCALER_BIN"] = os.path.abspath(args.scaler)
@@ -73,7 +74,10 @@ def main():
             vm = VictoriaMetrics(os.path.join(work, f"vm-{n}")).start()
             try:
                 load_series(vm, n)
-                for mode, flags in (("before", ["--cold-batch-window", "0s"]), ("after", [])):
+                modes = {"before": ["--cold-batch-window", "0s"], "after": [],
+                         "after-100ms": ["--cold-batch-window", "100ms"]}
+                for mode in args.modes.split(","):
+                    flags = modes[mode]
                     figures.append(measure(args, vm, n, mode, flags, work))
                     print(json.dumps(figures[-1]), flush=True)
             finally:
