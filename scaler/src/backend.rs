@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use crate::counted::BackendQuery;
 use crate::metrics::Metrics;
 use scaler_core::promql::{Batch, Parts, QueryError, Target, parse_answer, parse_matrix};
 
@@ -119,13 +120,14 @@ impl Client {
             .await
     }
 
-    /// Waits for a slot and runs `fetch`, all within the timeout, and counts the outcome.
+    /// Waits for a slot and runs `fetch`, all within the timeout, and counts the outcome (also
+    /// when the caller drops this future first: `cancelled`).
     async fn bounded<T>(
         &self,
         name: &'static str,
         fetch: impl Future<Output = Result<T, QueryError>>,
     ) -> Result<T, QueryError> {
-        let start = Instant::now();
+        let mut counted = BackendQuery::start(&self.metrics, name);
         let bounded = async {
             let _slot = self
                 .in_flight
@@ -137,13 +139,11 @@ impl Client {
         let result = tokio::time::timeout(self.timeout, bounded)
             .await
             .unwrap_or(Err(QueryError::Timeout(self.timeout)));
-        let outcome = match &result {
+        counted.outcome(match &result {
             Ok(_) => "ok",
             Err(QueryError::Timeout(_)) => "timeout",
             Err(_) => "error",
-        };
-        self.metrics
-            .backend(name, outcome, start.elapsed().as_secs_f64());
+        });
         result
     }
 

@@ -6,9 +6,14 @@
 //! the query slots (each batches its keys into a few queries). Per key:
 //! * calls are answered from memory: the last good evaluation while it is within `staleness`,
 //!   else the last failure (for up to two intervals, so retries do not hammer a sick backend);
-//! * a cold key (first call), or one with nothing usable, is evaluated alone, at once: a batch of
-//!   one, within the query timeout. One evaluation runs at a time per key (single-flight): a
-//!   caller finding the key in a tick or in another caller's flight waits for it;
+//! * a cold key (first call), or one with nothing usable, is evaluated at once: alone while no
+//!   other cold evaluation is in flight, else together with the cold keys arriving within the
+//!   cold window
+//!   ([`crate::gather`]), so a burst of them (a scaler start) costs batched queries, not one per
+//!   key. The evaluation runs on a task of its own: a caller that gives up (KEDA's deadline)
+//!   cancels neither the query nor its recording, and the answer serves the retry. One
+//!   evaluation runs at a time per key (single-flight): a caller finding the key in a tick or in
+//!   another caller's flight waits for it;
 //! * a failed refresh keeps serving the last good answer until it is `staleness` old, then the
 //!   error;
 //! * keys not asked for during `ttl` are evicted, with their decision gauges;
@@ -20,10 +25,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use tokio::sync::{OwnedMutexGuard, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::events::{Events, transition};
+use crate::gather::{Arrival, Gathering};
 use crate::metrics::{Metrics, ObjectLabels};
 use crate::observe::{Evaluate, ObserveError};
 use scaler_core::evaluate::Evaluation;
@@ -48,6 +55,9 @@ pub struct Timing {
     pub ttl: Duration,
     /// Most keys held (`--max-cached-objects`).
     pub capacity: usize,
+    /// How long cold keys arriving together are gathered into one evaluation
+    /// (`--cold-batch-window`; zero: each alone).
+    pub cold_window: Duration,
 }
 
 #[derive(Default)]
@@ -57,6 +67,8 @@ struct State {
     /// When the last attempt finished, and its error if it failed.
     attempt: Option<(Instant, Option<ObserveError>)>,
     last_asked: Option<Instant>,
+    /// Evicted while an evaluation of it was running: its outcome publishes no gauges.
+    evicted: bool,
 }
 
 struct Entry {
@@ -93,22 +105,33 @@ pub struct Snapshot {
 /// A cached answer: an evaluation, or the error that replaced it.
 type Answer = Result<Arc<Evaluation>, ObserveError>;
 
+/// A cold key waiting in the gathering window: its flight held, and where its answer goes.
+type Waiting = (
+    Arc<Key>,
+    Arc<Entry>,
+    OwnedMutexGuard<()>,
+    oneshot::Sender<Answer>,
+);
+
 pub struct Cache<E> {
     evaluator: E,
     timing: Timing,
     metrics: Metrics,
     entries: RwLock<HashMap<Arc<Key>, Arc<Entry>>>,
     events: Option<Events>,
+    cold: Mutex<Gathering<Waiting>>,
 }
 
 impl<E: Evaluate> Cache<E> {
     pub fn new(evaluator: E, timing: Timing, metrics: Metrics) -> Self {
+        let cold = Gathering::new(timing.cold_window, evaluator.keys_per_query());
         Self {
             evaluator,
             timing,
             metrics,
             entries: RwLock::default(),
             events: None,
+            cold: Mutex::new(cold),
         }
     }
 
@@ -118,24 +141,62 @@ impl<E: Evaluate> Cache<E> {
         self
     }
 
-    /// The current evaluation for `key`; evaluates it alone when nothing usable is cached.
+    /// The current evaluation for `key`; evaluates it (alone, or with the cold keys arriving
+    /// with it) when nothing usable is cached.
     pub async fn get(self: &Arc<Self>, key: Key) -> Answer {
         let (key, entry) = self.entry(key);
         if let Some(answer) = self.usable(&entry, Instant::now(), true) {
             return answer;
         }
         // Nothing usable: wait for the flight in progress (a tick's or another caller's), which
-        // may settle it, else evaluate this key alone.
-        let _flight = entry.refreshing.lock().await;
+        // may settle it, else evaluate this key.
+        let flight = entry.refreshing.clone().lock_owned().await;
         if let Some(answer) = self.usable(&entry, Instant::now(), false) {
             return answer;
         }
-        let result = self.evaluator.evaluate(std::slice::from_ref(&key)).await;
-        let result = result
-            .into_iter()
-            .next()
-            .expect("Evaluate answers every key");
-        self.record(&key, &entry, result)
+        let (answer, answered) = oneshot::channel();
+        let arrival = lock(&self.cold).arrive((key, entry, flight, answer), Instant::now());
+        match arrival {
+            Arrival::Send(batch) => self.send(batch),
+            Arrival::Opened(window) => {
+                tokio::spawn(self.clone().close_window(window));
+            }
+            Arrival::Joined => {}
+        }
+        answered
+            .await
+            .expect("a cold evaluation answers every waiting key")
+    }
+
+    /// Sends gathering window `window`'s keys when it closes (unless it filled up first).
+    async fn close_window(self: Arc<Self>, window: u64) {
+        loop {
+            let Some(at) = lock(&self.cold).closes_at(window) else {
+                return;
+            };
+            tokio::time::sleep_until(at.into()).await;
+            let batch = lock(&self.cold).close(window, Instant::now());
+            if let Some(batch) = batch {
+                return self.send(batch);
+            }
+        }
+    }
+
+    /// Evaluates cold keys together on a task of its own, records each outcome and answers its
+    /// caller: a caller that stopped waiting changes nothing, its retry finds the answer.
+    fn send(self: &Arc<Self>, mut batch: Vec<Waiting>) {
+        batch.sort_unstable_by(|(a, ..), (b, ..)| {
+            (&a.namespace, &a.config.cluster).cmp(&(&b.namespace, &b.config.cluster))
+        });
+        let cache = self.clone();
+        tokio::spawn(async move {
+            let keys: Vec<Arc<Key>> = batch.iter().map(|(key, ..)| key.clone()).collect();
+            let results = cache.evaluator.evaluate(&keys).await;
+            for ((key, entry, _flight, answer), result) in batch.into_iter().zip(results) {
+                let _ = answer.send(cache.record(&key, &entry, result));
+            }
+            lock(&cache.cold).done();
+        });
     }
 
     /// One refresh tick: evaluates every due key and records each outcome, in calls of at most
@@ -204,7 +265,9 @@ impl<E: Evaluate> Cache<E> {
                         events.send(&key.namespace, &key.name, notice);
                     }
                 }
-                self.metrics.decision(&entry.labels, &evaluation);
+                if !state.evicted {
+                    self.metrics.decision(&entry.labels, &evaluation);
+                }
                 state.good = Some((now, evaluation.clone()));
                 state.attempt = Some((now, None));
                 Ok(evaluation)
@@ -265,10 +328,18 @@ impl<E: Evaluate> Cache<E> {
         }
         for (_, key) in ages.iter().take(count) {
             if let Some(entry) = entries.remove(key) {
-                self.metrics.forget(&entry.labels);
+                self.forget(&entry);
             }
         }
         count
+    }
+
+    /// Drops an evicted entry's gauges. Under its state lock, so an evaluation of it still running
+    /// (a tick took it before the eviction) cannot publish them again after.
+    fn forget(&self, entry: &Entry) {
+        let mut state = lock(&entry.state);
+        state.evicted = true;
+        self.metrics.forget(&entry.labels);
     }
 
     /// What a caller gets without evaluating: the last good evaluation within staleness, else a
@@ -300,7 +371,7 @@ impl<E: Evaluate> Cache<E> {
             let last = lock(&entry.state).last_asked;
             let keep = last.is_some_and(|at| now.saturating_duration_since(at) < self.timing.ttl);
             if !keep {
-                self.metrics.forget(&entry.labels);
+                self.forget(entry);
             }
             keep
         });

@@ -30,6 +30,10 @@ impl Evaluate for Fake {
         self.per_call.unwrap_or(usize::MAX)
     }
 
+    fn keys_per_query(&self) -> usize {
+        self.keys_per_call()
+    }
+
     async fn evaluate(&self, keys: &[Arc<Key>]) -> Vec<Result<Evaluation, ObserveError>> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         lock(&self.keys).push(keys.len());
@@ -79,6 +83,19 @@ fn cache(fake: &Fake, refresh_ms: u64, staleness_ms: u64) -> Arc<Cache<Fake>> {
     bounded(fake, refresh_ms, staleness_ms, usize::MAX).0
 }
 
+/// A cache whose cold keys gather for up to `window_ms`.
+fn gathering(fake: &Fake, window_ms: u64) -> Arc<Cache<Fake>> {
+    let timing = Timing {
+        refresh: Duration::from_secs(10),
+        staleness: Duration::from_secs(20),
+        ttl: Duration::from_secs(60),
+        capacity: usize::MAX,
+        cold_window: Duration::from_millis(window_ms),
+    };
+    let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+    Arc::new(Cache::new(fake.clone(), timing, metrics))
+}
+
 /// A cache of at most `capacity` keys, and the registry of its metrics.
 fn bounded(
     fake: &Fake,
@@ -91,6 +108,7 @@ fn bounded(
         staleness: Duration::from_millis(staleness_ms),
         ttl: Duration::from_millis(200),
         capacity,
+        cold_window: Duration::ZERO,
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -345,5 +363,95 @@ async fn the_snapshot_holds_the_last_decision_and_the_last_error() {
     assert_eq!(
         (entry.desired, entry.reason.as_deref()),
         (Some(2), Some("load"))
+    );
+}
+
+#[tokio::test]
+async fn a_burst_of_cold_keys_shares_evaluations_and_a_lone_one_goes_at_once() {
+    let fake = Fake {
+        delay: Duration::from_millis(20),
+        per_call: Some(100),
+        ..Fake::default()
+    };
+    let cache = gathering(&fake, 200);
+    // A lone cold key waits for no window.
+    let start = Instant::now();
+    cache.get(key("first")).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        start.elapsed()
+    );
+    // A burst: 150 keys at once. A query's worth (the fake's 100) is sent at once, the rest
+    // when the window ends.
+    let start = Instant::now();
+    let calls = (0..150).map(|i| {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.get(key(&format!("so-{i}"))).await.map(|_| ()) })
+    });
+    for call in futures::future::join_all(calls).await {
+        assert_eq!(call.unwrap(), Ok(()));
+    }
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(200) && elapsed < Duration::from_millis(350),
+        "{elapsed:?}"
+    );
+    // The burst's first key went alone (nothing was in flight), the others gathered.
+    assert_eq!(fake.batch_sizes(), [1, 1, 100, 49]);
+    // Nothing in flight: a lone cold key goes at once again.
+    let start = Instant::now();
+    cache.get(key("last")).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_caller_that_gives_up_leaves_its_answer_for_the_retry() {
+    let fake = Fake {
+        delay: Duration::from_millis(150),
+        ..Fake::default()
+    };
+    let cache = gathering(&fake, 0);
+    // KEDA's deadline drops the call before the evaluation ends; the evaluation goes on.
+    let gave_up = tokio::time::timeout(Duration::from_millis(50), cache.get(key("so"))).await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let start = Instant::now();
+    assert_eq!(load(&cache, "so").await, 1.0);
+    assert!(start.elapsed() < Duration::from_millis(50));
+    assert_eq!(fake.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_key_evicted_during_its_refresh_leaves_no_gauges() {
+    let fake = Fake {
+        delay: Duration::from_millis(100),
+        ..Fake::default()
+    };
+    let (cache, registry) = bounded(&fake, 100, 1_000, 16);
+    cache.get(key("a")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let tick = tokio::spawn({
+        let cache = cache.clone();
+        async move { cache.refresh_due().await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // While the tick evaluates "a", new keys push it out (it is the least recently asked).
+    let calls = (0..16).map(|i| {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.get(key(&format!("new-{i}"))).await.map(|_| ()) })
+    });
+    futures::future::join_all(calls).await;
+    assert_eq!(tick.await.unwrap(), 1);
+    assert!(!read(&cache.entries).contains_key(&key("a")));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        !text.contains(r#"scaledobject="a""#),
+        "gauges of the evicted key:\n{text}"
     );
 }

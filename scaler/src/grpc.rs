@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 use tracing::debug;
 
 use crate::cache::{Cache, Key};
+use crate::counted;
 use crate::metrics::Metrics;
 use crate::observe::{Evaluate, ObserveError};
 use crate::parsed::MetadataCache;
@@ -121,21 +122,24 @@ fn invalid_name(field: &'static str, value: &str, rule: &'static str) -> RpcErro
 }
 
 impl<E: Evaluate> Scaler<E> {
-    /// Runs one rpc body, recording its count and latency by code.
+    /// Runs one rpc body, recording its count and latency by code, also when the client gives
+    /// up first (`headers` carry its deadline).
     async fn instrumented<T>(
         &self,
         rpc: &'static str,
+        headers: &tonic::metadata::MetadataMap,
         body: impl Future<Output = Result<T, RpcError>>,
     ) -> Result<Response<T>, Status> {
-        let start = Instant::now();
+        let counted = counted::Rpc::start(&self.metrics, rpc, headers);
         let result = body.await.map_err(|error| {
             debug!(rpc, %error, "rpc failed");
             status(&error)
         });
-        let code = result
-            .as_ref()
-            .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
-        self.metrics.rpc(rpc, code, start.elapsed().as_secs_f64());
+        counted.finish(
+            result
+                .as_ref()
+                .map_or_else(|s| s.code(), |_| tonic::Code::Ok),
+        );
         result.map(Response::new)
     }
 
@@ -173,7 +177,8 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<IsActiveResponse>, Status> {
-        self.instrumented("IsActive", async {
+        let headers = request.metadata().clone();
+        self.instrumented("IsActive", &headers, async {
             let key = key(&self.metadata, Some(request.into_inner())).await?;
             // Any successful evaluation saw at least one instance: the cluster exists.
             self.cache.get(key).await?;
@@ -188,9 +193,11 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
+        let headers = request.metadata().clone();
         let key = self
             .instrumented(
                 "StreamIsActive",
+                &headers,
                 key(&self.metadata, Some(request.into_inner())),
             )
             .await?
@@ -237,7 +244,8 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<GetMetricSpecResponse>, Status> {
-        self.instrumented("GetMetricSpec", async {
+        let headers = request.metadata().clone();
+        self.instrumented("GetMetricSpec", &headers, async {
             let key = key(&self.metadata, Some(request.into_inner())).await?;
             let target = key.config.target;
             Ok(GetMetricSpecResponse {
@@ -255,8 +263,13 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
         &self,
         request: Request<GetMetricsRequest>,
     ) -> Result<Response<GetMetricsResponse>, Status> {
-        self.instrumented("GetMetrics", self.metric_value(request.into_inner()))
-            .await
+        let headers = request.metadata().clone();
+        self.instrumented(
+            "GetMetrics",
+            &headers,
+            self.metric_value(request.into_inner()),
+        )
+        .await
     }
 
     type StreamMetricSpecStream = ReceiverStream<Result<GetMetricSpecResponse, Status>>;

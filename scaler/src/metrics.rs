@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `scaler_grpc_requests_total` | counter | `rpc`, `code` |
 //! | `scaler_grpc_request_duration_seconds` | histogram | `rpc`, `code` |
-//! | `scaler_backend_queries_total` | counter | `query` (`decision`, `cluster`), `outcome` (`ok`, `error`, `timeout`) |
+//! | `scaler_backend_queries_total` | counter | `query` (`decision`, `cluster`), `outcome` (`ok`, `error`, `timeout`, `cancelled`) |
 //! | `scaler_backend_query_duration_seconds` | histogram | `query` |
 //! | `scaler_backend_query_clusters` | histogram (clusters one decision query answers for) | – |
 //! | `scaler_refresh_duration_seconds` | histogram (one refresh tick: every due ScaledObject) | – |

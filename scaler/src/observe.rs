@@ -39,6 +39,10 @@ pub trait Evaluate: Send + Sync + 'static {
 
     /// Most keys a refresh tick hands to one [`Evaluate::evaluate`] call.
     fn keys_per_call(&self) -> usize;
+
+    /// Most keys one backend query answers for: a gathering of cold keys that reaches it is
+    /// sent at once.
+    fn keys_per_query(&self) -> usize;
 }
 
 /// Reads Prometheus (in batched queries) and the Clusters, then decides for each key.
@@ -61,6 +65,10 @@ impl Evaluate for Observer {
     /// hold more answers in memory at once.
     fn keys_per_call(&self) -> usize {
         self.batch_size * self.concurrency.max(1)
+    }
+
+    fn keys_per_query(&self) -> usize {
+        self.batch_size
     }
 
     async fn evaluate(&self, keys: &[Arc<Key>]) -> Vec<Result<Evaluation, ObserveError>> {

@@ -39,6 +39,8 @@ const KEEPALIVE_DIVISOR: u32 = 4;
 const MIN_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bound on one rpc until its response starts (a body sent slowly included); streams then run on.
 const RPC_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest `--cold-batch-window`.
+const MAX_COLD_BATCH_WINDOW: Duration = Duration::from_secs(1);
 /// Largest request header block: gRPC requests carry a few hundred bytes of headers.
 const MAX_HEADER_LIST_SIZE: u32 = 64 * 1024;
 
@@ -83,6 +85,11 @@ pub struct Args {
     /// `convergenceDeadlineSeconds` overrides it per ScaledObject.
     #[arg(long, default_value = DEFAULT_CONVERGENCE_DEADLINE, value_parser = humantime::parse_duration, env = "SCALER_CONVERGENCE_DEADLINE")]
     pub convergence_deadline: Duration,
+    /// Cold ScaledObjects arriving within this of each other (a scaler start: KEDA asks for the
+    /// whole fleet) are evaluated together in batched queries; one while no other is being
+    /// evaluated goes at once. 0s evaluates each alone. At most 1s: a cold answer takes this plus the query.
+    #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub cold_batch_window: Duration,
     /// Forget ScaledObjects nobody asked about for this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub cache_ttl: Duration,
@@ -222,6 +229,12 @@ impl Args {
             "--max-connections, --max-connections-per-peer, --max-streams-per-connection and --handshake-timeout must be above 0"
         );
         anyhow::ensure!(
+            self.cold_batch_window <= MAX_COLD_BATCH_WINDOW,
+            "--cold-batch-window ({}) must be at most {}: a cold answer takes it plus the query, within KEDA's 3 s",
+            humantime::format_duration(self.cold_batch_window),
+            humantime::format_duration(MAX_COLD_BATCH_WINDOW)
+        );
+        anyhow::ensure!(
             self.staleness >= self.refresh_interval,
             "--staleness ({}) must be at least --refresh-interval ({})",
             humantime::format_duration(self.staleness),
@@ -281,6 +294,7 @@ impl Args {
             staleness: self.staleness,
             ttl: self.cache_ttl,
             capacity: self.max_cached_objects,
+            cold_window: self.cold_batch_window,
         };
         let cache =
             Arc::new(Cache::new(observer, timing, metrics.clone()).with_events(events.clone()));

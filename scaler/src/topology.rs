@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ResourceQuota;
@@ -17,6 +17,7 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::counted::BackendQuery;
 use crate::metrics::Metrics;
 use scaler_core::cluster::{ClusterFacts, Snapshot, facts_from};
 use scaler_core::quota::Quota;
@@ -137,16 +138,15 @@ impl Topology {
             Self::Metrics => Ok(None),
             Self::Watched(index) => index.get(namespace, name).map(Some),
             Self::Direct { client, timeout } => {
-                let start = Instant::now();
+                let mut counted = BackendQuery::start(metrics, "cluster");
                 let result = tokio::time::timeout(*timeout, read(client, namespace, name))
                     .await
                     .unwrap_or(Err(TopologyError::Timeout(*timeout)));
-                let outcome = match &result {
+                counted.outcome(match &result {
                     Ok(_) | Err(TopologyError::NotFound { .. }) => "ok",
                     Err(TopologyError::Timeout(_)) => "timeout",
                     Err(_) => "error",
-                };
-                metrics.backend("cluster", outcome, start.elapsed().as_secs_f64());
+                });
                 result.map(Some)
             }
         }

@@ -79,7 +79,8 @@ def test_parsing_big_answers_stalls_no_other_rpc(start_scaler, fake):
     workers on this machine), while GetMetricSpec, which never touches a backend, is timed."""
     body = big_valid_answer(300_000)  # ~20 MB
     backend = fake("answer", answer=body)
-    scaler, keda = start_scaler(backend.url, "--max-response-bytes", str(64 * MIB))
+    # Each cold key its own query, so four answers parse at once (gathered, they would share one).
+    scaler, keda = start_scaler(backend.url, "--max-response-bytes", str(64 * MIB), "--cold-batch-window", "0s")
     keda.spec(keda.ref("tenant-a", "pg", metadata()))  # connection warm
 
     def slow(namespace):

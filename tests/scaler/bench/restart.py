@@ -1,0 +1,91 @@
+"""The query burst of a scaler start under a fleet, before and after cold keys join batches
+(issue 29, item 1): figures, not a test (tests/scaler/test_restart.py is its smoke).
+
+For each fleet size, one real VictoriaMetrics holding bench.py's fleet; for each mode, "before"
+(`--cold-batch-window 0s`: every cold ScaledObject its own query, as the scaler did before the
+window) and "after" (the defaults): start `scaler serve`, ask every ScaledObject once, all at
+once, over two connections with KEDA's 3 s deadline (test_restart.py's client), and count
+VictoriaMetrics' own queries of that first refresh interval; then one steady refresh tick's.
+
+  PYTHONPATH=tests/lib $COZY_TOOLS/venv/bin/python tests/scaler/bench/restart.py \
+    --scaler target/release/scaler --sizes 1000,10000
+"""
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench import load_series, loadavg, so  # noqa: E402
+from scaler_proc import Scaler  # noqa: E402
+from test_restart import burst, ticks  # noqa: E402
+from testkit import wait_until  # noqa: E402
+from vm import VictoriaMetrics  # noqa: E402
+
+DEADLINE = 3.0
+
+
+def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
+    q0 = vm.query_requests()
+    scaler = Scaler(work, vm.url, "--log-level", "warn", "--max-cached-objects", str(max(n, 10000)),
+                    *flags, refresh=f"{args.refresh}s").start()
+    try:
+        started = time.monotonic()
+        answers = asyncio.run(burst(scaler.address, n, so))
+        burst_s = time.monotonic() - started
+        # The rest of the first refresh interval after the start (its first tick has nothing due).
+        time.sleep(max(0.0, args.refresh - (time.monotonic() - started)))
+        first = vm.query_requests() - q0
+        t = ticks(scaler)
+        wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
+        q1, t = vm.query_requests(), ticks(scaler)
+        wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
+        steady = vm.query_requests() - q1
+        late = sorted(a[2] for a in answers)
+        codes = {}
+        for a in answers:
+            codes[a[1]] = codes.get(a[1], 0) + 1
+        return {"part": "start burst", "scaledobjects": n, "mode": mode, "flags": " ".join(flags) or "(defaults)",
+                "queries_first_refresh": first, "queries_steady_tick": steady,
+                "ratio_first_over_steady": round(first / steady, 2) if steady else None,
+                "burst_s": round(burst_s, 2), "codes": codes,
+                "answer_p50_s": round(late[len(late) // 2], 3), "answer_max_s": round(late[-1], 3),
+                "answers_past_deadline": sum(1 for x in late if x >= DEADLINE), "loadavg": loadavg()}
+    finally:
+        scaler.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scaler", required=True)
+    ap.add_argument("--sizes", default="1000,10000")
+    ap.add_argument("--refresh", type=float, default=15)
+    ap.add_argument("--modes", default="before,after")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    os.environ["SCALER_BIN"] = os.path.abspath(args.scaler)
+    figures = [{"cpus": os.cpu_count(), "loadavg_start": loadavg(), "scaler": args.scaler}]
+    print(json.dumps(figures[-1]), flush=True)
+    with tempfile.TemporaryDirectory(prefix="scaler-restart-") as work:
+        for n in (int(s) for s in args.sizes.split(",")):
+            vm = VictoriaMetrics(os.path.join(work, f"vm-{n}")).start()
+            try:
+                load_series(vm, n)
+                modes = {"before": ["--cold-batch-window", "0s"], "after": [],
+                         "after-100ms": ["--cold-batch-window", "100ms"]}
+                for mode in args.modes.split(","):
+                    flags = modes[mode]
+                    figures.append(measure(args, vm, n, mode, flags, work))
+                    print(json.dumps(figures[-1]), flush=True)
+            finally:
+                vm.stop()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
