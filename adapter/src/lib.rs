@@ -61,15 +61,8 @@ struct Settings {
     /// This replica's identity in the Lease (the pod name in the chart).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
-    /// How long a lease stays valid after its last renewal.
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
-    lease_duration: Duration,
-    /// The leader steps down when it could not renew for this long (< --lease-duration).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    renew_deadline: Duration,
-    /// Pause between lease attempts.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-    retry_period: Duration,
+    #[command(flatten)]
+    lease_timing: lease::Timing,
     #[command(flatten)]
     log: LogArgs,
 }
@@ -78,17 +71,11 @@ impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
         let s = *self.settings;
         s.log.init()?;
-        anyhow::ensure!(
-            s.renew_deadline < s.lease_duration && s.retry_period < s.renew_deadline,
-            "need --retry-period < --renew-deadline < --lease-duration (got {:?}, {:?}, {:?})",
-            s.retry_period,
-            s.renew_deadline,
-            s.lease_duration
-        );
-        let identity = s.identity.clone().unwrap_or_else(|| {
-            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "scale-adapter".into());
-            format!("{host}-{}", std::process::id())
-        });
+        s.lease_timing.check()?;
+        let identity = s
+            .identity
+            .clone()
+            .unwrap_or_else(|| lease::default_identity("scale-adapter"));
         let shutdown = CancellationToken::new();
         tokio::spawn(signals::cancel_on_signal(shutdown.clone()));
         let client = Client::try_default().await?;
@@ -123,11 +110,7 @@ impl Args {
             Api::<Lease>::namespaced(client.clone(), &s.lease_namespace),
             s.lease_name.clone(),
             identity.clone(),
-            lease::Timing {
-                lease_duration: s.lease_duration,
-                renew_deadline: s.renew_deadline,
-                retry_period: s.retry_period,
-            },
+            s.lease_timing.clone(),
         );
         let election = tokio::spawn(
             lease::run(elector, leader_tx, shutdown.clone())

@@ -23,15 +23,42 @@ use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-/// Timings, as client-go's defaults (15 s / 10 s / 2 s).
-#[derive(Debug, Clone)]
+/// Timings, as client-go's defaults (15 s / 10 s / 2 s); also the controllers' `--lease-duration`,
+/// `--renew-deadline` and `--retry-period` flags.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Timing {
-    /// How long a lease is valid after its last renewal, for others.
+    /// How long a lease stays valid after its last renewal, for others.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub lease_duration: Duration,
-    /// The leader steps down when it could not renew for this long; < `lease_duration`.
+    /// The leader steps down when it could not renew for this long (< --lease-duration).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub renew_deadline: Duration,
-    /// Pause between attempts to acquire or renew; also each API call's timeout.
+    /// Pause between lease attempts; also each attempt's timeout (< --renew-deadline).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub retry_period: Duration,
+}
+
+/// A replica's identity when none is given: `HOSTNAME` (the pod name in a pod, else `component`)
+/// plus the process id, unique per replica.
+pub fn default_identity(component: &str) -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| component.into());
+    format!("{host}-{}", std::process::id())
+}
+
+impl Timing {
+    /// Refuses timings under which a leader could outlive its lease in another replica's eyes.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let Self {
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        } = self;
+        anyhow::ensure!(
+            renew_deadline < lease_duration && retry_period < renew_deadline,
+            "need --retry-period < --renew-deadline < --lease-duration (got {retry_period:?}, {renew_deadline:?}, {lease_duration:?})"
+        );
+        Ok(())
+    }
 }
 
 /// The holder record: changes on every renewal.

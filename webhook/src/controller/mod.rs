@@ -106,15 +106,8 @@ struct Settings {
     /// This replica's identity in the Lease and on Events (the pod name in the chart).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
-    /// How long a lease stays valid after its last renewal.
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
-    lease_duration: Duration,
-    /// The leader steps down when it could not renew for this long (< --lease-duration).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    renew_deadline: Duration,
-    /// Pause between lease attempts.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-    retry_period: Duration,
+    #[command(flatten)]
+    lease_timing: lease::Timing,
     /// Timeout of each Kubernetes API call of a move.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     api_timeout: Duration,
@@ -134,18 +127,13 @@ impl Args {
             lease_namespace,
             lease_name,
             identity,
-            lease_duration,
-            renew_deadline,
-            retry_period,
+            lease_timing,
             api_timeout,
             log,
         } = *self.settings;
         log.init()?;
-        anyhow::ensure!(
-            renew_deadline < lease_duration && retry_period < renew_deadline,
-            "need --retry-period < --renew-deadline < --lease-duration (got {retry_period:?}, {renew_deadline:?}, {lease_duration:?})"
-        );
-        let identity = identity.unwrap_or_else(default_identity);
+        lease_timing.check()?;
+        let identity = identity.unwrap_or_else(|| lease::default_identity("shard-controller"));
         let shutdown = CancellationToken::new();
         let crate::Started {
             client,
@@ -165,11 +153,7 @@ impl Args {
                 kube::Api::<Lease>::namespaced(client.clone(), &lease_namespace),
                 lease_name,
                 identity.clone(),
-                lease::Timing {
-                    lease_duration,
-                    renew_deadline,
-                    retry_period,
-                },
+                lease_timing,
             );
             tokio::spawn(
                 lease::run(elector, leader_tx, shutdown.clone())
@@ -231,12 +215,6 @@ impl Args {
         }
         Ok(())
     }
-}
-
-/// `HOSTNAME` (the pod name in a pod) plus the process id, unique per replica.
-fn default_identity() -> String {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "shard-controller".into());
-    format!("{host}-{}", std::process::id())
 }
 
 #[cfg(test)]
