@@ -29,9 +29,12 @@ def test_scaler_deployment_service_pdb_and_rbac(helm):
     assert c["args"][0] == "serve"
     assert "--listen=0.0.0.0:6000" in c["args"] and "--admin-listen=0.0.0.0:9090" in c["args"]
     assert any(a.startswith("--prometheus-url=http") for a in c["args"])
-    # mTLS by default: served from the Certificate's Secret, clients must chain to its CA.
-    for a in ["--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key", "--tls-client-ca=/tls/ca.crt"]:
+    # mTLS by default: served from the Certificate's Secret; clients must chain to KEDA's client CA
+    # (read from KEDA's Secret through the API) and be named keda-operator.
+    for a in ["--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key",
+              "--tls-client-ca-secret=cozy-keda/cozy-autoscaling-keda-client", "--tls-client-identity=keda-operator"]:
         assert a in c["args"]
+    assert not any(a.startswith("--tls-client-ca=") for a in c["args"])
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert one(objs, "PodDisruptionBudget", "cozy-autoscaling-scaler")["spec"]["minAvailable"] == 1
     svc = one(objs, "Service", "cozy-autoscaling-scaler")
@@ -298,39 +301,69 @@ CLIENT = "cozy-autoscaling-keda-client"
 
 
 def test_mtls_objects_link_keda_to_the_scaler(helm):
-    """One CA (a ClusterIssuer, its Secret in cert-manager's namespace) signs the scaler's serving
-    certificate here and KEDA's client certificate in KEDA's namespace; the ClusterTriggerAuthentication
-    hands KEDA that Secret's three keys; the scaler trusts the same CA for clients."""
-    objs = render(helm, ["keda.namespace=keda-system", "certManager.namespace=cm"])
+    """The server CA (a ClusterIssuer, its Secret in cert-manager's namespace) signs the scaler's
+    serving certificate here and a CA bundle for KEDA in KEDA's namespace; the client CA is an
+    Issuer in KEDA's namespace only, signing KEDA's client certificate; the scaler reads that
+    Secret's ca.crt (a Role on that one Secret) and accepts only keda-operator; the
+    ClusterTriggerAuthentication hands KEDA the server CA and its client pair."""
+    objs = render(helm, ["keda.namespace=keda-system", "certManager.namespace=cm",
+                         "scaler.tls.clientIdentities={keda-operator,spiffe://c/ns/keda-system/sa/keda}"])
     ca = one(objs, "Certificate", "cozy-autoscaling-scaler-ca")
     assert ca["metadata"]["namespace"] == "cm" and ca["spec"]["isCA"] is True
     assert ca["spec"]["privateKey"]["rotationPolicy"] == "Never"
     assert one(objs, "Issuer", "cozy-autoscaling-scaler-selfsigned")["metadata"]["namespace"] == "cm"
     issuer = one(objs, "ClusterIssuer", "cozy-autoscaling-scaler-ca")
     assert issuer["spec"] == {"ca": {"secretName": ca["spec"]["secretName"]}}
-    by_issuer = {"name": "cozy-autoscaling-scaler-ca", "kind": "ClusterIssuer"}
+    by_server_ca = {"name": "cozy-autoscaling-scaler-ca", "kind": "ClusterIssuer"}
 
     server = one(objs, "Certificate", SCALER)
     assert "namespace" not in server["metadata"]  # the release namespace, where the pods mount it
-    assert server["spec"]["issuerRef"] == by_issuer
+    assert server["spec"]["issuerRef"] == by_server_ca
     assert server["spec"]["usages"] == ["server auth", "digital signature"]
     assert server["spec"]["privateKey"]["rotationPolicy"] == "Always"
     pod = one(objs, "Deployment", SCALER)["spec"]["template"]["spec"]
     assert pod["volumes"] == [{"name": "tls", "secret": {"secretName": server["spec"]["secretName"]}}]
     assert pod["containers"][0]["volumeMounts"] == [{"name": "tls", "mountPath": "/tls", "readOnly": True}]
+    bundle = one(objs, "Certificate", "cozy-autoscaling-scaler-ca-bundle")
+    assert bundle["metadata"]["namespace"] == "keda-system" and bundle["spec"]["issuerRef"] == by_server_ca
+    assert "client auth" not in bundle["spec"]["usages"]
+
+    # The client CA: every piece namespaced in KEDA's namespace, no ClusterIssuer.
+    client_ca = one(objs, "Certificate", "cozy-autoscaling-keda-client-ca")
+    assert client_ca["metadata"]["namespace"] == "keda-system" and client_ca["spec"]["isCA"] is True
+    assert client_ca["spec"]["issuerRef"] == {"name": "cozy-autoscaling-keda-client-selfsigned", "kind": "Issuer"}
+    assert one(objs, "Issuer", "cozy-autoscaling-keda-client-selfsigned")["metadata"]["namespace"] == "keda-system"
+    client_issuer = one(objs, "Issuer", "cozy-autoscaling-keda-client-ca")
+    assert client_issuer["metadata"]["namespace"] == "keda-system"
+    assert client_issuer["spec"] == {"ca": {"secretName": client_ca["spec"]["secretName"]}}
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterIssuer"] == ["cozy-autoscaling-scaler-ca"]
 
     client = one(objs, "Certificate", CLIENT)
     assert client["metadata"]["namespace"] == "keda-system"
-    assert client["spec"]["issuerRef"] == by_issuer
+    assert client["spec"]["issuerRef"] == {"name": "cozy-autoscaling-keda-client-ca", "kind": "Issuer"}
     assert client["spec"]["usages"] == ["client auth", "digital signature"]
     assert "dnsNames" not in client["spec"] and client["spec"]["commonName"] == "keda-operator"
+
+    args = pod["containers"][0]["args"]
+    assert f"--tls-client-ca-secret=keda-system/{client['spec']['secretName']}" in args
+    assert "--tls-client-identity=keda-operator,spiffe://c/ns/keda-system/sa/keda" in args
+    role = one(objs, "Role", "cozy-autoscaling-scaler-client-ca")
+    assert role["metadata"]["namespace"] == "keda-system"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
+                              "resourceNames": [client["spec"]["secretName"]], "verbs": ["get", "list", "watch"]}]
+    binding = one(objs, "RoleBinding", "cozy-autoscaling-scaler-client-ca")
+    assert binding["metadata"]["namespace"] == "keda-system"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SCALER, "namespace": NS}]
 
     auth = one(objs, "ClusterTriggerAuthentication", SCALER)
     assert "namespace" not in auth["metadata"]
     assert auth["spec"] == {"secretTargetRef": [
-        {"parameter": "caCert", "name": client["spec"]["secretName"], "key": "ca.crt"},
+        {"parameter": "caCert", "name": bundle["spec"]["secretName"], "key": "ca.crt"},
         {"parameter": "tlsClientCert", "name": client["spec"]["secretName"], "key": "tls.crt"},
         {"parameter": "tlsClientKey", "name": client["spec"]["secretName"], "key": "tls.key"}]}
+    # An identity with a comma would split into two on the flag: refused by the schema.
+    out = helm.template(PACKAGE, ["scaler.tls.clientIdentities={a\\,b}"], keda=False)
+    assert out.returncode != 0 and "clientIdentities" in out.stderr
 
 
 def test_mtls_off_is_an_explicit_choice(helm):

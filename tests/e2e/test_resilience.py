@@ -122,32 +122,46 @@ def failure(status: dict, generation: int | None = None) -> str | None:
     return None
 
 
-class Watcher:
+class Poller:
+    """Calls `poll()` every `period` s on a thread of its own until `stop()`."""
+
+    def __init__(self, name: str, period: float):
+        self._period = period
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            self.poll()
+
+    def poll(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+class Watcher(Poller):
     """Polls every HelmRelease of this module's shard twice a second for the whole module and
     keeps the first failed state each one was seen in."""
 
     def __init__(self, rig):
         self.kube = client(rig)
         self.failed: dict[tuple[str, str], str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="helmrelease-watcher", daemon=True)
-        self._thread.start()
+        super().__init__("helmrelease-watcher", 0.5)
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            try:
-                releases = self.kube.list(HR, "HelmRelease", selector=f"{SHARD_KEY}={SHARD}")
-            except (ApiError, requests.RequestException):
-                continue  # the apiserver is busy: poll again
-            for hr in releases:
-                why = failure(hr.get("status", {}))
-                key = (hr["metadata"]["namespace"], hr["metadata"]["name"])
-                if why and key not in self.failed:
-                    self.failed[key] = why
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
+    def poll(self) -> None:
+        try:
+            releases = self.kube.list(HR, "HelmRelease", selector=f"{SHARD_KEY}={SHARD}")
+        except (ApiError, requests.RequestException):
+            return  # the apiserver is busy: poll again
+        for hr in releases:
+            why = failure(hr.get("status", {}))
+            key = (hr["metadata"]["namespace"], hr["metadata"]["name"])
+            if why and key not in self.failed:
+                self.failed[key] = why
 
     def failures(self, tenants) -> dict:
         return {t.ns: self.failed[(t.ns, RELEASE)] for t in tenants if (t.ns, RELEASE) in self.failed}
@@ -528,35 +542,28 @@ def keda_errors(rig, tenants) -> float:
     return sum(promtext.total(samples, name, namespace=t.ns) for t in tenants)
 
 
-class TenantCreator:
+class TenantCreator(Poller):
     """Creates a tenant (namespace and a HelmRelease under the legacy `tenants` key, as the platform
-    does) every `period` s on a thread, until stopped."""
+    does) every `period` s, until stopped."""
 
     def __init__(self, rig, prefix: str, period: float = 1.0):
-        self.rig, self.prefix, self.period = rig, prefix, period
+        self.rig, self.prefix = rig, prefix
         self.created: list[str] = []
         self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        super().__init__("tenant-creator", period)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            ns = f"{self.prefix}{len(self.created):03}"
-            try:
-                self.rig.kube.ensure_namespace(ns)
-                self.rig.kube.create({"apiVersion": HR, "kind": "HelmRelease",
-                                      "metadata": {"name": "db", "namespace": ns,
-                                                   "labels": {SHARD_KEY: "tenants"}},
-                                      "spec": {"interval": "5m",
-                                               "chartRef": {"kind": "OCIRepository", "name": "absent"}}})
-                self.created.append(ns)
-            except ApiError as e:
-                self.errors.append(f"{ns}: {e}")
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def poll(self) -> None:
+        ns = f"{self.prefix}{len(self.created):03}"
+        try:
+            self.rig.kube.ensure_namespace(ns)
+            self.rig.kube.create({"apiVersion": HR, "kind": "HelmRelease",
+                                  "metadata": {"name": "db", "namespace": ns,
+                                               "labels": {SHARD_KEY: "tenants"}},
+                                  "spec": {"interval": "5m",
+                                           "chartRef": {"kind": "OCIRepository", "name": "absent"}}})
+            self.created.append(ns)
+        except ApiError as e:
+            self.errors.append(f"{ns}: {e}")
 
     def shard_of(self, ns: str) -> tuple[str | None, str | None]:
         """(the release's key, the namespace's shard label)."""
@@ -566,7 +573,7 @@ class TenantCreator:
             "internal.cozystack.io/flux-shard")
 
 
-class LeaderSampler:
+class LeaderSampler(Poller):
     """Polls every shard-controller replica's leader gauge four times a second."""
 
     def __init__(self, controllers: placement.ShardControllers):
@@ -574,24 +581,17 @@ class LeaderSampler:
         self.most = 0
         self.samples = 0
         self.leaderless_s = 0.0  # time between a leaderless sample and the next
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._last = time.monotonic()
+        super().__init__("leader-sampler", 0.25)
 
-    def _run(self) -> None:
-        last = time.monotonic()
-        while not self._stop.wait(0.25):
-            leaders = len(self.controllers.leaders())
-            now = time.monotonic()
-            self.samples += 1
-            self.most = max(self.most, leaders)
-            if leaders == 0:
-                self.leaderless_s += now - last
-            last = now
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def poll(self) -> None:
+        leaders = len(self.controllers.leaders())
+        now = time.monotonic()
+        self.samples += 1
+        self.most = max(self.most, leaders)
+        if leaders == 0:
+            self.leaderless_s += now - self._last
+        self._last = now
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ import pytest
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[0] / "scaler")]  # keda.py, scaler_proc.py
 
+from liverig import ScenarioTable  # noqa: E402
 from rig import Rig  # noqa: E402
 
-OBSERVED: list[tuple[str, str, str]] = []
+TABLE = ScenarioTable("live PostgreSQL")
 
 
 @pytest.fixture(scope="session")
@@ -33,15 +34,8 @@ def rig():
 @pytest.fixture
 def record():
     """record(scenario, expected, observed): one row of the closing table."""
-    def add(scenario: str, expected: str, observed: str):
-        OBSERVED.append((scenario, expected, observed))
-    return add
+    return TABLE.record
 
 
 def pytest_terminal_summary(terminalreporter):
-    if OBSERVED:
-        terminalreporter.section("live PostgreSQL: scenario -> expected -> observed")
-        terminalreporter.write_line("| scenario | expected | observed |")
-        terminalreporter.write_line("|---|---|---|")
-        for row in OBSERVED:
-            terminalreporter.write_line("| " + " | ".join(row) + " |")
+    TABLE.print(terminalreporter)

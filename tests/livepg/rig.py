@@ -16,6 +16,7 @@ from pathlib import Path
 import requests
 
 from keda import Keda, metadata
+from liverig import Probes
 from pg import Instance
 from scaler_proc import Scaler, scaler_binary
 from testkit import Proc, free_port, upstream, wait_until
@@ -29,7 +30,7 @@ SCRAPE_INTERVAL = "1s"
 QUERIES_TTL = "0"
 
 
-class Rig:
+class Rig(Probes):
     def __init__(self):
         # Not pytest's tmp dir: the server user must be able to traverse it. LIVEPG_KEEP=1 keeps it
         # (data directories, postgres.log and exporter.log per instance) for a post-mortem.
@@ -108,15 +109,6 @@ class Rig:
             self.vm.proc.signal(signal.SIGHUP)  # reload now rather than at the next check
 
     # -- reading ---------------------------------------------------------------------------------
-    def series(self, promql: str) -> dict[str, float]:
-        """Instant query -> {pod (or the series' labels): value}."""
-        out = {}
-        for r in self.vm.query(promql):
-            m = r["metric"]
-            key = m.get("pod") or json.dumps(m, sort_keys=True)
-            out[key] = float(r["value"][1])
-        return out
-
     def raw_series(self, metric: str) -> list[dict]:
         """Every live series of `metric` in the namespace, with labels and value."""
         return [{**r["metric"], "__value__": r["value"][1]}
@@ -124,23 +116,6 @@ class Rig:
 
     def ref(self, cluster: str = CLUSTER, **md):
         return self.keda.ref(NAMESPACE, cluster, metadata(cluster=cluster, **md))
-
-    def desired(self, target: str = "5", **md) -> int:
-        """What the HPA computes from one KEDA poll; `md` is more trigger metadata (and `cluster`)."""
-        return self.keda.desired(self.ref(target=target, **md), float(target))
-
-    def wait_desired(self, want: int, timeout: float = 30, target: str = "5", **md) -> int:
-        last = None
-
-        def probe():
-            nonlocal last
-            last = self.desired(target, **md)
-            return last == want
-
-        try:
-            return wait_until(probe, timeout, 0.5, f"desired == {want}")
-        except TimeoutError as e:
-            raise TimeoutError(f"{e}; last desired {last}") from None
 
     def explain(self, target: str = "5", max_replicas: str = "10", lag: str = "0", cluster: str = CLUSTER) -> dict:
         r = subprocess.run([scaler_binary(), "explain", "--prometheus-url", self.vm.url, "--namespace", NAMESPACE,
@@ -150,18 +125,3 @@ class Rig:
         if r.returncode != 0:
             raise RuntimeError(f"scaler explain failed: {r.stderr}")
         return json.loads(r.stdout)
-
-    def wait_scraped(self, promql: str, expect, timeout: float = 30, what: str | None = None):
-        """Polls an instant query on VictoriaMetrics until `expect(series dict)` holds."""
-        last = {}
-
-        def probe():
-            nonlocal last
-            last = self.series(promql)
-            return expect(last)
-
-        try:
-            wait_until(probe, timeout, 0.5, what or promql, proc=self.vm.proc)
-        except TimeoutError as e:
-            raise TimeoutError(f"{e}; last value: {last}") from None
-        return last

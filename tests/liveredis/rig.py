@@ -19,6 +19,7 @@ import requests
 
 import resp
 from keda import Keda, metadata
+from liverig import Probes
 from scaler_proc import Scaler
 from testkit import Proc, free_port, wait_until
 from vm import VictoriaMetrics
@@ -117,7 +118,7 @@ class Writer:
             raise self.error
 
 
-class Rig:
+class Rig(Probes):
     def __init__(self):
         # LIVEREDIS_KEEP=1 keeps the directory (redis.log, exporter.log, sentinel.log) for a post-mortem.
         self.base = Path(tempfile.mkdtemp(prefix="liveredis-"))
@@ -201,45 +202,8 @@ class Rig:
             self.vm.proc.signal(signal.SIGHUP)
 
     # -- reading ---------------------------------------------------------------------------------
-    def series(self, promql: str) -> dict[str, float]:
-        out = {}
-        for r in self.vm.query(promql):
-            m = r["metric"]
-            out[m.get("pod") or json.dumps(m, sort_keys=True)] = float(r["value"][1])
-        return out
-
-    def wait_scraped(self, promql: str, expect, timeout: float = 30, what: str | None = None):
-        last = {}
-
-        def probe():
-            nonlocal last
-            last = self.series(promql)
-            return expect(last)
-
-        try:
-            wait_until(probe, timeout, 0.5, what or promql, proc=self.vm.proc)
-        except TimeoutError as e:
-            raise TimeoutError(f"{e}; last value: {last}") from None
-        return last
-
     def ref(self, **md):
         return self.keda.ref(NAMESPACE, NAME, metadata(cluster=NAME, engine="redis", maxReplicas="6", **md))
-
-    def desired(self, target: str = "5", **md) -> int:
-        return self.keda.desired(self.ref(target=target, **md), float(target))
-
-    def wait_desired(self, want: int, timeout: float = 30, target: str = "5", **md) -> int:
-        last = None
-
-        def probe():
-            nonlocal last
-            last = self.desired(target, **md)
-            return last == want
-
-        try:
-            return wait_until(probe, timeout, 0.5, f"desired == {want}")
-        except TimeoutError as e:
-            raise TimeoutError(f"{e}; last desired {last}") from None
 
     def hold(self, want: int, seconds: float, target: str = "5", **md) -> list[int]:
         """Polls for `seconds`; every answer must be `want` (a brake that holds, not a blip)."""
