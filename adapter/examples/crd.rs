@@ -1,4 +1,4 @@
-//! Prints the ScaleAdapter CRD as YAML: the source of templates/package/chart/crds/scaleadapters.yaml.
+//! Prints the ScaleAdapter CRD as YAML: the source of charts/cozy-autoscaling/crds/scaleadapters.yaml.
 use kube::CustomResourceExt;
 
 fn main() -> anyhow::Result<()> {

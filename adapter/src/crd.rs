@@ -1,6 +1,6 @@
 //! The `ScaleAdapter` API (`autoscaling.cozystack.io/v1alpha1`, namespaced): a `/scale`
 //! subresource for a target that has none. The chart's CRD
-//! (templates/package/chart/crds/scaleadapters.yaml) is this derive's output; a test keeps the
+//! (charts/cozy-autoscaling/crds/scaleadapters.yaml) is this derive's output; a test keeps the
 //! two equal.
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -115,10 +115,10 @@ mod tests {
 
     use super::*;
 
-    const CHART_CRD: &str = "../templates/package/chart/crds/scaleadapters.yaml";
+    const CHART_CRD: &str = "../charts/cozy-autoscaling/crds/scaleadapters.yaml";
 
     /// The derived CRD as the chart carries it (regenerate with
-    /// `cargo run -q -p adapter --example crd > templates/package/chart/crds/scaleadapters.yaml`).
+    /// `cargo run -q -p adapter --example crd > charts/cozy-autoscaling/crds/scaleadapters.yaml`).
     #[test]
     fn the_chart_crd_is_the_derived_one() {
         let text = std::fs::read_to_string(CHART_CRD).unwrap();
@@ -126,7 +126,7 @@ mod tests {
         let derived = serde_json::to_value(ScaleAdapter::crd()).unwrap();
         assert!(
             chart == derived,
-            "{CHART_CRD} differs from the derive: cargo run -q -p adapter --example crd > templates/package/chart/crds/scaleadapters.yaml"
+            "{CHART_CRD} differs from the derive: cargo run -q -p adapter --example crd > charts/cozy-autoscaling/crds/scaleadapters.yaml"
         );
     }
 

@@ -11,8 +11,7 @@ use crate::output::{Plan, read};
 use crate::render::Renderer;
 use crate::{app, package, shards};
 
-/// The package chart's sources: `chartgen package` only runs in this checkout.
-const DEFAULT_TEMPLATES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../templates");
+/// `chartgen package` defaults to the checkout chartgen was built from.
 const DEFAULT_CHARTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts");
 const DEFAULT_FLUX: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -26,9 +25,8 @@ const DEFAULT_FLUX: &str = concat!(
     about = "Generates autoscaling, Flux shard and package chart pieces from minijinja templates"
 )]
 pub struct Cli {
-    /// Directory of the sources, for developing them: minijinja templates (app/) and the package
-    /// chart (package/). `app` uses its built-in templates without it; `package` defaults to the
-    /// checkout chartgen was built from.
+    /// Directory of the minijinja templates (app/), for developing them; `app` uses its built-in
+    /// templates without it.
     #[arg(long, global = true, env = "CHARTGEN_TEMPLATES")]
     templates: Option<PathBuf>,
     #[command(subcommand)]
@@ -41,7 +39,7 @@ enum Command {
     App(AppArgs),
     /// Print helm-controller shard Deployments cloned from the flux-aio Deployment.
     Shards(ShardsArgs),
-    /// Render the platform package chart and its PackageSource into charts/.
+    /// Stamp the platform package chart's version and write its shard data (charts/cozy-autoscaling).
     Package(PackageArgs),
 }
 
@@ -151,10 +149,10 @@ struct ShardsArgs {
 
 #[derive(Args)]
 struct PackageArgs {
-    /// Change nothing; exit 1 when charts/ is not up to date.
+    /// Change nothing; exit 1 when the version or the shard data is not up to date.
     #[arg(long)]
     check: bool,
-    /// The charts directory to render into.
+    /// The charts directory holding the package chart.
     #[arg(long, default_value = DEFAULT_CHARTS)]
     out: PathBuf,
     /// flux-aio Deployment the shard template is cloned from.
@@ -221,8 +219,7 @@ impl Cli {
                 Ok(code)
             }
             Command::Package(p) => {
-                let templates = templates.unwrap_or_else(|| DEFAULT_TEMPLATES.into());
-                let plan = package::plan(&p.out, &p.flux_deployment, &templates)?;
+                let plan = package::plan(&p.out, &p.flux_deployment)?;
                 finish(&plan, p.check)
             }
             Command::Shards(s) => s.run(),

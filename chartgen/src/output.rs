@@ -11,11 +11,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{Context, bail};
 
-/// Desired file contents, plus directories whose unlisted files count as stale.
+/// Desired file contents.
 #[derive(Default)]
 pub struct Plan {
     files: BTreeMap<PathBuf, String>,
-    owned_dirs: Vec<PathBuf>,
     /// When set, every path written or removed must lie under it, reached without symlinks.
     root: Option<PathBuf>,
 }
@@ -33,12 +32,7 @@ impl Plan {
         self.files.insert(path.into(), content);
     }
 
-    /// Every file under `dir` that the plan does not list is stale (removed on apply).
-    pub fn own_dir(&mut self, dir: impl Into<PathBuf>) {
-        self.owned_dirs.push(dir.into());
-    }
-
-    /// Files that differ from the plan: changed, missing, or stale in an owned directory.
+    /// Files that differ from the plan: changed or missing.
     pub fn drift(&self) -> anyhow::Result<Vec<PathBuf>> {
         let mut out = Vec::new();
         for (path, want) in &self.files {
@@ -46,11 +40,10 @@ impl Plan {
                 out.push(path.clone());
             }
         }
-        out.extend(self.stale()?);
         Ok(out)
     }
 
-    /// Writes every changed file and removes stale ones, all or nothing; returns what changed.
+    /// Writes every changed file, all or nothing; returns what changed.
     pub fn apply(&self) -> anyhow::Result<Vec<PathBuf>> {
         let changed = self.drift()?;
         if let Some(root) = &self.root {
@@ -73,29 +66,9 @@ impl Plan {
 
     fn commit(&self, changed: &[PathBuf], tx: &mut Transaction) -> anyhow::Result<()> {
         for path in changed {
-            if let Some(content) = self.files.get(path) {
-                tx.stage(path, content)?;
-            }
+            tx.stage(path, &self.files[path])?;
         }
-        tx.replace_all()?;
-        for path in changed {
-            if !self.files.contains_key(path) {
-                tx.remove(path)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn stale(&self) -> anyhow::Result<Vec<PathBuf>> {
-        let mut out = Vec::new();
-        for dir in &self.owned_dirs {
-            for path in walk(dir)? {
-                if !self.files.contains_key(&path) {
-                    out.push(path);
-                }
-            }
-        }
-        Ok(out)
+        tx.replace_all()
     }
 }
 
@@ -197,14 +170,6 @@ impl Transaction {
         Ok(())
     }
 
-    fn remove(&mut self, path: &Path) -> anyhow::Result<()> {
-        let before = previous(path)?;
-        fs::remove_file(path)
-            .with_context(|| format!("cannot remove stale '{}'", path.display()))?;
-        self.done.push((path.to_path_buf(), before));
-        Ok(())
-    }
-
     /// Restores every replaced or removed file, newest first, and removes temporaries and the
     /// directories `stage` created. Reports every file it could not restore.
     fn rollback(mut self) -> anyhow::Result<()> {
@@ -275,26 +240,6 @@ fn parent(path: &Path) -> &Path {
     path.parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
-}
-
-fn walk(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e).with_context(|| format!("cannot list '{}'", dir.display())),
-    };
-    for entry in entries {
-        let entry = entry.with_context(|| format!("cannot list '{}'", dir.display()))?;
-        let path = entry.path();
-        // Not followed: a linked directory is not part of the owned tree.
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            out.extend(walk(&path)?);
-        } else {
-            out.push(path);
-        }
-    }
-    Ok(out)
 }
 
 /// Largest file chartgen reads: far above any chart file, CRD or settings file.
@@ -376,6 +321,20 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// Every file under `dir`, recursively, temporaries included.
+    fn walk(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                out.extend(walk(&path)?);
+            } else {
+                out.push(path);
+            }
+        }
+        Ok(out)
     }
 
     fn listing(dir: &Path) -> Vec<String> {

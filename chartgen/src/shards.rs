@@ -4,7 +4,7 @@
 //! Pure: a parsed Deployment in, shard Deployments out, in two steps. [`sanitise`] gives what
 //! every shard shares, with the per-shard flags left as bare slots; [`instantiate`] fills one
 //! shard in. `chartgen shards` runs both; the package chart gets the sanitised Deployment as data
-//! and fills the slots with a Helm `range` (templates/package/chart/templates/shards.yaml).
+//! and fills the slots with a Helm `range` (charts/cozy-autoscaling/templates/shards.yaml).
 
 use placement::shard::{SHARD_KEY_LABEL, ShardIndex, ShardName, deployment_name};
 use serde_json::{Map, Value, json};

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-/// The package chart's scaler Service (templates/package/chart/templates/scaler.yaml).
+/// The package chart's scaler Service (charts/cozy-autoscaling/templates/scaler.yaml).
 pub const DEFAULT_SCALER_ADDRESS: &str = "cozy-autoscaling-scaler";
 
 /// `--scaler-address` values.

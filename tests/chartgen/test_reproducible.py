@@ -51,16 +51,21 @@ def test_chart_without_the_replica_line_is_refused(chart_copy):
     assert "autoscaling" not in (chart_copy / "values.yaml").read_text()
 
 
-def test_package_check_reports_changed_and_stale_files(tmp_path):
+def test_package_check_reports_the_version_and_leaves_hand_edits_alone(tmp_path):
+    """The chart is edited where it lives: chartgen owns only Chart.yaml's version fields and the
+    shard data, so --check fails on those and never on an edited template or value."""
     charts = tmp_path / "charts"
     shutil.copytree(PACKAGE, charts / PACKAGE.name)
-    shutil.copytree(PACKAGE.parent / "sources", charts / "sources")
     assert chartgen("package", "--out", charts, "--check").returncode == 0
-    (charts / PACKAGE.name / "templates/stale.yaml").write_text("kind: x\n")
+    (charts / PACKAGE.name / "templates/extra.yaml").write_text("kind: x\n")
     values = charts / PACKAGE.name / "values.yaml"
     values.write_text(values.read_text() + "# edited\n")
-    out = chartgen("package", "--out", charts, "--check")
-    assert out.returncode == 1 and "stale.yaml" in out.stderr and "values.yaml" in out.stderr
-    assert chartgen("package", "--out", charts).returncode == 0
-    assert not (charts / PACKAGE.name / "templates/stale.yaml").exists()
     assert chartgen("package", "--out", charts, "--check").returncode == 0
+    chart_yaml = charts / PACKAGE.name / "Chart.yaml"
+    chart_yaml.write_text(chart_yaml.read_text().replace("version: ", "version: 9", 1))
+    out = chartgen("package", "--out", charts, "--check")
+    assert out.returncode == 1 and "Chart.yaml" in out.stderr
+    assert chartgen("package", "--out", charts).returncode == 0
+    assert chartgen("package", "--out", charts, "--check").returncode == 0
+    assert (charts / PACKAGE.name / "templates/extra.yaml").exists()
+    assert values.read_text().endswith("# edited\n")
