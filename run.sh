@@ -58,6 +58,13 @@ image() {
   install -m 0555 "${CARGO_TARGET_DIR:-target}/$host/release/scaler" "$out/scaler"
   install -m 0555 "${CARGO_TARGET_DIR:-target}/$host/release/chartgen" "$out/chartgen"
   install -m 0444 /etc/ssl/certs/ca-certificates.crt "$out/ca-certificates.crt"
+  # The licences the image's contents come under: this project's, and the notice DejaVu Sans (compiled
+  # into scaler for the backtest's PNG) must travel with every copy, taken from the crate cargo used.
+  local font
+  font=$(cargo metadata --format-version 1 --locked | python3 -c \
+    'import json, sys; print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "dejavu"))')
+  install -D -m 0444 LICENSE "$out/licenses/LICENSE"
+  install -m 0444 "$(dirname "$font")"/assets/dejavu-fonts-ttf-*/LICENSE "$out/licenses/DejaVu-fonts-LICENSE"
 
   local version repository revision epoch
   version=$("$out/scaler" --version | awk '{print $2}')

@@ -31,9 +31,12 @@ UID = 65532
 BINARY = "usr/local/bin/scaler"
 CHARTGEN = "usr/local/bin/chartgen"
 BUNDLE = "etc/ssl/certs/ca-certificates.crt"
+LICENSES = "usr/share/licenses/cozy-autoscaling"
+NOTICES = {f"{LICENSES}/LICENSE", f"{LICENSES}/DejaVu-fonts-LICENSE"}
 # The budget docs/image.md states: compressed config + layers, what a registry stores and a node pulls.
 SIZE_BUDGET_MIB = 20
-EXPECTED_FILES = {"etc", "etc/ssl", "etc/ssl/certs", BUNDLE, "usr", "usr/local", "usr/local/bin", BINARY, CHARTGEN}
+EXPECTED_FILES = {"etc", "etc/ssl", "etc/ssl/certs", BUNDLE, "usr", "usr/local", "usr/local/bin", BINARY, CHARTGEN,
+                  "usr/share", "usr/share/licenses", LICENSES, *NOTICES}
 CHROOT = shutil.which("chroot") or "chroot"
 OCI_LABELS = {"org.opencontainers.image." + k for k in
               ("title", "description", "source", "version", "revision", "licenses")}
@@ -98,7 +101,8 @@ def test_labels_name_source_version_revision_and_license(image, chart):
     dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=REPO).returncode != 0
     assert labels[prefix + "revision"] == head.stdout.strip() + ("-dirty" if dirty else "")
     workspace = tomllib.loads((REPO / "Cargo.toml").read_text())["workspace"]["package"]
-    assert labels[prefix + "licenses"] == workspace["license"]
+    # DejaVu Sans is compiled into scaler (the backtest's PNG), so its licence is the image's too.
+    assert labels[prefix + "licenses"] == workspace["license"] + " AND Bitstream-Vera"
     assert re.fullmatch(r"https://\S+", labels[prefix + "source"])
 
 
@@ -112,7 +116,7 @@ def test_layers_hold_exactly_the_binaries_and_the_ca_bundle(image):
         assert not m.mode & (stat.S_ISUID | stat.S_ISGID | 0o022), f"{name} mode {m.mode:o}"
         if name in (BINARY, CHARTGEN):
             assert m.isfile() and m.mode & 0o777 == 0o555
-        elif name == BUNDLE:
+        elif name == BUNDLE or name in NOTICES:
             assert m.isfile() and m.mode & 0o777 == 0o444
         else:
             assert m.isdir()
@@ -124,6 +128,13 @@ def test_size_within_the_documented_budget(image):
     print(f"image: {mib:.1f} MiB compressed, {len(image.layers)} layer(s)")
     assert mib <= SIZE_BUDGET_MIB
     assert f"{SIZE_BUDGET_MIB} MiB" in (REPO / "docs/image.md").read_text()
+
+
+def test_the_licences_travel_with_the_binaries(rootfs):
+    """The project's Apache-2.0 text, and the font's notice, which its licence requires in every copy."""
+    assert "Apache License" in (rootfs / LICENSES / "LICENSE").read_text()
+    notice = (rootfs / LICENSES / "DejaVu-fonts-LICENSE").read_text()
+    assert "Bitstream Vera Fonts Copyright" in notice and "public domain" in notice
 
 
 def test_ca_bundle_is_a_pem_bundle(rootfs):
