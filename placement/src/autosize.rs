@@ -22,7 +22,7 @@ pub const SCALE_UP_PER_SHARD: u64 = 120;
 /// Shrink only once the running shards carry fewer than this many HelmReleases each.
 pub const SCALE_DOWN_PER_SHARD: u64 = 60;
 
-/// The shard count automatic sizing would run, given `current` running shards (§2.6
+/// The shard count automatic sizing would run, given `current` running shards (docs/design.md §S6
 /// `EffectiveShardCount` in auto mode; a fixed count needs no function).
 ///
 /// The band between 60 and 120 HelmReleases per shard keeps the count from flapping around

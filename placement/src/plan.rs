@@ -262,7 +262,7 @@ pub fn release_gate(
     Ok(())
 }
 
-/// The autosize signal for operators (§2.6): the raw recommendation and the count a controller
+/// The autosize signal for operators (docs/design.md §S6): the raw recommendation and the count a controller
 /// sizing automatically would run, given the shards running now (hysteresis).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Recommendation {

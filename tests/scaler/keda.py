@@ -1,5 +1,5 @@
 """An independent gRPC client of the scaler, generated from proto/externalscaler.proto with
-grpc_tools at test time, that calls the server the way KEDA does (reference §2.7-2.8)."""
+grpc_tools at test time, that calls the server the way KEDA does (docs/scaler.md, How it works)."""
 import importlib
 import os
 import sys
@@ -82,7 +82,7 @@ class Keda:
         return self.stub.IsActive(ref, timeout=timeout).result
 
     def scale_loop_poll(self, ref, timeout=5.0):
-        """Scale loop (§2.8.2): GetMetricSpec, then per spec GetMetrics(spec name) + IsActive."""
+        """Scale loop: GetMetricSpec, then per spec GetMetrics(spec name) + IsActive."""
         specs = self.spec(ref, timeout).metricSpecs
         values = []
         for s in specs:
@@ -91,7 +91,7 @@ class Keda:
         return specs, values, active
 
     def hpa_query(self, ref, deadline=3.0):
-        """HPA path (§2.8.3): the metrics-apiserver's 3 s deadline covers all three calls, and
+        """HPA path: the metrics-apiserver's 3 s deadline covers all three calls, and
         client-go lowercases the metric name."""
         end = time.monotonic() + deadline
         specs = self.spec(ref, end - time.monotonic()).metricSpecs

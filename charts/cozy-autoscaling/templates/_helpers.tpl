@@ -65,7 +65,7 @@ affinity:
 {{ .Values.shards.sourceControllerAddress | default (printf "flux.%s.svc:80" .Values.flux.namespace) }}
 {{- end }}
 
-{{/* The four DNS names KEDA or the API server may use for a Service (keda-external-scaler.md §2.3). */}}
+{{/* The four DNS names KEDA or the API server may use for a Service (docs/design.md §K1). */}}
 {{- define "cozy-autoscaling.dnsNames" -}}
 {{- $svc := index . 0 }}{{ $ns := index . 1 }}{{ $domain := index . 2 -}}
 - {{ $svc }}
