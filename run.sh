@@ -62,7 +62,7 @@ kill_tree() {
 # Containerfile built by buildah into an OCI archive. Version and repository come from the chart
 # chartgen generated, so the archive is the image the chart of this commit names.
 release_build() {
-  RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --quiet --target "$1" -p scaler -p chartgen
+  RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --quiet --target "$1" -p cli -p chartgen
 }
 
 image() {
@@ -118,7 +118,7 @@ image() {
 case "${1:-}" in
   demo)
     tests/lib/setup.sh
-    cargo build --quiet -p scaler
+    cargo build --quiet -p cli
     exec tests/lib/demo.sh
     ;;
   image)

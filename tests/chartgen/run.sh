@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib/pytest.sh
 
-cargo build --quiet -p chartgen -p scaler
+cargo build --quiet -p chartgen -p cli
 export CHARTGEN_BIN="$PWD/target/debug/chartgen"
 
 echo "-- chartgen package --check / app --check"

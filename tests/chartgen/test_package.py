@@ -275,7 +275,7 @@ def test_pods_are_hardened_and_probe_what_the_binary_serves(helm, component, ser
 
 def test_image_is_the_one_this_commit_builds(helm):
     chart = yaml.safe_load((PACKAGE / "Chart.yaml").read_text())
-    crate = tomllib.loads((REPO / "scaler/Cargo.toml").read_text())["package"]["version"]
+    crate = tomllib.loads((REPO / "cli/Cargo.toml").read_text())["package"]["version"]
     assert chart["appVersion"] == chart["version"] == crate
     for objs, tag in [(render(helm), crate), (render(helm, ["image.tag=0.0.0-dev"]), "0.0.0-dev")]:
         images = {c["image"] for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"].startswith(NS)

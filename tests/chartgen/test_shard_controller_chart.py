@@ -55,7 +55,7 @@ def test_alerts_watch_stranded_tenants_leadership_and_the_shard_count(helm):
     assert set(rules) == {"CozyFluxShardStrandedTenants", "CozyFluxShardControllerNoLeader",
                           "CozyFluxShardCountMismatch"}
     metrics = {m for r in rules.values() for m in re.findall(r"cozy_flux_shard_\w+", r["expr"])}
-    # Each name is one the controller registers (webhook/src/controller/metrics.rs).
+    # Each name is one the controller registers (sharding/src/controller/metrics.rs).
     assert metrics == {"cozy_flux_shard_stranded_tenants", "cozy_flux_shard_leader",
                        "cozy_flux_shard_recommended_shards", "cozy_flux_shard_configured_shards"}
     assert rules["CozyFluxShardCountMismatch"]["for"] == "6h"

@@ -13,5 +13,5 @@ if [[ ! -x "$COZY_TOOLS/venv/bin/python" ]] || ! command -v victoria-metrics >/d
 fi
 [[ -x "$COZY_TOOLS/helm4/helm" ]] || tests/chartgen/setup.sh
 "$here/setup.sh"
-cargo build --quiet -p scaler -p chartgen
+cargo build --quiet -p cli -p chartgen
 run_pytest "$here" -rs --durations=10 "$@"

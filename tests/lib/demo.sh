@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scaler=${SCALER_BIN:-target/debug/scaler}
-[[ -x $scaler ]] || { echo "demo: $scaler is missing; run: cargo build -p scaler" >&2; exit 1; }
+[[ -x $scaler ]] || { echo "demo: $scaler is missing; run: cargo build -p cli" >&2; exit 1; }
 command -v victoria-metrics >/dev/null || { echo "demo: victoria-metrics is missing; run: tests/lib/setup.sh" >&2; exit 1; }
 
 tmp=$(mktemp -d)

@@ -7,5 +7,5 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
 . tests/lib/pytest.sh
-cargo build --quiet -p scaler
+cargo build --quiet -p cli
 run_pytest "$here" --durations=8 -rxX "$@"

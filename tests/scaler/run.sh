@@ -6,7 +6,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
 . tests/lib/pytest.sh
-cargo build --quiet -p scaler
+cargo build --quiet -p cli
 # The Rust tests that need an outside binary (victoria-metrics), left out of a bare `cargo test`.
-cargo test --quiet -p scaler --test explain -- --ignored
+cargo test --quiet -p cli --test explain -- --ignored
 run_pytest "$here" --durations=8 -rxX "$@"

@@ -4,7 +4,7 @@ Drives, with the same client (`hey`, a Go HTTP load generator built by tests/sca
 HTTP/1.1 keep-alive over TLS) and the same certificate:
   webhook  `scaler webhook`, the stamp scenario: CREATE of a HelmRelease in a tenant whose
            namespace label is cached, answered with the shard-label patch and no API call;
-  noop     the no-op STAND-IN (webhook/examples/noop_admission.rs): the webhook's own TLS and
+  noop     the no-op STAND-IN (sharding/examples/noop_admission.rs): the webhook's own TLS and
            hyper serving loop answering every review "allowed", unchanged.
 Rounds interleave the two so machine load hits both alike; medians and the ratio are printed.
 

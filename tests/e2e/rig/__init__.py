@@ -73,7 +73,7 @@ class Rig:
         # Started by the tests (secured.py), once the package's objects are installed.
         self.scaler_bin = REPO / "target/debug/scaler"
         if not self.scaler_bin.is_file():
-            raise FileNotFoundError(f"{self.scaler_bin} is missing: cargo build -p scaler")
+            raise FileNotFoundError(f"{self.scaler_bin} is missing: cargo build -p cli")
         self.cnpg: CnpgStandIn | None = None
         self.keda: keda.Keda | None = None
         self.feeder: Feeder | None = None

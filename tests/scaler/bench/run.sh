@@ -6,5 +6,5 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../../.."
 : "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
 export PYTHONDONTWRITEBYTECODE=1
-cargo build --quiet --release -p scaler
+cargo build --quiet --release -p cli
 exec "$COZY_TOOLS/venv/bin/python" "$here/bench.py" --scaler target/release/scaler "$@"

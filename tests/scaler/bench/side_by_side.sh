@@ -16,8 +16,8 @@ cd "$repo"
 : "${OUT:=/tmp/side-by-side-$(date -u +%Y%m%dT%H%M%SZ)}"
 export PYTHONDONTWRITEBYTECODE=1
 mkdir -p "$OUT"
-cargo build --quiet --release -p scaler --bin scaler --example noop_external_scaler \
-  -p webhook --example noop_admission
+cargo build --quiet --release -p cli --bin scaler -p scaler --example noop_external_scaler \
+  -p sharding --example noop_admission
 ghz='' hey=''
 eval "$("$here/setup.sh")" # sets ghz=… hey=…
 py="$COZY_TOOLS/venv/bin/python"

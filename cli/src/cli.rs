@@ -23,11 +23,11 @@ enum Command {
     /// Replay the decision and a simulated HPA over history: table and plot.
     Backtest(scaler::backtest::Args),
     /// Serve the Flux shard-placement admission webhook.
-    Webhook(webhook::Args),
+    Webhook(sharding::Args),
     /// Run the shard placement controller: rescue stranded tenants, rebalance, paced.
-    ShardController(webhook::controller::Args),
+    ShardController(sharding::controller::Args),
     /// Inspect shard placement (read-only).
-    Shards(webhook::controller::report::Args),
+    Shards(sharding::controller::report::Args),
     /// Run the ScaleAdapter controller: write each adapter's /scale count into its target.
     ScaleAdapter(adapter::Args),
 }

@@ -8,12 +8,12 @@ use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
+use sharding::assign::{Policy, Resolver};
+use sharding::index::{self, Index};
+use sharding::metrics::Metrics;
+use sharding::mutate::{Admit, Pending, Reason, admit};
+use sharding::review::AdmissionReview;
 use tower_test::mock::{self, Handle};
-use webhook::assign::{Policy, Resolver};
-use webhook::index::{self, Index};
-use webhook::metrics::Metrics;
-use webhook::mutate::{Admit, Pending, Reason, admit};
-use webhook::review::AdmissionReview;
 
 const TENANT: &str = "tenant-foo";
 const API_TIMEOUT: Duration = Duration::from_millis(300);

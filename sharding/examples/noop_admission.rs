@@ -3,7 +3,7 @@
 //! transport exactly (the same reloading rustls config, connection limits and hyper HTTP/1.1
 //! serving loop) and replaces only the decision, so the benchmark's ratio is the cost of stamping.
 //!
-//! `cargo run --release -p webhook --example noop_admission -- --listen 127.0.0.1:8443 \
+//! `cargo run --release -p sharding --example noop_admission -- --listen 127.0.0.1:8443 \
 //!   --tls-cert tls.crt --tls-key tls.key`
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -67,8 +67,8 @@ async fn main() -> anyhow::Result<()> {
         protocol: conn::Protocol::Http1,
     };
     let incoming = tls.incoming(socket, limits, shutdown.clone());
-    let router = Router::new().route(webhook::server::PATH, post(allow));
+    let router = Router::new().route(sharding::server::PATH, post(allow));
     tokio::spawn(runtime::shutdown::cancel_on_signal(shutdown.clone()));
-    webhook::server::serve(incoming, router, HEADER_READ_TIMEOUT, shutdown).await;
+    sharding::server::serve(incoming, router, HEADER_READ_TIMEOUT, shutdown).await;
     Ok(())
 }

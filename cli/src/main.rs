@@ -1,7 +1,7 @@
-//! `scaler`: one binary (one image) for every job: the KEDA external scaler (`serve`, `explain`,
-//! this crate), and Flux shard placement (the webhook crate): the admission webhook (`webhook`)
-//! and the placement controller (`shard-controller`, `shards plan`); and the scale adapter
-//! (`scale-adapter`, the adapter crate).
+//! `scaler`: one binary (one image) for every job, each a library crate's: the KEDA external
+//! scaler (`serve`, `explain`, `status`, `backtest`: crate scaler), Flux shard placement (crate
+//! sharding): the admission webhook (`webhook`) and the placement controller (`shard-controller`,
+//! `shards plan`); and the scale adapter (`scale-adapter`, crate adapter).
 mod cli;
 
 #[global_allocator]

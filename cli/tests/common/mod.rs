@@ -1,6 +1,5 @@
-//! Helpers shared by the scaler's integration tests: a real VictoriaMetrics, plus the
-//! certificate and polling helpers of `runtime::testing`.
-#![allow(dead_code)] // each test binary uses a different subset
+//! The binary's integration tests' helpers: a real VictoriaMetrics, plus the certificate and
+//! polling helpers of `runtime::testing`.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
