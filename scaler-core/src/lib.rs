@@ -10,6 +10,7 @@ pub mod hpa;
 pub mod matrix;
 pub mod metadata;
 pub mod promql;
+pub mod quantity;
 pub mod quota;
 pub mod replay;
 pub mod schedule;
