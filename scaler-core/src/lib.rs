@@ -7,7 +7,6 @@ pub mod cluster;
 pub mod decision;
 pub mod evaluate;
 pub mod hpa;
-pub mod matrix;
 pub mod metadata;
 pub mod promql;
 pub mod quantity;

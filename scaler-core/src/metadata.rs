@@ -4,15 +4,16 @@ use std::fmt;
 
 use names::{echo, is_dns_label};
 
+/// Largest `maxReplicas` (and every other count) accepted.
+pub use crate::schedule::MAX_REPLICAS_LIMIT;
 use crate::schedule::{self, Schedules};
-
-/// Largest `maxReplicas` accepted; far above any sane cluster, low enough that
-/// `desired × target` stays exact in an `f64` and an `i64`.
-pub const MAX_REPLICAS_LIMIT: u32 = 1000;
 /// Smallest `target`: KEDA renders it with `%.3f`, and the HPA rejects a zero target.
 pub const MIN_TARGET: f64 = 0.001;
 /// Largest `target`; keeps `desired × target` far below 2^53.
 pub const MAX_TARGET: f64 = 1e9;
+/// Largest `maxReplicationLagBytes`: no larger lag is ever measured (promql.rs asserts that its
+/// answers' values reach it).
+pub const MAX_REPLICATION_LAG_BYTES: u64 = 1_000_000_000_000_000;
 
 /// Keys KEDA itself reads from the same trigger metadata; accepted and ignored.
 const KEDA_KEYS: [&str; 3] = ["scalerAddress", "enableTLS", "unsafeSsl"];
@@ -390,8 +391,8 @@ pub fn parse(
         Some(value) => value
             .parse::<u64>()
             .ok()
+            .filter(|n| *n <= MAX_REPLICATION_LAG_BYTES)
             .map(|n| n as f64)
-            .filter(|n| *n <= crate::promql::MAX_VALUE)
             .ok_or_else(|| invalid("maxReplicationLagBytes", value, LAG_BYTES_ALLOWED))?,
     };
     let dry_run = match get("dryRun") {

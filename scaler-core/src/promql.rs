@@ -412,6 +412,8 @@ pub fn string_escape(s: &str) -> String {
 
 /// Largest value any part may carry: far above any real count, rate, load or lag.
 pub const MAX_VALUE: f64 = 1e15;
+// A lag threshold above what an answer can carry could never be crossed.
+const _: () = assert!(crate::metadata::MAX_REPLICATION_LAG_BYTES as f64 <= MAX_VALUE);
 /// Largest pod count a counting part may carry.
 pub const MAX_COUNT: f64 = 100_000.0;
 /// The parts that count pods: whole numbers from 0 to [`MAX_COUNT`].
@@ -557,15 +559,17 @@ pub(crate) fn checked_value(name: &str, text: &str) -> Result<f64, QueryError> {
 /// [`parse_answer`] for an instant query at that time. A series labelled with another namespace
 /// or cluster, of a part the query does not have, or a sample outside `times`, makes the whole
 /// answer an error: it is not this cluster's history (a proxy or cache that answered another
-/// query). Streamed ([`crate::matrix`]): memory is the body plus what is kept.
+/// query). Streamed ([`matrix`]): memory is the body plus what is kept.
 pub fn parse_matrix(
     body: &[u8],
     target: &Target,
     times: std::ops::RangeInclusive<i64>,
 ) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
-    crate::matrix::parse(body, target, times)
+    matrix::parse(body, target, times)
 }
 
+#[path = "promql_matrix.rs"]
+mod matrix;
 #[path = "promql_redis.rs"]
 pub mod redis;
 
