@@ -47,8 +47,8 @@ pub enum QuantityError {
 pub const MAX_QUANTITY_LEN: usize = 64;
 /// Most significant digits kept exact (i128 holds 38).
 pub const MAX_DIGITS: usize = 30;
-/// Largest exponent (`e40`) either way: far beyond any real quantity, and 10^40 × 10^30 digits
-/// still overflows only into an error.
+/// Largest exponent either way (`e40`, `e-40`): far beyond any real quantity; what it leaves
+/// is bounded, and every product is checked.
 const MAX_EXPONENT: i32 = 40;
 
 /// A quantity ≥ 0, exactly: `numerator / denominator` milli-units (`denominator` ≥ 1).
