@@ -1,6 +1,6 @@
 //! Kubernetes quantities (`resource.Quantity`: `500m`, `2`, `1.5Gi`, `1e3`), parsed exactly and
-//! once for every reader: quota capacities and instance costs in milli-units ([`crate::quota`],
-//! [`crate::cluster`]) and HPA tolerances as fractions ([`crate::hpa`]).
+//! once for every reader: quota capacities and instance costs in milli-units (quota.rs,
+//! cluster.rs) and HPA tolerances as fractions (hpa.rs).
 //!
 //! The value is kept as an exact fraction of integers until a reader asks for its unit, so
 //! `2 × 500m` fits `1` and a tolerance of `2500u` stays 0.0025. Hostile text is bounded: at most
