@@ -2,7 +2,8 @@
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::quota::{InstanceCost, Milli, Quota, Rounding, parse_quantity};
+use crate::quantity::{Milli, Rounding, parse_quantity};
+use crate::quota::{InstanceCost, Quota};
 
 /// What a Cluster says about its size, sync quorum, convergence and per-instance cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

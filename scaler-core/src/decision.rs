@@ -1,24 +1,26 @@
 //! The guarded instance count: a pure function of the policy and one observation.
 //!
-//! 1. `raw = 1 + ceil(load / target)`: one primary plus the read replicas the load needs; with
+//! Each step is a function of [`decide`]'s chain:
+//! 1. `raw`: `1 + ceil(load / target)`, one primary plus the read replicas the load needs; with
 //!    several signals (`metric` plus `signals`), the largest `raw` wins and names its signal.
-//! 2. `floor = max(minReplicas, quorum + 1, 2)`; the quorum wins over `maxReplicas`.
-//! 3. `recommended = clamp(raw, floor, max(maxReplicas, floor))`.
-//! 4. Schedule: an open window's floor raises it, capped at the ceiling (maxReplicas wins).
-//! 5. Quota ceiling: a growing `recommended` is capped at the largest count the namespace's
-//!    ResourceQuotas fit, but never below the current count or the floor (quorum and floor win;
-//!    the quota wins over a schedule). A quota that cannot be read fits nothing more: growth is
-//!    held (reason `quota-unreadable`), never left unguarded.
-//! 6. Scale-in hold (`scaleIn: disabled`, or an open window that says so): never below
-//!    `min(current, ceiling)` (a lowered maxReplicas still wins).
-//! 7. Convergence hold: when `spec.instances` has been above the ready count for longer than the
-//!    deadline, a `recommended` above the ready count is held at `max(ready, floor)`, in back-off
-//!    windows (see [`convergence_phase`]).
-//! 8. Lag brake and dry-run both hold the current count, clamped into `[floor, ceiling]`. The brake
-//!    engages while the primary writes and, for CNPG (threshold > 0), replica lag over 5 min is
-//!    above `maxReplicationLagSeconds`; for Redis, a replica's link is down, a replica is in a
-//!    full sync, or (threshold > 0) its offset lag is above `maxReplicationLagBytes`. Each engine
-//!    reads only its own unit: a byte offset never meets a seconds threshold.
+//! 2. `bounds`: `floor = max(minReplicas, quorum + 1, 2)`, `ceiling = max(maxReplicas, floor)`;
+//!    the quorum wins over `maxReplicas`.
+//! 3. `clamp`: `clamp(raw, floor, ceiling)`, named for the bound that decided.
+//! 4. `schedule`: an open window's floor raises it, capped at the ceiling (maxReplicas wins).
+//! 5. `quota`: a growing count is capped at the largest count the namespace's ResourceQuotas
+//!    fit, but never below the current count or the floor (quorum and floor win; the quota wins
+//!    over a schedule). A quota that cannot be read fits nothing more: growth is held (reason
+//!    `quota-unreadable`), never left unguarded.
+//! 6. `scale_in_hold` (`scaleIn: disabled`, or an open window that says so): never below
+//!    `min(current, ceiling)` (a lowered maxReplicas still wins). This is `recommended`.
+//! 7. `stuck`, the convergence hold: when `spec.instances` has been above the ready count for
+//!    longer than the deadline, a `recommended` above the ready count is held at
+//!    `max(ready, floor)`, in back-off windows (see [`convergence_phase`]).
+//! 8. `brake_hold` and `dry_run` both hold the current count, clamped into `[floor, ceiling]`.
+//!    The brake engages while the primary writes and, for CNPG (threshold > 0), replica lag over
+//!    5 min is above `maxReplicationLagSeconds`; for Redis, a replica's link is down, a replica
+//!    is in a full sync, or (threshold > 0) its offset lag is above `maxReplicationLagBytes`.
+//!    Each engine reads only its own unit: a byte offset never meets a seconds threshold.
 //!
 //! Precedence, strongest first: dry-run > stuck > brake > scale-in hold > quota > schedule >
 //! quorum > minReplicas/maxReplicas. The stuck hold wins over the scale-in hold: the instances it
@@ -281,16 +283,57 @@ pub struct Decision {
 }
 
 /// Decides the guarded instance count. Total: never panics, whatever the inputs.
+///
+/// The steps of the module docs in order, each a function: the count and the guard that set
+/// it pass from one to the next; the last three (dry-run, stuck, brake) hold the count instead,
+/// strongest first.
 pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
-    let quorum_floor = policy.quorum.saturating_add(1);
-    let floor = policy.min_replicas.max(quorum_floor).max(2);
-    let floor_reason = if quorum_floor > policy.min_replicas.max(2) {
-        Reason::Quorum
-    } else {
-        Reason::Floor
-    };
-    let ceiling = policy.max_replicas.max(floor);
+    let (raw, signal) = raw(policy, obs);
+    let bounds = bounds(policy);
+    let loaded = clamp(policy, &bounds, raw);
+    let scheduled = schedule(policy, &bounds, loaded);
+    let quota_ceiling = quota_ceiling(obs, &bounds);
+    let capped = quota(obs, quota_ceiling, scheduled);
+    let recommended = scale_in_hold(policy, obs, &bounds, capped);
+    let convergence = convergence(policy, obs);
+    let brake = brake(policy, obs);
+    let hold = obs.current.clamp(bounds.floor, bounds.ceiling);
+    let desired = dry_run(policy, hold)
+        .or(stuck(convergence, obs, &bounds, recommended))
+        .or(brake_hold(brake, hold))
+        .unwrap_or(recommended);
+    Decision {
+        desired: desired.count,
+        recommended: recommended.count,
+        raw,
+        signal,
+        floor: bounds.floor,
+        ceiling: bounds.ceiling,
+        brake,
+        quota_ceiling,
+        convergence,
+        reason: desired.reason,
+    }
+}
 
+/// A count and the guard that set it.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    count: u32,
+    reason: Reason,
+}
+
+/// The range every step keeps the count in, and what raised its floor.
+struct Bounds {
+    floor: u32,
+    /// `Floor` or `Quorum`.
+    floor_reason: Reason,
+    ceiling: u32,
+}
+
+/// Step 1: `1 + ceil(load / target)` of the signal that needs the most replicas (ties: `metric`,
+/// then `signals` order).
+fn raw(policy: &Policy, obs: &Observation) -> (u32, Metric) {
     let needed = |load: f64, target: f64| {
         if target > 0.0 && load.is_finite() && load > 0.0 {
             // `as` saturates, so an absurd load caps at u32::MAX instead of wrapping.
@@ -308,48 +351,98 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
             }
         }
     }
-    let raw = replicas_needed.saturating_add(1);
-    let (loaded, load_reason) = if raw < floor {
-        (floor, floor_reason)
-    } else if raw > ceiling {
+    (replicas_needed.saturating_add(1), signal)
+}
+
+/// Step 2: `floor = max(minReplicas, quorum + 1, 2)`, and the ceiling `max(maxReplicas, floor)`:
+/// the quorum wins over maxReplicas.
+fn bounds(policy: &Policy) -> Bounds {
+    let quorum_floor = policy.quorum.saturating_add(1);
+    let floor = policy.min_replicas.max(quorum_floor).max(2);
+    let floor_reason = if quorum_floor > policy.min_replicas.max(2) {
+        Reason::Quorum
+    } else {
+        Reason::Floor
+    };
+    Bounds {
+        floor,
+        floor_reason,
+        ceiling: policy.max_replicas.max(floor),
+    }
+}
+
+/// Step 3: `clamp(raw, floor, ceiling)`, named for the bound that decided (`Load` within them).
+fn clamp(policy: &Policy, bounds: &Bounds, raw: u32) -> Step {
+    let (count, reason) = if raw < bounds.floor {
+        (bounds.floor, bounds.floor_reason)
+    } else if raw > bounds.ceiling {
         // The ceiling exceeds maxReplicas only when the floor raised it: then the floor decided.
-        let reason = if ceiling > policy.max_replicas {
-            floor_reason
+        let reason = if bounds.ceiling > policy.max_replicas {
+            bounds.floor_reason
         } else {
             Reason::Max
         };
-        (ceiling, reason)
-    } else if floor > policy.max_replicas {
+        (bounds.ceiling, reason)
+    } else if bounds.floor > policy.max_replicas {
         // raw == floor == ceiling, and the quorum overrode maxReplicas.
-        (raw, floor_reason)
+        (raw, bounds.floor_reason)
     } else {
         (raw, Reason::Load)
     };
-    // A scheduled floor never goes above the ceiling: maxReplicas (or the quorum) bounds it.
-    let scheduled = policy.schedule_floor.min(ceiling);
-    let (bounded, bound_reason) = if loaded < scheduled {
-        (scheduled, Reason::Schedule)
+    Step { count, reason }
+}
+
+/// Step 4: an open window's floor raises the count; it never goes above the ceiling
+/// (maxReplicas, or the quorum, bounds it).
+fn schedule(policy: &Policy, bounds: &Bounds, step: Step) -> Step {
+    let scheduled = policy.schedule_floor.min(bounds.ceiling);
+    if step.count < scheduled {
+        Step {
+            count: scheduled,
+            reason: Reason::Schedule,
+        }
     } else {
-        (loaded, load_reason)
-    };
-    // The quota only limits growth: never below the current count or the floor.
-    let quota_ceiling = obs.quota.map(|q| q.instances.max(obs.current).max(floor));
-    let quota_reason = match obs.quota {
-        Some(q) if q.unreadable => Reason::QuotaUnreadable,
-        _ => Reason::Quota,
-    };
-    let (capped, bound_reason) = match quota_ceiling {
-        Some(cap) if bounded > cap => (cap, quota_reason),
-        _ => (bounded, bound_reason),
-    };
-    // The quota's cap is never below the current count, so it never conflicts with this hold.
-    let kept = obs.current.min(ceiling);
-    let (recommended, bound_reason) = if policy.scale_in_disabled && capped < kept {
-        (kept, Reason::ScaleInHold)
+        step
+    }
+}
+
+/// The quota's cap as applied: it only limits growth, never below the current count or the floor.
+fn quota_ceiling(obs: &Observation, bounds: &Bounds) -> Option<u32> {
+    obs.quota
+        .map(|q| q.instances.max(obs.current).max(bounds.floor))
+}
+
+/// Step 5: growth capped at the quota ceiling; a quota that cannot be read holds it.
+fn quota(obs: &Observation, quota_ceiling: Option<u32>, step: Step) -> Step {
+    match quota_ceiling {
+        Some(cap) if step.count > cap => Step {
+            count: cap,
+            reason: match obs.quota {
+                Some(q) if q.unreadable => Reason::QuotaUnreadable,
+                _ => Reason::Quota,
+            },
+        },
+        _ => step,
+    }
+}
+
+/// Step 6: with scale-in off, never below `min(current, ceiling)`. The quota's cap is never
+/// below the current count, so it never conflicts with this hold.
+fn scale_in_hold(policy: &Policy, obs: &Observation, bounds: &Bounds, step: Step) -> Step {
+    let kept = obs.current.min(bounds.ceiling);
+    if policy.scale_in_disabled && step.count < kept {
+        Step {
+            count: kept,
+            reason: Reason::ScaleInHold,
+        }
     } else {
-        (capped, bound_reason)
-    };
-    let convergence = match obs.convergence {
+        step
+    }
+}
+
+/// Where a non-converging scale-up stands, from the Cluster's status and the deadline.
+fn convergence(policy: &Policy, obs: &Observation) -> ConvergencePhase {
+    match obs.convergence {
         _ if policy.convergence_deadline_seconds <= 0.0 => ConvergencePhase::Unknown,
         None => ConvergencePhase::Unknown,
         Some(Convergence {
@@ -360,38 +453,45 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
             not_ready_seconds: Some(elapsed),
             ..
         }) => convergence_phase(elapsed, policy.convergence_deadline_seconds),
-    };
-    let stuck_at = match (convergence, obs.convergence) {
-        // Holding at the floor when the floor is what is asked would change nothing: no hold.
-        (ConvergencePhase::Hold { .. }, Some(c)) if recommended > c.ready.max(floor) => {
-            Some(c.ready.max(floor))
+    }
+}
+
+/// Step 7: in a hold phase, a recommendation above the ready count is held at
+/// `max(ready, floor)`. Holding at the floor when the floor is what is asked would change
+/// nothing: no hold.
+fn stuck(
+    convergence: ConvergencePhase,
+    obs: &Observation,
+    bounds: &Bounds,
+    recommended: Step,
+) -> Option<Step> {
+    match (convergence, obs.convergence) {
+        (ConvergencePhase::Hold { .. }, Some(c))
+            if recommended.count > c.ready.max(bounds.floor) =>
+        {
+            Some(Step {
+                count: c.ready.max(bounds.floor),
+                reason: Reason::Stuck,
+            })
         }
         _ => None,
-    };
-
-    let brake = brake(policy, obs);
-    let hold = obs.current.clamp(floor, ceiling);
-    let (desired, reason) = if policy.dry_run {
-        (hold, Reason::DryRun)
-    } else if let Some(held) = stuck_at {
-        (held, Reason::Stuck)
-    } else if brake == Brake::Engaged {
-        (hold, Reason::Brake)
-    } else {
-        (recommended, bound_reason)
-    };
-    Decision {
-        desired,
-        recommended,
-        raw,
-        signal,
-        floor,
-        ceiling,
-        brake,
-        quota_ceiling,
-        convergence,
-        reason,
     }
+}
+
+/// Step 8: an engaged lag brake holds the current count (within the bounds).
+fn brake_hold(brake: Brake, hold: u32) -> Option<Step> {
+    (brake == Brake::Engaged).then_some(Step {
+        count: hold,
+        reason: Reason::Brake,
+    })
+}
+
+/// Step 8, strongest: dry-run holds the current count (within the bounds).
+fn dry_run(policy: &Policy, hold: u32) -> Option<Step> {
+    policy.dry_run.then_some(Step {
+        count: hold,
+        reason: Reason::DryRun,
+    })
 }
 
 /// The brake's state: each engine compares only its own measurement with its own threshold.

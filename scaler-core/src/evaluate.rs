@@ -153,26 +153,82 @@ pub fn evaluate(
     // No RedisFailover facts yet (docs/redis.md): the current count is the instance series'.
     let snapshot = snapshot.filter(|_| config.engine == Engine::Cnpg);
     let facts = snapshot.map(|s| s.cluster);
-    let (namespace_, cluster_) = (namespace.to_owned(), config.cluster.clone());
-    let instance_series = parts
+    let instance_series = instance_series(namespace, config, parts)?;
+    let metrics: Vec<Metric> = std::iter::once(config.metric)
+        .chain(config.signals.iter().map(|s| s.metric))
+        .collect();
+    check_pod_series(namespace, config, parts, &metrics)?;
+    let redis = match config.engine {
+        Engine::Cnpg => None,
+        Engine::Redis => Some(redis_health(namespace, config, parts, &metrics)?),
+    };
+    let (current, current_source) = match facts {
+        Some(facts) => (facts.instances, CurrentSource::ClusterSpec),
+        None => (instance_series, CurrentSource::InstanceSeries),
+    };
+    // The evaluation's clock, never the wall clock: a backtest replays schedules with it.
+    let schedule = jiff::Timestamp::try_from(inputs.now)
+        .map(|now| config.schedules.active(now))
+        .unwrap_or_default();
+    let (policy, quorum_source) = policy(config, inputs, facts, &schedule);
+    let fit = snapshot.and_then(|s| quota::tightest(&s.quotas, &s.cluster.cost));
+    let observation = observation(config, inputs, parts, current, redis, fit.as_ref(), facts);
+    let decision = decision::decide(&policy, &observation);
+    let summary = summary(&decision, &policy, &observation, fit.as_ref());
+    let load = parts.get(part::LOAD).copied();
+    Ok(Evaluation {
+        namespace: namespace.to_owned(),
+        cluster: config.cluster.clone(),
+        metric: config.metric.as_str(),
+        topology: inputs.topology,
+        instance_series,
+        load_series_present: load.is_some(),
+        warming_replicas: metrics
+            .contains(&Metric::ReadCpuUtilization)
+            .then(|| count(parts, part::WARMING)),
+        wal_bytes_per_second: parts.get(part::WAL).copied(),
+        cluster_spec: facts,
+        quota: fit,
+        current_source,
+        quorum_source,
+        schedule,
+        summary,
+        policy,
+        observation,
+        decision,
+    })
+}
+
+/// A counting part's value; 0 when absent.
+fn count(parts: &HashMap<String, f64>, name: &str) -> u32 {
+    parts.get(name).map_or(0, |n| *n as u32)
+}
+
+/// The instance pods seen in metrics: none is an error, never a count of 0.
+fn instance_series(
+    namespace: &str,
+    config: &ScalerConfig,
+    parts: &HashMap<String, f64>,
+) -> Result<u32, EvaluateError> {
+    let (namespace, cluster) = (namespace.to_owned(), config.cluster.clone());
+    parts
         .get(part::INSTANCES)
         .map(|n| *n as u32)
         .filter(|n| *n > 0)
         .ok_or(match config.engine {
-            Engine::Cnpg => EvaluateError::NoInstances {
-                namespace: namespace_,
-                cluster: cluster_,
-            },
-            Engine::Redis => EvaluateError::NoRedisInstances {
-                namespace: namespace_,
-                cluster: cluster_,
-            },
-        })?;
-    let load = parts.get(part::LOAD).copied();
-    let metrics: Vec<Metric> = std::iter::once(config.metric)
-        .chain(config.signals.iter().map(|s| s.metric))
-        .collect();
-    let count = |name| parts.get(name).map_or(0, |n| *n as u32);
+            Engine::Cnpg => EvaluateError::NoInstances { namespace, cluster },
+            Engine::Redis => EvaluateError::NoRedisInstances { namespace, cluster },
+        })
+}
+
+/// Every replica a per-pod signal needs has its series: a scrape gap is an error, never load 0.
+fn check_pod_series(
+    namespace: &str,
+    config: &ScalerConfig,
+    parts: &HashMap<String, f64>,
+    metrics: &[Metric],
+) -> Result<(), EvaluateError> {
+    let count = |name| count(parts, name);
     let replicas = count(part::REPLICAS);
     // Warming replicas are left out of the CPU signal, so they need no CPU series.
     let warm = replicas.saturating_sub(count(part::WARMING));
@@ -193,34 +249,26 @@ pub fn evaluate(
             with_series: count(part::USAGE_PODS),
         });
     }
-    let redis = match config.engine {
-        Engine::Cnpg => None,
-        Engine::Redis => Some(redis_health(namespace, config, parts, &metrics)?),
-    };
-    let mut extra = [None; MAX_EXTRA_SIGNALS];
-    let mut extra_loads = [0.0; MAX_EXTRA_SIGNALS];
-    for ((slot, load), signal) in extra.iter_mut().zip(&mut extra_loads).zip(&config.signals) {
-        *slot = Some(*signal);
-        // CNPG omits zero rows: no series is no load (the pod checks above catch scrape gaps).
-        *load = parts
-            .get(part::load_of(signal.metric, false))
-            .copied()
-            .unwrap_or(0.0);
-    }
-    let wal = parts.get(part::WAL).copied();
-    let (current, current_source) = match facts {
-        Some(facts) => (facts.instances, CurrentSource::ClusterSpec),
-        None => (instance_series, CurrentSource::InstanceSeries),
-    };
+    Ok(())
+}
+
+/// The config with the quorum resolved (metadata, else the Cluster's, else 0) and the open
+/// schedule windows applied.
+fn policy(
+    config: &ScalerConfig,
+    inputs: &Inputs,
+    facts: Option<ClusterFacts>,
+    schedule: &schedule::Active,
+) -> (Policy, QuorumSource) {
     let (quorum, quorum_source) = match (config.max_sync_replicas, facts.and_then(|f| f.quorum)) {
         (Some(q), _) => (q, QuorumSource::Metadata),
         (None, Some(q)) => (q, QuorumSource::ClusterSpec),
         (None, None) => (0, QuorumSource::Default),
     };
-    // The evaluation's clock, never the wall clock: a backtest replays schedules with it.
-    let schedule = jiff::Timestamp::try_from(inputs.now)
-        .map(|now| config.schedules.active(now))
-        .unwrap_or_default();
+    let mut extra = [None; MAX_EXTRA_SIGNALS];
+    for (slot, signal) in extra.iter_mut().zip(&config.signals) {
+        *slot = Some(*signal);
+    }
     let policy = Policy {
         engine: config.engine,
         metric: config.metric,
@@ -238,7 +286,27 @@ pub fn evaluate(
         schedule_floor: schedule.floor,
         scale_in_disabled: config.scale_in_disabled || schedule.scale_in_disabled,
     };
-    let fit = snapshot.and_then(|s| quota::tightest(&s.quotas, &s.cluster.cost));
+    (policy, quorum_source)
+}
+
+/// The answer, the quota's fit and the Cluster's status as the decision's plain numbers.
+fn observation(
+    config: &ScalerConfig,
+    inputs: &Inputs,
+    parts: &HashMap<String, f64>,
+    current: u32,
+    redis: Option<RedisReplication>,
+    fit: Option<&Fit>,
+    facts: Option<ClusterFacts>,
+) -> Observation {
+    let mut extra_loads = [0.0; MAX_EXTRA_SIGNALS];
+    for (load, signal) in extra_loads.iter_mut().zip(&config.signals) {
+        // CNPG omits zero rows: no series is no load (the pod checks catch scrape gaps).
+        *load = parts
+            .get(part::load_of(signal.metric, false))
+            .copied()
+            .unwrap_or(0.0);
+    }
     let status = facts.and_then(|f| f.status);
     // Instances that exist (and so are in the quota's usage) plus those that still fit.
     let existing = status.map_or(current, |s| s.instances);
@@ -246,20 +314,20 @@ pub fn evaluate(
         .now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let observation = Observation {
+    Observation {
         current,
         // CNPG omits zero rows, so no load series while instances exist means no load.
-        load: load.unwrap_or(0.0),
+        load: parts.get(part::LOAD).copied().unwrap_or(0.0),
         extra_loads,
         max_lag_seconds: parts.get(part::LAG).copied(),
         primary_writing: match config.engine {
-            Engine::Cnpg => wal.is_some_and(|rate| rate > 0.0),
+            Engine::Cnpg => parts.get(part::WAL).is_some_and(|rate| *rate > 0.0),
             Engine::Redis => parts
                 .get(part::REPL_RATE)
                 .is_some_and(|rate| *rate > BACKGROUND_REPL_BYTES_PER_SECOND),
         },
         redis,
-        quota: fit.as_ref().map(|f| QuotaCeiling {
+        quota: fit.map(|f| QuotaCeiling {
             instances: existing.saturating_add(f.more),
             resource: f.resource,
             unreadable: f.unreadable.is_some(),
@@ -272,36 +340,21 @@ pub fn evaluate(
                 // A clock behind the API server's counts as just now, never as negative.
                 .map(|since| now.saturating_sub(u64::try_from(since).unwrap_or(0)) as f64),
         }),
-    };
-    let decision = decision::decide(&policy, &observation);
-    let mut summary = decision.summary(&policy, &observation);
-    if let Some((quota, error)) = fit
-        .as_ref()
-        .and_then(|f| Some((&f.quota, f.unreadable.as_ref()?)))
-    {
+    }
+}
+
+/// The decision's sentence, and why a quota that binds could not be read.
+fn summary(
+    decision: &Decision,
+    policy: &Policy,
+    observation: &Observation,
+    fit: Option<&Fit>,
+) -> String {
+    let mut summary = decision.summary(policy, observation);
+    if let Some((quota, error)) = fit.and_then(|f| Some((&f.quota, f.unreadable.as_ref()?))) {
         summary.push_str(&format!(" (ResourceQuota {quota}: {error})"));
     }
-    Ok(Evaluation {
-        namespace: namespace.to_owned(),
-        cluster: config.cluster.clone(),
-        metric: config.metric.as_str(),
-        topology: inputs.topology,
-        instance_series,
-        load_series_present: load.is_some(),
-        warming_replicas: metrics
-            .contains(&Metric::ReadCpuUtilization)
-            .then(|| count(part::WARMING)),
-        wal_bytes_per_second: wal,
-        cluster_spec: facts,
-        quota: fit,
-        current_source,
-        quorum_source,
-        schedule,
-        summary,
-        policy,
-        observation,
-        decision,
-    })
+    summary
 }
 
 /// A Redis answer's replication health; a series missing on a replica is an error, never health.
@@ -311,7 +364,7 @@ fn redis_health(
     parts: &HashMap<String, f64>,
     metrics: &[Metric],
 ) -> Result<RedisReplication, EvaluateError> {
-    let count = |name| parts.get(name).map_or(0, |n| *n as u32);
+    let count = |name| count(parts, name);
     let replicas = count(part::REPLICAS);
     let masters = count(part::MASTERS);
     if masters != 1 {

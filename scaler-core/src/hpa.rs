@@ -26,6 +26,8 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::quantity::Quantity;
+
 /// The controller's `--horizontal-pod-autoscaler-tolerance` default, for a direction without its
 /// own `tolerance`.
 pub const DEFAULT_TOLERANCE: f64 = 0.1;
@@ -72,7 +74,7 @@ pub struct RulesSpec {
     pub stabilization_window_seconds: Option<u32>,
     pub select_policy: Option<SelectPolicy>,
     pub policies: Option<Vec<ScalingPolicy>>,
-    /// A Kubernetes quantity: `"0.05"`, `"50m"` or a bare number.
+    /// A Kubernetes quantity: `"0.05"`, `"50m"`, `"5e-2"` or a bare number.
     #[serde(default, deserialize_with = "quantity")]
     pub tolerance: Option<f64>,
 }
@@ -196,7 +198,8 @@ fn resolve_rules(
     })
 }
 
-/// A Kubernetes quantity as a fraction: a number, or a string with an optional `m` (milli) suffix.
+/// A Kubernetes quantity as a fraction: a JSON number, or any quantity text (`"0.05"`, `"50m"`,
+/// `"5e-2"`), parsed by [`crate::quantity`].
 fn quantity<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -209,30 +212,16 @@ fn quantity<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     };
     let value = match raw {
         Raw::Number(n) => n,
-        Raw::Text(text) => parse_quantity(&text).ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "tolerance {:?} is not a quantity: use e.g. \"0.05\" or \"50m\"",
-                names::echo(&text)
-            ))
-        })?,
+        Raw::Text(text) => Quantity::parse(&text)
+            .map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "tolerance {:?} is not a quantity: use e.g. \"0.05\" or \"50m\"",
+                    names::echo(&text)
+                ))
+            })?
+            .as_f64(),
     };
     Ok(Some(value))
-}
-
-fn parse_quantity(text: &str) -> Option<f64> {
-    let text = text.trim();
-    let (digits, scale) = match text.strip_suffix('m') {
-        Some(d) => (d, 1e-3),
-        None => (text, 1.0),
-    };
-    // Digits and one dot only: no exponents, signs, `inf` or `NaN` sneak through `parse`.
-    let plain = !digits.is_empty()
-        && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
-        && digits.matches('.').count() <= 1;
-    plain
-        .then(|| digits.parse::<f64>().ok())
-        .flatten()
-        .map(|v| v * scale)
 }
 
 /// What one sync did, for the table.

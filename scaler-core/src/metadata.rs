@@ -4,15 +4,16 @@ use std::fmt;
 
 use names::{echo, is_dns_label};
 
+/// Largest `maxReplicas` (and every other count) accepted.
+pub use crate::schedule::MAX_REPLICAS_LIMIT;
 use crate::schedule::{self, Schedules};
-
-/// Largest `maxReplicas` accepted; far above any sane cluster, low enough that
-/// `desired × target` stays exact in an `f64` and an `i64`.
-pub const MAX_REPLICAS_LIMIT: u32 = 1000;
 /// Smallest `target`: KEDA renders it with `%.3f`, and the HPA rejects a zero target.
 pub const MIN_TARGET: f64 = 0.001;
 /// Largest `target`; keeps `desired × target` far below 2^53.
 pub const MAX_TARGET: f64 = 1e9;
+/// Largest `maxReplicationLagBytes`: no larger lag is ever measured (promql.rs asserts that its
+/// answers' values reach it).
+pub const MAX_REPLICATION_LAG_BYTES: u64 = 1_000_000_000_000_000;
 
 /// Keys KEDA itself reads from the same trigger metadata; accepted and ignored.
 const KEDA_KEYS: [&str; 3] = ["scalerAddress", "enableTLS", "unsafeSsl"];
@@ -277,180 +278,265 @@ const DEADLINE_ALLOWED: &str =
 pub const MAX_CONVERGENCE_DEADLINE_SECONDS: f64 = 86_400.0;
 
 /// Parses the metadata of the ScaledObject called `so_name` (the default cluster name).
+///
+/// Section by section, in this order (the first problem found is the error): the keys, the
+/// engine, the cluster, the load signal, the replica bounds, the guards, the schedules and the
+/// extra signals.
 pub fn parse(
     so_name: &str,
     metadata: &HashMap<String, String>,
 ) -> Result<ScalerConfig, MetadataError> {
-    if let Some(key) = metadata
-        .keys()
-        .find(|k| !OUR_KEYS.contains(&k.as_str()) && !KEDA_KEYS.contains(&k.as_str()))
-    {
-        return Err(MetadataError::Unknown { key: echo(key) });
-    }
-    let get = |key: &str| metadata.get(key).map(|v| v.trim());
-
-    let engine = match get("engine") {
-        None => Engine::Cnpg,
-        Some(value) if value.eq_ignore_ascii_case("cnpg") => Engine::Cnpg,
-        Some(value) if value.eq_ignore_ascii_case("redis") => Engine::Redis,
-        Some(value) => return Err(invalid("engine", value, ENGINE_ALLOWED)),
-    };
-    // Each engine's brake has its own unit: a seconds threshold never meets a byte offset.
-    let foreign: &[(&'static str, &'static str)] = match engine {
-        Engine::Cnpg => &[(
-            "maxReplicationLagBytes",
-            "it is Redis's byte-offset threshold; CNPG's is maxReplicationLagSeconds",
-        )],
-        Engine::Redis => &[
-            (
-                "maxReplicationLagSeconds",
-                "Redis reports replica lag as a byte offset, not seconds: use maxReplicationLagBytes",
-            ),
-            (
-                "maxSyncReplicas",
-                "Redis replication is asynchronous: remove it (the floor keeps one replica for failover)",
-            ),
-        ],
-    };
-    if let Some(&(key, fix)) = foreign.iter().find(|(k, _)| metadata.contains_key(*k)) {
-        return Err(MetadataError::WrongEngine {
-            key,
-            engine: engine.as_str(),
-            fix,
-        });
-    }
-
-    let cluster = match get("cluster") {
-        Some(value) if is_dns_label(value) => value.to_owned(),
-        Some(value) => return Err(invalid("cluster", value, CLUSTER_ALLOWED)),
-        None if is_dns_label(so_name) => so_name.to_owned(),
-        None => {
-            return Err(MetadataError::DefaultCluster {
-                name: echo(so_name),
-            });
-        }
-    };
-    let (metric_allowed, signals_allowed) = match engine {
-        Engine::Cnpg => (METRIC_ALLOWED, SIGNALS_ALLOWED),
-        Engine::Redis => (REDIS_METRIC_ALLOWED, REDIS_SIGNALS_ALLOWED),
-    };
-    let metric = match get("metric") {
-        None => Metric::ReadConnections,
-        Some(value) => Metric::parse(value)
-            .filter(|m| engine.metrics().contains(m))
-            .ok_or_else(|| invalid("metric", value, metric_allowed))?,
-    };
-    let target = match get("target") {
-        None => {
-            return Err(MetadataError::Missing {
-                key: "target",
-                allowed: TARGET_ALLOWED,
-            });
-        }
-        Some(value) => parse_number(value)
-            .filter(|t| (MIN_TARGET..=MAX_TARGET).contains(t))
-            .ok_or_else(|| invalid("target", value, TARGET_ALLOWED))?,
-    };
-    let min_replicas = match get("minReplicas") {
-        None => 2,
-        Some(value) => {
-            parse_count(value, 0).ok_or_else(|| invalid("minReplicas", value, COUNT_ALLOWED))?
-        }
-    };
-    let max_replicas = match get("maxReplicas") {
-        None => {
-            return Err(MetadataError::Missing {
-                key: "maxReplicas",
-                allowed: MAX_ALLOWED,
-            });
-        }
-        Some(value) => {
-            parse_count(value, 1).ok_or_else(|| invalid("maxReplicas", value, MAX_ALLOWED))?
-        }
-    };
-    if min_replicas > max_replicas {
-        return Err(MetadataError::MinAboveMax {
-            min: min_replicas,
-            max: max_replicas,
-        });
-    }
-    let max_sync_replicas = get("maxSyncReplicas")
-        .map(|value| {
-            parse_count(value, 0).ok_or_else(|| invalid("maxSyncReplicas", value, COUNT_ALLOWED))
-        })
-        .transpose()?;
-    let max_replication_lag_seconds = match get("maxReplicationLagSeconds") {
-        None => 0.0,
-        Some(value) => parse_number(value)
-            .filter(|s| *s >= 0.0)
-            .ok_or_else(|| invalid("maxReplicationLagSeconds", value, LAG_ALLOWED))?,
-    };
-    let max_replication_lag_bytes = match get("maxReplicationLagBytes") {
-        None => 0.0,
-        Some(value) => value
-            .parse::<u64>()
-            .ok()
-            .map(|n| n as f64)
-            .filter(|n| *n <= crate::promql::MAX_VALUE)
-            .ok_or_else(|| invalid("maxReplicationLagBytes", value, LAG_BYTES_ALLOWED))?,
-    };
-    let dry_run = match get("dryRun") {
-        None => false,
-        Some(value) if value.eq_ignore_ascii_case("true") => true,
-        Some(value) if value.eq_ignore_ascii_case("false") => false,
-        Some(value) => return Err(invalid("dryRun", value, BOOL_ALLOWED)),
-    };
-    let convergence_deadline_seconds = get("convergenceDeadlineSeconds")
-        .map(|value| {
-            parse_number(value)
-                .filter(|s| (0.0..=MAX_CONVERGENCE_DEADLINE_SECONDS).contains(s))
-                .ok_or_else(|| invalid("convergenceDeadlineSeconds", value, DEADLINE_ALLOWED))
-        })
-        .transpose()?;
-    let scale_in_disabled = match get("scaleIn") {
-        None => false,
-        Some(value) if value.eq_ignore_ascii_case("enabled") => false,
-        Some(value) if value.eq_ignore_ascii_case("disabled") => true,
-        Some(value) => return Err(invalid("scaleIn", value, SCALE_IN_ALLOWED)),
-    };
-    let schedules = get("schedules")
-        .map(Schedules::parse)
-        .transpose()?
-        .unwrap_or_default();
-    // A scheduled floor above maxReplicas could never be met: refuse it rather than clamp it.
-    if let Some((i, floor)) = schedules
-        .windows()
-        .iter()
-        .enumerate()
-        .find_map(|(i, w)| w.floor.filter(|f| *f > max_replicas).map(|f| (i, f)))
-    {
-        return Err(MetadataError::ScheduleFloorAboveMax {
-            window: i + 1,
-            floor,
-            max: max_replicas,
-        });
-    }
-    let signals = match get("signals") {
-        None | Some("") => Vec::new(),
-        Some(value) => parse_signals(value, metric, engine)
-            .ok_or_else(|| invalid("signals", value, signals_allowed))?,
-    };
+    let keys = Keys::known(metadata)?;
+    let engine = keys.engine()?;
+    let cluster = keys.cluster(so_name)?;
+    let (metric, target) = keys.load(engine)?;
+    let replicas = keys.replicas()?;
+    let guards = keys.guards()?;
+    let schedules = keys.schedules(replicas.max)?;
+    let signals = keys.signals(engine, metric)?;
     Ok(ScalerConfig {
         engine,
         cluster,
         metric,
         target,
-        min_replicas,
-        max_replicas,
-        max_sync_replicas,
-        max_replication_lag_seconds,
-        max_replication_lag_bytes,
-        dry_run,
-        convergence_deadline_seconds,
-        scale_in_disabled,
+        min_replicas: replicas.min,
+        max_replicas: replicas.max,
+        max_sync_replicas: replicas.sync,
+        max_replication_lag_seconds: guards.max_replication_lag_seconds,
+        max_replication_lag_bytes: guards.max_replication_lag_bytes,
+        dry_run: guards.dry_run,
+        convergence_deadline_seconds: guards.convergence_deadline_seconds,
+        scale_in_disabled: guards.scale_in_disabled,
         schedules,
         signals,
     })
+}
+
+/// `minReplicas`, `maxReplicas` and `maxSyncReplicas`.
+struct Replicas {
+    min: u32,
+    max: u32,
+    sync: Option<u32>,
+}
+
+/// The keys that hold or bound the count: the brake's threshold, `dryRun`, the convergence
+/// deadline and `scaleIn`.
+struct Guards {
+    max_replication_lag_seconds: f64,
+    max_replication_lag_bytes: f64,
+    dry_run: bool,
+    convergence_deadline_seconds: Option<f64>,
+    scale_in_disabled: bool,
+}
+
+/// The metadata, every key known.
+struct Keys<'a>(&'a HashMap<String, String>);
+
+impl<'a> Keys<'a> {
+    /// Refuses a key that is neither ours nor KEDA's.
+    fn known(metadata: &'a HashMap<String, String>) -> Result<Self, MetadataError> {
+        match metadata
+            .keys()
+            .find(|k| !OUR_KEYS.contains(&k.as_str()) && !KEDA_KEYS.contains(&k.as_str()))
+        {
+            Some(key) => Err(MetadataError::Unknown { key: echo(key) }),
+            None => Ok(Self(metadata)),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.0.get(key).map(|v| v.trim())
+    }
+
+    /// `key` read by `read`, `None` when absent; a value `read` refuses is invalid, described by
+    /// `allowed`.
+    fn value<T>(
+        &self,
+        key: &'static str,
+        allowed: &'static str,
+        read: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<Option<T>, MetadataError> {
+        self.get(key)
+            .map(|value| read(value).ok_or_else(|| invalid(key, value, allowed)))
+            .transpose()
+    }
+
+    /// [`Self::value`] of a key without a default.
+    fn required<T>(
+        &self,
+        key: &'static str,
+        allowed: &'static str,
+        read: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<T, MetadataError> {
+        self.value(key, allowed, read)?
+            .ok_or(MetadataError::Missing { key, allowed })
+    }
+
+    /// `engine`, and no key that only the other engine reads.
+    fn engine(&self) -> Result<Engine, MetadataError> {
+        let engine = self
+            .value("engine", ENGINE_ALLOWED, |value| {
+                switch(value, "redis", "cnpg").map(
+                    |redis| {
+                        if redis { Engine::Redis } else { Engine::Cnpg }
+                    },
+                )
+            })?
+            .unwrap_or(Engine::Cnpg);
+        // Each engine's brake has its own unit: a seconds threshold never meets a byte offset.
+        let foreign: &[(&'static str, &'static str)] = match engine {
+            Engine::Cnpg => &[(
+                "maxReplicationLagBytes",
+                "it is Redis's byte-offset threshold; CNPG's is maxReplicationLagSeconds",
+            )],
+            Engine::Redis => &[
+                (
+                    "maxReplicationLagSeconds",
+                    "Redis reports replica lag as a byte offset, not seconds: use maxReplicationLagBytes",
+                ),
+                (
+                    "maxSyncReplicas",
+                    "Redis replication is asynchronous: remove it (the floor keeps one replica for failover)",
+                ),
+            ],
+        };
+        match foreign.iter().find(|(k, _)| self.0.contains_key(*k)) {
+            Some(&(key, fix)) => Err(MetadataError::WrongEngine {
+                key,
+                engine: engine.as_str(),
+                fix,
+            }),
+            None => Ok(engine),
+        }
+    }
+
+    /// `cluster`, else the ScaledObject's name when it is a valid one.
+    fn cluster(&self, so_name: &str) -> Result<String, MetadataError> {
+        match self.value("cluster", CLUSTER_ALLOWED, |value| {
+            is_dns_label(value).then(|| value.to_owned())
+        })? {
+            Some(cluster) => Ok(cluster),
+            None if is_dns_label(so_name) => Ok(so_name.to_owned()),
+            None => Err(MetadataError::DefaultCluster {
+                name: echo(so_name),
+            }),
+        }
+    }
+
+    /// `metric` (one of `engine`'s) and its `target`.
+    fn load(&self, engine: Engine) -> Result<(Metric, f64), MetadataError> {
+        let metric_allowed = match engine {
+            Engine::Cnpg => METRIC_ALLOWED,
+            Engine::Redis => REDIS_METRIC_ALLOWED,
+        };
+        let metric = self
+            .value("metric", metric_allowed, |value| {
+                Metric::parse(value).filter(|m| engine.metrics().contains(m))
+            })?
+            .unwrap_or(Metric::ReadConnections);
+        let target = self.required("target", TARGET_ALLOWED, parse_target)?;
+        Ok((metric, target))
+    }
+
+    /// `minReplicas` (2 by default) at most `maxReplicas`, and `maxSyncReplicas`.
+    fn replicas(&self) -> Result<Replicas, MetadataError> {
+        let min = self
+            .value("minReplicas", COUNT_ALLOWED, |value| parse_count(value, 0))?
+            .unwrap_or(2);
+        let max = self.required("maxReplicas", MAX_ALLOWED, |value| parse_count(value, 1))?;
+        if min > max {
+            return Err(MetadataError::MinAboveMax { min, max });
+        }
+        let sync = self.value("maxSyncReplicas", COUNT_ALLOWED, |value| {
+            parse_count(value, 0)
+        })?;
+        Ok(Replicas { min, max, sync })
+    }
+
+    fn guards(&self) -> Result<Guards, MetadataError> {
+        let max_replication_lag_seconds = self
+            .value("maxReplicationLagSeconds", LAG_ALLOWED, |value| {
+                parse_number(value).filter(|s| *s >= 0.0)
+            })?
+            .unwrap_or(0.0);
+        let max_replication_lag_bytes = self
+            .value("maxReplicationLagBytes", LAG_BYTES_ALLOWED, |value| {
+                value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n <= MAX_REPLICATION_LAG_BYTES)
+                    .map(|n| n as f64)
+            })?
+            .unwrap_or(0.0);
+        let dry_run = self
+            .value("dryRun", BOOL_ALLOWED, |value| {
+                switch(value, "true", "false")
+            })?
+            .unwrap_or(false);
+        let convergence_deadline_seconds =
+            self.value("convergenceDeadlineSeconds", DEADLINE_ALLOWED, |value| {
+                parse_number(value).filter(|s| (0.0..=MAX_CONVERGENCE_DEADLINE_SECONDS).contains(s))
+            })?;
+        let scale_in_disabled = self
+            .value("scaleIn", SCALE_IN_ALLOWED, |value| {
+                switch(value, "disabled", "enabled")
+            })?
+            .unwrap_or(false);
+        Ok(Guards {
+            max_replication_lag_seconds,
+            max_replication_lag_bytes,
+            dry_run,
+            convergence_deadline_seconds,
+            scale_in_disabled,
+        })
+    }
+
+    /// `schedules`, none of whose floors is above `max_replicas`.
+    fn schedules(&self, max_replicas: u32) -> Result<Schedules, MetadataError> {
+        let schedules = self
+            .get("schedules")
+            .map(Schedules::parse)
+            .transpose()?
+            .unwrap_or_default();
+        // A scheduled floor above maxReplicas could never be met: refuse it rather than clamp it.
+        if let Some((i, floor)) = schedules
+            .windows()
+            .iter()
+            .enumerate()
+            .find_map(|(i, w)| w.floor.filter(|f| *f > max_replicas).map(|f| (i, f)))
+        {
+            return Err(MetadataError::ScheduleFloorAboveMax {
+                window: i + 1,
+                floor,
+                max: max_replicas,
+            });
+        }
+        Ok(schedules)
+    }
+
+    /// `signals`: more metrics of `engine` besides `metric`.
+    fn signals(&self, engine: Engine, metric: Metric) -> Result<Vec<Signal>, MetadataError> {
+        let allowed = match engine {
+            Engine::Cnpg => SIGNALS_ALLOWED,
+            Engine::Redis => REDIS_SIGNALS_ALLOWED,
+        };
+        Ok(self
+            .value("signals", allowed, |value| {
+                parse_signals(value, metric, engine)
+            })?
+            .unwrap_or_default())
+    }
+}
+
+/// `on` → true, `off` → false, in any case.
+fn switch(value: &str, on: &str, off: &str) -> Option<bool> {
+    if value.eq_ignore_ascii_case(on) {
+        Some(true)
+    } else if value.eq_ignore_ascii_case(off) {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 /// `Metric=target,...`: distinct metrics of `engine` other than `primary`, at most
@@ -460,8 +546,7 @@ fn parse_signals(value: &str, primary: Metric, engine: Engine) -> Option<Vec<Sig
     for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let (name, target) = item.split_once('=')?;
         let metric = Metric::parse(name.trim()).filter(|m| engine.metrics().contains(m))?;
-        let target =
-            parse_number(target.trim()).filter(|t| (MIN_TARGET..=MAX_TARGET).contains(t))?;
+        let target = parse_target(target.trim())?;
         if metric == primary || signals.iter().any(|s| s.metric == metric) {
             return None;
         }
@@ -485,6 +570,11 @@ fn parse_number(value: &str) -> Option<f64> {
         .ok()
         .filter(|n| n.is_finite())
         .map(|n| n + 0.0)
+}
+
+/// A load per read replica, from [`MIN_TARGET`] to [`MAX_TARGET`].
+fn parse_target(value: &str) -> Option<f64> {
+    parse_number(value).filter(|t| (MIN_TARGET..=MAX_TARGET).contains(t))
 }
 
 fn parse_count(value: &str, min: u32) -> Option<u32> {

@@ -149,6 +149,11 @@ impl Shape {
             },
         }
     }
+
+    /// `metric` (the trigger's, `true`) then the extra signals (`false`), in order.
+    pub(crate) fn signals(&self) -> impl Iterator<Item = (Metric, bool)> + '_ {
+        std::iter::once((self.metric, true)).chain(self.extra.iter().flatten().map(|m| (*m, false)))
+    }
 }
 
 /// The parts of one cluster's answer: part name → value.
@@ -164,102 +169,158 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
     if shape.engine == Engine::Redis {
         return redis::decision_query(targets, shape);
     }
-    let sel = selector(targets, CNPG_PODS);
-    let replicas = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 1)");
-    let primary = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 0)");
-    // Warm-up: a replica whose WAL receiver was down at any point of the CPU rate window was
-    // restoring, and `rate()` over that window still carries the restore's CPU. Without the
-    // receiver series (custom monitoring queries) a replica counts as warm, so a missing series
-    // never turns load into zero.
-    let warming =
-        format!("(min_over_time(cnpg_pg_replication_is_wal_receiver_up{{{sel}}}[{WINDOW}]) == 0)");
-    let warm = format!("({replicas} unless on(namespace,pod) {warming})");
-    let mut parts = vec![(
-        part::INSTANCES,
-        per_cluster(
-            "count",
-            &format!("count by (namespace,pod) (cnpg_pg_replication_in_recovery{{{sel}}})"),
-        ),
-    )];
-    let metrics = std::iter::once((shape.metric, true))
-        .chain(shape.extra.iter().flatten().map(|m| (*m, false)));
+    let q = CnpgSeries::of(targets);
+    let mut parts = vec![(part::INSTANCES, q.instances())];
     let mut needs_replicas = false;
-    for (metric, primary) in metrics {
+    for (metric, primary) in shape.signals() {
         let load = part::load_of(metric, primary);
         match metric {
-            Metric::ReadConnections => parts.push((
-                load,
-                per_cluster(
-                    "sum",
-                    &format!(
-                        "max by (namespace,pod,datname,usename,application_name,state) \
-                         (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
-                         and on(namespace,pod) {replicas}"
-                    ),
-                ),
-            )),
+            Metric::ReadConnections => parts.push((load, q.connections())),
             Metric::ReadCpuUtilization => {
-                // A warming replica's CPU is restore work, not read load. cAdvisor always exports
-                // a running container's counter, so warm replicas without it mean a scrape gap
-                // (an error), unlike CNPG's omitted zero rows.
-                let cpu = format!(
-                    "max by (namespace,pod) (rate(container_cpu_usage_seconds_total{{{sel},container=\"postgres\"}}[{WINDOW}])) \
-                     and on(namespace,pod) {warm}"
-                );
                 needs_replicas = true;
-                parts.extend([
-                    (load, format!("{} * 1000", per_cluster("sum", &cpu))),
-                    (part::LOAD_PODS, per_cluster("count", &cpu)),
-                    (
-                        part::WARMING,
-                        per_cluster(
-                            "count",
-                            &format!("count by (namespace,pod) ({replicas} and on(namespace,pod) {warming})"),
-                        ),
-                    ),
-                ]);
+                parts.extend(q.cpu(load));
             }
             // Refused for CNPG by the metadata parser; never in a CNPG shape.
             Metric::ReadCommandsPerSecond => {}
             Metric::ReadConnectionUsage => {
-                // Every client session holds a slot of max_connections, idle ones too.
-                let max_connections = format!(
-                    "max by (namespace,pod) (cnpg_pg_settings_setting{{{sel},name=\"max_connections\"}} > 0)"
-                );
-                let clients = format!(
-                    "sum by (namespace,pod) (max by (namespace,pod,datname,usename,application_name,state) \
-                     (cnpg_backends_total{{{sel},usename!~\"{INTERNAL_USERS}\"}}))"
-                );
                 needs_replicas = true;
-                parts.extend([
-                    (
-                        load,
-                        per_cluster(
-                            "sum",
-                            &format!(
-                                "{clients} / on(namespace,pod) {max_connections} * 100 and on(namespace,pod) {replicas}"
-                            ),
-                        ),
-                    ),
-                    (
-                        part::USAGE_PODS,
-                        per_cluster(
-                            "count",
-                            &format!("{max_connections} and on(namespace,pod) {replicas}"),
-                        ),
-                    ),
-                ]);
+                parts.extend(q.connection_usage(load));
             }
         }
     }
     if needs_replicas {
-        parts.push((
-            part::REPLICAS,
-            per_cluster("count", &format!("count by (namespace,pod) {replicas}")),
-        ));
+        parts.push((part::REPLICAS, q.replica_count()));
     }
     if shape.brake {
-        parts.extend([
+        parts.extend(q.brake());
+    }
+    labelled(parts)
+}
+
+/// The vectors the parts of one CNPG query are built from.
+struct CnpgSeries {
+    /// The batch's label matchers.
+    sel: String,
+    /// Replica pods, and the primary's.
+    replicas: String,
+    primary: String,
+    /// Replicas whose WAL receiver was down in the window, and the others.
+    warming: String,
+    warm: String,
+}
+
+impl CnpgSeries {
+    fn of(targets: &[Target]) -> Self {
+        let sel = selector(targets, CNPG_PODS);
+        let replicas = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 1)");
+        let primary = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 0)");
+        // Warm-up: a replica whose WAL receiver was down at any point of the CPU rate window was
+        // restoring, and `rate()` over that window still carries the restore's CPU. Without the
+        // receiver series (custom monitoring queries) a replica counts as warm, so a missing
+        // series never turns load into zero.
+        let warming = format!(
+            "(min_over_time(cnpg_pg_replication_is_wal_receiver_up{{{sel}}}[{WINDOW}]) == 0)"
+        );
+        let warm = format!("({replicas} unless on(namespace,pod) {warming})");
+        Self {
+            sel,
+            replicas,
+            primary,
+            warming,
+            warm,
+        }
+    }
+
+    fn instances(&self) -> String {
+        let sel = &self.sel;
+        per_cluster(
+            "count",
+            &format!("count by (namespace,pod) (cnpg_pg_replication_in_recovery{{{sel}}})"),
+        )
+    }
+
+    fn replica_count(&self) -> String {
+        per_cluster(
+            "count",
+            &format!("count by (namespace,pod) {}", self.replicas),
+        )
+    }
+
+    /// ReadConnections: active client backends on replicas.
+    fn connections(&self) -> String {
+        let (sel, replicas) = (&self.sel, &self.replicas);
+        per_cluster(
+            "sum",
+            &format!(
+                "max by (namespace,pod,datname,usename,application_name,state) \
+                 (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
+                 and on(namespace,pod) {replicas}"
+            ),
+        )
+    }
+
+    /// ReadCPUUtilization: millicores of warm replicas, the replicas with a CPU series, and the
+    /// warming ones.
+    fn cpu(&self, load: &'static str) -> [(&'static str, String); 3] {
+        let (sel, replicas, warming, warm) = (&self.sel, &self.replicas, &self.warming, &self.warm);
+        // A warming replica's CPU is restore work, not read load. cAdvisor always exports a
+        // running container's counter, so warm replicas without it mean a scrape gap (an
+        // error), unlike CNPG's omitted zero rows.
+        let cpu = format!(
+            "max by (namespace,pod) (rate(container_cpu_usage_seconds_total{{{sel},container=\"postgres\"}}[{WINDOW}])) \
+             and on(namespace,pod) {warm}"
+        );
+        [
+            (load, format!("{} * 1000", per_cluster("sum", &cpu))),
+            (part::LOAD_PODS, per_cluster("count", &cpu)),
+            (
+                part::WARMING,
+                per_cluster(
+                    "count",
+                    &format!(
+                        "count by (namespace,pod) ({replicas} and on(namespace,pod) {warming})"
+                    ),
+                ),
+            ),
+        ]
+    }
+
+    /// ReadConnectionUsage: client sessions over `max_connections` on replicas, and the replicas
+    /// with a `max_connections`.
+    fn connection_usage(&self, load: &'static str) -> [(&'static str, String); 2] {
+        let (sel, replicas) = (&self.sel, &self.replicas);
+        // Every client session holds a slot of max_connections, idle ones too.
+        let max_connections = format!(
+            "max by (namespace,pod) (cnpg_pg_settings_setting{{{sel},name=\"max_connections\"}} > 0)"
+        );
+        let clients = format!(
+            "sum by (namespace,pod) (max by (namespace,pod,datname,usename,application_name,state) \
+             (cnpg_backends_total{{{sel},usename!~\"{INTERNAL_USERS}\"}}))"
+        );
+        [
+            (
+                load,
+                per_cluster(
+                    "sum",
+                    &format!(
+                        "{clients} / on(namespace,pod) {max_connections} * 100 and on(namespace,pod) {replicas}"
+                    ),
+                ),
+            ),
+            (
+                part::USAGE_PODS,
+                per_cluster(
+                    "count",
+                    &format!("{max_connections} and on(namespace,pod) {replicas}"),
+                ),
+            ),
+        ]
+    }
+
+    /// The lag brake's parts: replica lag and the primary's WAL rate.
+    fn brake(&self) -> [(&'static str, String); 2] {
+        let (sel, replicas, primary) = (&self.sel, &self.replicas, &self.primary);
+        [
             (
                 part::LAG,
                 // CNPG's lag is `now() - last replayed commit` as soon as receive != replay, also
@@ -288,9 +349,8 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
                     ),
                 ),
             ),
-        ]);
+        ]
     }
-    labelled(parts)
 }
 
 /// The parts joined with `or`, each series labelled `part=<name>`.
@@ -412,6 +472,8 @@ pub fn string_escape(s: &str) -> String {
 
 /// Largest value any part may carry: far above any real count, rate, load or lag.
 pub const MAX_VALUE: f64 = 1e15;
+// A lag threshold above what an answer can carry could never be crossed.
+const _: () = assert!(crate::metadata::MAX_REPLICATION_LAG_BYTES as f64 <= MAX_VALUE);
 /// Largest pod count a counting part may carry.
 pub const MAX_COUNT: f64 = 100_000.0;
 /// The parts that count pods: whole numbers from 0 to [`MAX_COUNT`].
@@ -557,15 +619,17 @@ pub(crate) fn checked_value(name: &str, text: &str) -> Result<f64, QueryError> {
 /// [`parse_answer`] for an instant query at that time. A series labelled with another namespace
 /// or cluster, of a part the query does not have, or a sample outside `times`, makes the whole
 /// answer an error: it is not this cluster's history (a proxy or cache that answered another
-/// query). Streamed ([`crate::matrix`]): memory is the body plus what is kept.
+/// query). Streamed ([`matrix`]): memory is the body plus what is kept.
 pub fn parse_matrix(
     body: &[u8],
     target: &Target,
     times: std::ops::RangeInclusive<i64>,
 ) -> Result<BTreeMap<i64, HashMap<String, f64>>, QueryError> {
-    crate::matrix::parse(body, target, times)
+    matrix::parse(body, target, times)
 }
 
+#[path = "promql_matrix.rs"]
+mod matrix;
 #[path = "promql_redis.rs"]
 pub mod redis;
 

@@ -38,113 +38,161 @@ pub const READ_COMMANDS: &str = r"get|mget|getrange|substr|strlen|getbit|bitcoun
 pub const BACKGROUND_REPL_BYTES_PER_SECOND: f64 = 1024.0;
 
 pub(super) fn decision_query(targets: &[Target], shape: Shape) -> String {
-    let sel = selector(targets, REDIS_PODS);
-    let per = |agg: &str, per_pod: &str| per_name(agg, per_pod, REDIS_PODS);
-    let role = |role: &str| {
-        format!("(max by (namespace,pod) (redis_instance_info{{{sel},role=\"{role}\"}}))")
-    };
-    let (replicas, master) = (role("slave"), role("master"));
-    let on_replicas = |per_pod: &str| format!("({per_pod}) and on(namespace,pod) {replicas}");
-    let count_replicas = |per_pod: &str| per("count", &on_replicas(per_pod));
+    let q = RedisSeries::of(targets);
     let mut parts = vec![
-        (
-            part::INSTANCES,
-            per(
-                "count",
-                &format!("max by (namespace,pod) (redis_instance_info{{{sel}}})"),
-            ),
-        ),
-        (part::MASTERS, per("count", &master)),
-        (part::REPLICAS, per("count", &replicas)),
+        (part::INSTANCES, q.instances()),
+        (part::MASTERS, per("count", &q.master)),
+        (part::REPLICAS, per("count", &q.replicas)),
     ];
-    let metrics = std::iter::once((shape.metric, true))
-        .chain(shape.extra.iter().flatten().map(|m| (*m, false)));
-    for (metric, primary) in metrics {
+    for (metric, primary) in shape.signals() {
         let load = part::load_of(metric, primary);
         match metric {
-            Metric::ReadConnections => {
-                // `redis_connected_clients` counts every connection but replicas' (a replica's
-                // master link included); the client list names the platform's own. Identical
-                // client-list entries collapse into one series, so clients are counted from
-                // the total, never from the list (nor are connections of the operator, which opens
-                // unnamed short-lived ones: docs/redis.md).
-                let clients = format!("max by (namespace,pod) (redis_connected_clients{{{sel}}})");
-                let details = |matcher: &str| {
-                    format!(
-                        "last_over_time(redis_connected_clients_details{{{sel},{matcher}}}[{CLIENT_LIST_WINDOW}])"
-                    )
-                };
-                let internal = format!(
-                    "count by (namespace,pod) (max by (namespace,pod,name,flags) ({} or {}))",
-                    details(&format!("name=~\"{INTERNAL_CLIENT_NAMES}\"")),
-                    details("flags=\"M\"")
-                );
-                parts.extend([
-                    (
-                        load,
-                        per(
-                            "sum",
-                            &on_replicas(&format!(
-                                "clamp_min({clients} - on(namespace,pod) ({internal} or {clients} * 0), 0)"
-                            )),
-                        ),
-                    ),
-                    (
-                        part::CLIENT_PODS,
-                        count_replicas(&format!(
-                            "count by (namespace,pod) (last_over_time(redis_connected_clients_details{{{sel}}}[{CLIENT_LIST_WINDOW}]))"
-                        )),
-                    ),
-                ]);
-            }
-            Metric::ReadCommandsPerSecond => parts.push((
-                load,
-                per(
-                    "sum",
-                    &on_replicas(&format!(
-                        "sum by (namespace,pod) (max by (namespace,pod,cmd) \
-                         (rate(redis_commands_total{{{sel},cmd=~\"{READ_COMMANDS}\"}}[{WINDOW}])))"
-                    )),
-                ),
-            )),
+            Metric::ReadConnections => parts.extend(q.connections(load)),
+            Metric::ReadCommandsPerSecond => parts.push((load, q.commands())),
             // Refused for Redis by the metadata parser; never in a Redis shape.
             Metric::ReadCpuUtilization | Metric::ReadConnectionUsage => {}
         }
     }
     // The brake's parts: always, the Redis brake has no off switch.
-    let link_up = format!("min by (namespace,pod) (redis_master_link_up{{{sel}}})");
-    parts.extend([
-        (part::HEALTH_PODS, count_replicas(&link_up)),
-        (part::LINKS_DOWN, count_replicas(&format!("{link_up} == 0"))),
-        (
-            part::SYNCING,
-            count_replicas(&format!(
-                "max by (namespace,pod) (redis_master_sync_in_progress{{{sel}}}) == 1"
-            )),
-        ),
-        (
-            // Per replica, from the master's own INFO (one instant): its offset minus the offset
-            // the replica acknowledged. A replica still waiting for its full sync acknowledged 0.
-            part::LAG_BYTES,
-            per(
-                "max",
-                &format!(
-                    "clamp_min(max by (namespace,pod) (redis_master_repl_offset{{{sel}}}) \
-                     - on(namespace,pod) group_right max by (namespace,pod,slave_ip,slave_port) \
-                     (redis_connected_slave_offset_bytes{{{sel}}}), 0) and on(namespace,pod) {master}"
-                ),
-            ),
-        ),
-        (
-            part::REPL_RATE,
-            per(
-                "max",
-                &format!(
-                    "max by (namespace,pod) (rate(redis_master_repl_offset{{{sel}}}[{WINDOW}])) \
-                     and on(namespace,pod) {master}"
-                ),
-            ),
-        ),
-    ]);
+    parts.extend(q.brake());
     labelled(parts)
+}
+
+/// `agg` of a per-pod vector by namespace and RedisFailover.
+fn per(agg: &str, per_pod: &str) -> String {
+    per_name(agg, per_pod, REDIS_PODS)
+}
+
+/// The vectors the parts of one Redis query are built from.
+struct RedisSeries {
+    /// The batch's label matchers.
+    sel: String,
+    /// Pods with role slave, and the one with role master.
+    replicas: String,
+    master: String,
+}
+
+impl RedisSeries {
+    fn of(targets: &[Target]) -> Self {
+        let sel = selector(targets, REDIS_PODS);
+        let role = |role: &str| {
+            format!("(max by (namespace,pod) (redis_instance_info{{{sel},role=\"{role}\"}}))")
+        };
+        let (replicas, master) = (role("slave"), role("master"));
+        Self {
+            sel,
+            replicas,
+            master,
+        }
+    }
+
+    fn on_replicas(&self, per_pod: &str) -> String {
+        format!("({per_pod}) and on(namespace,pod) {}", self.replicas)
+    }
+
+    fn count_replicas(&self, per_pod: &str) -> String {
+        per("count", &self.on_replicas(per_pod))
+    }
+
+    fn instances(&self) -> String {
+        let sel = &self.sel;
+        per(
+            "count",
+            &format!("max by (namespace,pod) (redis_instance_info{{{sel}}})"),
+        )
+    }
+
+    /// ReadConnections: client connections on replicas less the platform's own, and the
+    /// replicas with a client list.
+    fn connections(&self, load: &'static str) -> [(&'static str, String); 2] {
+        let sel = &self.sel;
+        // `redis_connected_clients` counts every connection but replicas' (a replica's master
+        // link included); the client list names the platform's own. Identical client-list
+        // entries collapse into one series, so clients are counted from the total, never from
+        // the list (nor are connections of the operator, which opens unnamed short-lived ones:
+        // docs/redis.md).
+        let clients = format!("max by (namespace,pod) (redis_connected_clients{{{sel}}})");
+        let details = |matcher: &str| {
+            format!(
+                "last_over_time(redis_connected_clients_details{{{sel},{matcher}}}[{CLIENT_LIST_WINDOW}])"
+            )
+        };
+        let internal = format!(
+            "count by (namespace,pod) (max by (namespace,pod,name,flags) ({} or {}))",
+            details(&format!("name=~\"{INTERNAL_CLIENT_NAMES}\"")),
+            details("flags=\"M\"")
+        );
+        [
+            (
+                load,
+                per(
+                    "sum",
+                    &self.on_replicas(&format!(
+                        "clamp_min({clients} - on(namespace,pod) ({internal} or {clients} * 0), 0)"
+                    )),
+                ),
+            ),
+            (
+                part::CLIENT_PODS,
+                self.count_replicas(&format!(
+                    "count by (namespace,pod) (last_over_time(redis_connected_clients_details{{{sel}}}[{CLIENT_LIST_WINDOW}]))"
+                )),
+            ),
+        ]
+    }
+
+    /// ReadCommandsPerSecond: read commands per second on replicas.
+    fn commands(&self) -> String {
+        let sel = &self.sel;
+        per(
+            "sum",
+            &self.on_replicas(&format!(
+                "sum by (namespace,pod) (max by (namespace,pod,cmd) \
+                 (rate(redis_commands_total{{{sel},cmd=~\"{READ_COMMANDS}\"}}[{WINDOW}])))"
+            )),
+        )
+    }
+
+    /// The brake's parts: replication health, offset lag and the master's replication rate.
+    fn brake(&self) -> [(&'static str, String); 5] {
+        let (sel, master) = (&self.sel, &self.master);
+        let link_up = format!("min by (namespace,pod) (redis_master_link_up{{{sel}}})");
+        [
+            (part::HEALTH_PODS, self.count_replicas(&link_up)),
+            (
+                part::LINKS_DOWN,
+                self.count_replicas(&format!("{link_up} == 0")),
+            ),
+            (
+                part::SYNCING,
+                self.count_replicas(&format!(
+                    "max by (namespace,pod) (redis_master_sync_in_progress{{{sel}}}) == 1"
+                )),
+            ),
+            (
+                // Per replica, from the master's own INFO (one instant): its offset minus the
+                // offset the replica acknowledged. A replica still waiting for its full sync
+                // acknowledged 0.
+                part::LAG_BYTES,
+                per(
+                    "max",
+                    &format!(
+                        "clamp_min(max by (namespace,pod) (redis_master_repl_offset{{{sel}}}) \
+                         - on(namespace,pod) group_right max by (namespace,pod,slave_ip,slave_port) \
+                         (redis_connected_slave_offset_bytes{{{sel}}}), 0) and on(namespace,pod) {master}"
+                    ),
+                ),
+            ),
+            (
+                part::REPL_RATE,
+                per(
+                    "max",
+                    &format!(
+                        "max by (namespace,pod) (rate(redis_master_repl_offset{{{sel}}}[{WINDOW}])) \
+                         and on(namespace,pod) {master}"
+                    ),
+                ),
+            ),
+        ]
+    }
 }

@@ -6,69 +6,6 @@ fn down(text: &str) -> Milli {
     parse_quantity(text, Rounding::Down).unwrap()
 }
 
-#[test]
-fn quantities_in_every_notation() {
-    let cases: &[(&str, i128)] = &[
-        ("0", 0),
-        ("2", 2_000),
-        ("500m", 500),
-        ("0.5", 500),
-        (".5", 500),
-        ("+1", 1_000),
-        ("1.5", 1_500),
-        ("1k", 1_000_000),
-        ("1Ki", 1_024_000),
-        ("1.5Gi", 1_610_612_736_000),
-        ("10Gi", 10_737_418_240_000),
-        ("2Ti", 2_199_023_255_552_000),
-        ("1M", 1_000_000_000),
-        ("1e3", 1_000_000),
-        ("1E3", 1_000_000),
-        ("5e-3", 5),
-        ("250u", 0),
-        ("1500000000n", 1_500),
-        ("1E", 1_000_000_000_000_000_000_000),
-        ("-0", 0),
-    ];
-    for (text, milli) in cases {
-        assert_eq!(down(text), Milli(*milli), "{text}");
-    }
-    // Finer than a milli: costs round up, capacities down.
-    assert_eq!(parse_quantity("250u", Rounding::Up), Ok(Milli(1)));
-    assert_eq!(parse_quantity("1001u", Rounding::Down), Ok(Milli(1)));
-    assert_eq!(parse_quantity("1001u", Rounding::Up), Ok(Milli(2)));
-}
-
-#[test]
-fn malformed_quantities_are_errors_naming_the_value() {
-    for text in [
-        "", ".", "m", "1..2", "1.2.3", "1mm", "1e", "1e3.5", "1 Gi", "1gi", "0x10", "Gi", "1KiB",
-        "NaN", "inf",
-    ] {
-        let err = parse_quantity(text, Rounding::Down).unwrap_err();
-        assert!(matches!(err, QuantityError::Syntax(_)), "{text}: {err:?}");
-    }
-    assert!(matches!(
-        parse_quantity("-1", Rounding::Down),
-        Err(QuantityError::Negative(_))
-    ));
-    for huge in [
-        "1e41",
-        "9999999999999999999999999999999",
-        "99999999999999999999Ei",
-    ] {
-        assert!(
-            matches!(
-                parse_quantity(huge, Rounding::Down),
-                Err(QuantityError::TooLarge(_))
-            ),
-            "{huge}"
-        );
-    }
-    let long = "1".repeat(10_000);
-    assert!(parse_quantity(&long, Rounding::Down).is_err());
-}
-
 fn quota(name: &str, hard: &[(&str, &str)], used: Option<&[(&str, &str)]>) -> Quota {
     Quota::parse(
         name,
@@ -234,13 +171,6 @@ fn an_unreadable_quota_fits_nothing_and_says_why() {
 
 proptest! {
     #[test]
-    fn millis_round_trip(milli in 0i128..1_000_000_000_000) {
-        let text = format!("{milli}m");
-        prop_assert_eq!(down(&text), Milli(milli));
-        prop_assert_eq!(down(&Milli(milli).to_string()), Milli(milli));
-    }
-
-    #[test]
     fn what_fits_really_fits(hard in 0i128..1_000_000, used in 0i128..1_000_000, per in 1i128..100_000) {
         let q = Quota {
             name: "q".into(),
@@ -255,8 +185,4 @@ proptest! {
         prop_assert!(used + (more + 1) * per > hard);
     }
 
-    #[test]
-    fn parsing_never_panics(text in "\\PC{0,40}") {
-        let _ = parse_quantity(&text, Rounding::Up);
-    }
 }

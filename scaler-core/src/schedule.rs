@@ -18,6 +18,11 @@ use serde::Serialize;
 
 use names::echo;
 
+/// Highest instance count anywhere in a trigger: a window's `floor` here, and the metadata's
+/// `maxReplicas` and other counts, which take it from here (a window's floor is the lower
+/// module's need). Far above any sane cluster, low enough that `desired × target` stays exact
+/// in an `f64` and an `i64`.
+pub const MAX_REPLICAS_LIMIT: u32 = 1000;
 /// Most windows in one `schedules` value.
 pub const MAX_WINDOWS: usize = 16;
 /// Longest `schedules` value read (16 windows of a long time zone name fit easily).
@@ -202,9 +207,12 @@ impl Window {
                     floor = Some(
                         arg.parse::<u32>()
                             .ok()
-                            .filter(|n| (1..=crate::metadata::MAX_REPLICAS_LIMIT).contains(n))
+                            .filter(|n| (1..=MAX_REPLICAS_LIMIT).contains(n))
                             .ok_or_else(|| {
-                                format!("floor {} is not a whole number from 1 to 1000", echo(arg))
+                                format!(
+                                    "floor {} is not a whole number from 1 to {MAX_REPLICAS_LIMIT}",
+                                    echo(arg)
+                                )
                             })?,
                     );
                 }

@@ -231,9 +231,26 @@ impl Args {
 
 fn text(report: &Report<'_>) -> String {
     let e = report.evaluation;
-    let (p, o, d) = (&e.policy, &e.observation, &e.decision);
     let mut s = String::new();
-    let unit = |metric| match metric {
+    let _ = writeln!(
+        s,
+        "CNPG cluster {}/{} ({}, target {} per read replica)",
+        e.namespace, e.cluster, e.metric, e.policy.target
+    );
+    decision_section(&mut s, report);
+    inputs_section(&mut s, e);
+    guards_section(&mut s, e);
+    let _ = writeln!(
+        s,
+        "\nQuery (one per decision)\n  {}",
+        report.query.replace('\n', "\n  ")
+    );
+    s
+}
+
+/// What a signal's load counts.
+fn unit(metric: Metric) -> &'static str {
+    match metric {
         Metric::ReadConnections => "active client backends on replicas",
         Metric::ReadCpuUtilization => {
             "CPU millicores of the postgres container on streaming replicas"
@@ -242,13 +259,12 @@ fn text(report: &Report<'_>) -> String {
             "client connections over max_connections on streaming replicas, percent summed"
         }
         Metric::ReadCommandsPerSecond => "read commands per second on Redis replicas",
-    };
-    let load_unit = unit(p.metric);
-    let _ = writeln!(
-        s,
-        "CNPG cluster {}/{} ({}, target {} per read replica)",
-        e.namespace, e.cluster, e.metric, p.target
-    );
+    }
+}
+
+/// The count, its reason and what GetMetrics serves.
+fn decision_section(s: &mut String, report: &Report<'_>) {
+    let (e, d) = (report.evaluation, &report.evaluation.decision);
     let _ = writeln!(s, "\nDecision");
     let _ = writeln!(
         s,
@@ -262,6 +278,11 @@ fn text(report: &Report<'_>) -> String {
         "  GetMetrics            {} = {} (= desired × target; the HPA computes ceil(value / target))",
         report.metric_name, report.metric_value
     );
+}
+
+/// What was measured: instances, loads, and the lag brake's series.
+fn inputs_section(s: &mut String, e: &Evaluation) {
+    let (p, o, d) = (&e.policy, &e.observation, &e.decision);
     let _ = writeln!(s, "\nInputs (topology: {})", e.topology);
     let _ = writeln!(
         s,
@@ -284,8 +305,9 @@ fn text(report: &Report<'_>) -> String {
     };
     let _ = writeln!(
         s,
-        "  read load             {} ({load_unit}){absent}",
-        o.load
+        "  read load             {} ({}){absent}",
+        o.load,
+        unit(p.metric)
     );
     for (signal, load) in p.extra.iter().zip(o.extra_loads) {
         if let Some(signal) = signal {
@@ -305,26 +327,37 @@ fn text(report: &Report<'_>) -> String {
             "  warming replicas      {warming} (WAL receiver down: left out of the CPU signal)"
         );
     }
-    if p.max_lag_seconds > 0.0 {
-        match o.max_lag_seconds {
-            Some(lag) => _ = writeln!(s, "  replica lag, 5m max   {lag} s"),
-            None => _ = writeln!(s, "  replica lag, 5m max   none (no replica lag series)"),
-        }
-        match e.wal_bytes_per_second {
-            Some(rate) => {
-                let state = if o.primary_writing { "writing" } else { "idle" };
-                _ = writeln!(s, "  primary WAL rate      {rate} B/s ({state})")
-            }
-            None => {
-                _ = writeln!(
-                    s,
-                    "  primary WAL rate      none (no WAL series: counts as idle)"
-                )
-            }
-        }
-    } else {
+    lag_lines(s, e);
+}
+
+/// Replica lag and the primary's WAL rate, when the brake queried them.
+fn lag_lines(s: &mut String, e: &Evaluation) {
+    let o = &e.observation;
+    if e.policy.max_lag_seconds <= 0.0 {
         _ = writeln!(s, "  replica lag, WAL      not queried (lag brake off)");
+        return;
     }
+    match o.max_lag_seconds {
+        Some(lag) => _ = writeln!(s, "  replica lag, 5m max   {lag} s"),
+        None => _ = writeln!(s, "  replica lag, 5m max   none (no replica lag series)"),
+    }
+    match e.wal_bytes_per_second {
+        Some(rate) => {
+            let state = if o.primary_writing { "writing" } else { "idle" };
+            _ = writeln!(s, "  primary WAL rate      {rate} B/s ({state})")
+        }
+        None => {
+            _ = writeln!(
+                s,
+                "  primary WAL rate      none (no WAL series: counts as idle)"
+            )
+        }
+    }
+}
+
+/// Every guard of the decision: the bounds first, then what raises, caps or holds the count.
+fn guards_section(s: &mut String, e: &Evaluation) {
+    let (p, d) = (&e.policy, &e.decision);
     let _ = writeln!(s, "\nGuards");
     let quorum_from = match e.quorum_source {
         QuorumSource::Metadata => "maxSyncReplicas metadata",
@@ -353,19 +386,7 @@ fn text(report: &Report<'_>) -> String {
         "  raw                   {} = 1 + ceil(load / target)",
         d.raw
     );
-    let brake = match d.brake {
-        Brake::Off => "off (maxReplicationLagSeconds 0)".to_owned(),
-        Brake::Clear => format!("clear (lag not above {} s)", p.max_lag_seconds),
-        Brake::IdleLag => format!(
-            "ignored: lag above {} s but the primary writes no WAL",
-            p.max_lag_seconds
-        ),
-        Brake::Engaged => format!(
-            "ENGAGED: lag above {} s while the primary writes WAL; holding",
-            p.max_lag_seconds
-        ),
-    };
-    let _ = writeln!(s, "  lag brake             {brake}");
+    let _ = writeln!(s, "  lag brake             {}", brake_line(e));
     let _ = writeln!(s, "  schedule              {}", schedule_line(e));
     let _ = writeln!(
         s,
@@ -387,12 +408,20 @@ fn text(report: &Report<'_>) -> String {
             "no"
         }
     );
-    let _ = writeln!(
-        s,
-        "\nQuery (one per decision)\n  {}",
-        report.query.replace('\n', "\n  ")
-    );
-    s
+}
+
+fn brake_line(e: &Evaluation) -> String {
+    let threshold = e.policy.max_lag_seconds;
+    match e.decision.brake {
+        Brake::Off => "off (maxReplicationLagSeconds 0)".to_owned(),
+        Brake::Clear => format!("clear (lag not above {threshold} s)"),
+        Brake::IdleLag => {
+            format!("ignored: lag above {threshold} s but the primary writes no WAL")
+        }
+        Brake::Engaged => {
+            format!("ENGAGED: lag above {threshold} s while the primary writes WAL; holding")
+        }
+    }
 }
 
 fn schedule_line(e: &Evaluation) -> String {

@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 use crate::backend;
 use crate::metrics::Metrics;
 use runtime::logging::LogArgs;
-use scaler_core::metadata::{self, Metric};
+use scaler_core::metadata::{self, Metric, ScalerConfig};
 use scaler_core::promql;
 use scaler_core::replay::{HpaSpec, Replay, Row, Tally};
 
@@ -230,9 +230,93 @@ impl History {
     }
 }
 
+/// The replayed range, aligned to `--step`, and the HPA's sync period.
+struct Range {
+    from: i64,
+    to: i64,
+    step: u64,
+    sync: u64,
+    /// Evaluations and HPA syncs over the range.
+    total: i64,
+    syncs: i64,
+}
+
 impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
         self.log.init()?;
+        self.check_outputs()?;
+        let zone = jiff::tz::TimeZone::get(&self.time_zone).map_err(|_| {
+            anyhow::anyhow!(
+                "--time-zone {}: not an IANA time zone (e.g. UTC, Europe/Berlin)",
+                names::echo(&self.time_zone)
+            )
+        })?;
+        let range = self.range()?;
+        let so = scaled_object::read(&self.scaled_object, self.name.as_deref())?;
+        let (config, namespace) = self.config(&so)?;
+        let overload_above = self.overload_above.unwrap_or(config.target);
+        ensure!(
+            overload_above.is_finite() && overload_above > 0.0,
+            "--overload-above {overload_above}: use a load per read replica above 0"
+        );
+        let history = self.history(namespace, &config, &range)?;
+        if self.tune {
+            let inputs = SweepInputs {
+                sync: range.sync as u32,
+                overload_above,
+                syncs: range.syncs as u64,
+            };
+            return self.sweep(&history, &so, config.target, &inputs).await;
+        }
+        let spec = HpaSpec {
+            min_replicas: so.min_replicas,
+            max_replicas: so.max_replicas,
+            behavior: so.behavior.clone(),
+            sync_period_seconds: range.sync as u32,
+        };
+        let progress = progress_bar(history.evaluations(), "evaluations");
+        let mut replay = Replay::new(&history.namespace, config.clone(), spec.clone());
+        let mut rows: Vec<Row> = Vec::with_capacity(range.total as usize);
+        history
+            .replay(&progress, |times| {
+                rows.extend(times.iter().map(|(t, parts)| replay.step(*t, parts)));
+            })
+            .await?;
+        let header = output::Header {
+            namespace: &history.namespace,
+            cluster: &config.cluster,
+            scaled_object: &so.name,
+            metric: config.metric.as_str(),
+            target: config.target,
+            from: output::rfc3339(range.from),
+            to: output::rfc3339(range.to),
+            step_seconds: range.step,
+            query: &history.query,
+            hpa: &spec,
+        };
+        self.write_outputs(&header, &rows, &config, &zone)?;
+        let mut tally = Tally::default();
+        for row in &rows {
+            tally.add(row, overload_above);
+        }
+        let summary = summary(
+            &tally,
+            range.step,
+            overload_above,
+            load_label(config.metric),
+        );
+        match self.output {
+            None => print!("{summary}"),
+            Some(format) => {
+                output::print_rows(format, &header, &rows, &zone)?;
+                eprint!("{summary}");
+            }
+        }
+        Ok(())
+    }
+
+    /// No two outputs name the same file.
+    fn check_outputs(&self) -> anyhow::Result<()> {
         let outputs = [
             ("--csv", &self.csv),
             ("--json", &self.json),
@@ -252,12 +336,11 @@ impl Args {
                 );
             }
         }
-        let zone = jiff::tz::TimeZone::get(&self.time_zone).map_err(|_| {
-            anyhow::anyhow!(
-                "--time-zone {}: not an IANA time zone (e.g. UTC, Europe/Berlin)",
-                names::echo(&self.time_zone)
-            )
-        })?;
+        Ok(())
+    }
+
+    /// `--from` to `--to` at `--step`, within the bounds on evaluations and HPA syncs.
+    fn range(&self) -> anyhow::Result<Range> {
         let step = seconds("--step", self.step, 1..=86_400)?;
         let sync = seconds("--hpa-sync-period", self.hpa_sync_period, 1..=600)?;
         let align = |t: i64| t - t.rem_euclid(step as i64);
@@ -280,7 +363,18 @@ impl Args {
                 "--from to --to is {syncs} HPA syncs at --hpa-sync-period {sync}s, above {MAX_SYNCS}: shorten the range or raise --hpa-sync-period"
             );
         }
-        let so = scaled_object::read(&self.scaled_object, self.name.as_deref())?;
+        Ok(Range {
+            from,
+            to,
+            step,
+            sync,
+            total,
+            syncs,
+        })
+    }
+
+    /// The trigger's config (`--cluster` overriding its cluster) and the namespace.
+    fn config(&self, so: &scaled_object::ScaledObject) -> anyhow::Result<(ScalerConfig, String)> {
         let mut config = metadata::parse(&so.name, &so.metadata).with_context(|| {
             format!(
                 "--scaled-object {}: the external trigger's metadata",
@@ -310,18 +404,23 @@ impl Args {
                 names::echo(&so.name)
             ),
         };
-        let overload_above = self.overload_above.unwrap_or(config.target);
-        ensure!(
-            overload_above.is_finite() && overload_above > 0.0,
-            "--overload-above {overload_above}: use a load per read replica above 0"
-        );
+        Ok((config, namespace))
+    }
+
+    /// The one-cluster decision query over the range, and its client.
+    fn history(
+        &self,
+        namespace: String,
+        config: &ScalerConfig,
+        range: &Range,
+    ) -> anyhow::Result<History> {
         let target = promql::Target {
             namespace: namespace.clone(),
             cluster: config.cluster.clone(),
         };
         let query =
-            promql::decision_query(std::slice::from_ref(&target), promql::Shape::of(&config));
-        let history = History {
+            promql::decision_query(std::slice::from_ref(&target), promql::Shape::of(config));
+        Ok(History {
             namespace,
             query,
             target,
@@ -332,87 +431,45 @@ impl Args {
                 self.max_response_bytes,
                 Metrics::register(&mut Registry::default()),
             )?,
-            from,
-            to,
-            step,
-        };
-        if self.tune {
-            let inputs = SweepInputs {
-                sync: sync as u32,
-                overload_above,
-                syncs: syncs as u64,
-            };
-            return self.sweep(&history, &so, config.target, &inputs).await;
-        }
-        let spec = HpaSpec {
-            min_replicas: so.min_replicas,
-            max_replicas: so.max_replicas,
-            behavior: so.behavior.clone(),
-            sync_period_seconds: sync as u32,
-        };
-        let progress = progress_bar(history.evaluations(), "evaluations");
-        let mut replay = Replay::new(&history.namespace, config.clone(), spec.clone());
-        let mut rows: Vec<Row> = Vec::with_capacity(total as usize);
-        history
-            .replay(&progress, |times| {
-                rows.extend(times.iter().map(|(t, parts)| replay.step(*t, parts)));
-            })
-            .await?;
-        let load_label = match config.metric {
-            Metric::ReadConnections => "active connections",
-            Metric::ReadCpuUtilization => "CPU millicores",
-            Metric::ReadConnectionUsage => "connection usage (%)",
-            Metric::ReadCommandsPerSecond => "read commands per second",
-        };
-        let header = output::Header {
-            namespace: &history.namespace,
-            cluster: &config.cluster,
-            scaled_object: &so.name,
-            metric: config.metric.as_str(),
-            target: config.target,
-            from: output::rfc3339(from),
-            to: output::rfc3339(to),
-            step_seconds: step,
-            query: &history.query,
-            hpa: &spec,
-        };
+            from: range.from,
+            to: range.to,
+            step: range.step,
+        })
+    }
+
+    /// `--csv`, `--json`, `--plot` and `--png`, those given.
+    fn write_outputs(
+        &self,
+        header: &output::Header<'_>,
+        rows: &[Row],
+        config: &ScalerConfig,
+        zone: &jiff::tz::TimeZone,
+    ) -> anyhow::Result<()> {
         if let Some(path) = &self.csv {
-            output::csv(path, &rows)?;
+            output::csv(path, rows)?;
         }
         if let Some(path) = &self.json {
-            output::json(path, &header, &rows)?;
+            output::json(path, header, rows)?;
         }
         if self.plot.is_some() || self.png.is_some() {
             let title = format!(
                 "{}/{}: {} target {} per replica",
-                history.namespace, config.cluster, config.metric, config.target
+                header.namespace, config.cluster, config.metric, config.target
             );
             let frame = plot::Frame {
                 title: &title,
-                load_label,
-                zone: &zone,
+                load_label: load_label(config.metric),
+                zone,
                 zone_name: &self.time_zone,
                 min_replicas: config.min_replicas,
                 max_replicas: config.max_replicas,
             };
-            let svg = plot::svg_text(&frame, &rows)?;
+            let svg = plot::svg_text(&frame, rows)?;
             if let Some(path) = &self.plot {
                 plot::write_svg(path, &svg)?;
             }
             if let Some(path) = &self.png {
                 plot::write_png(path, &svg)?;
-            }
-        }
-        let mut tally = Tally::default();
-        for row in &rows {
-            tally.add(row, overload_above);
-        }
-        let summary = summary(&tally, step, overload_above, load_label);
-        match self.output {
-            None => print!("{summary}"),
-            Some(format) => {
-                output::print_rows(format, &header, &rows, &zone)?;
-                eprint!("{summary}");
             }
         }
         Ok(())
@@ -568,6 +625,16 @@ struct SweepInputs {
 }
 
 /// A progress bar on a terminal; nothing otherwise (logs and pipes stay clean).
+/// The load axis' label.
+fn load_label(metric: Metric) -> &'static str {
+    match metric {
+        Metric::ReadConnections => "active connections",
+        Metric::ReadCpuUtilization => "CPU millicores",
+        Metric::ReadConnectionUsage => "connection usage (%)",
+        Metric::ReadCommandsPerSecond => "read commands per second",
+    }
+}
+
 fn progress_bar(total: u64, what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();

@@ -10,7 +10,7 @@ use std::ops::RangeInclusive;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::promql::{QueryError, Target, checked_value, part};
+use super::{QueryError, Target, checked_value, part};
 use names::echo;
 
 /// Per evaluation time (Unix seconds), `part` → value.
@@ -98,7 +98,7 @@ impl Sink<'_> {
 }
 
 /// Parses a range answer of a one-cluster decision query for `target` (see
-/// [`crate::promql::parse_matrix`]).
+/// [`super::parse_matrix`]).
 pub fn parse(
     body: &[u8],
     target: &Target,
