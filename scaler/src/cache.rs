@@ -36,7 +36,7 @@ use crate::observe::{Evaluate, ObserveError};
 use scaler_core::evaluate::Evaluation;
 use scaler_core::metadata::ScalerConfig;
 
-/// Default `--max-cached-objects`: a fleet of this many ScaledObjects fits (about 4 KiB each,
+/// Default `--max-cached-objects`: a fleet of this many ScaledObjects fits (about 3.5 KiB each,
 /// docs/benchmarks.md); larger fleets raise it.
 pub const DEFAULT_CAPACITY: usize = 10_000;
 

@@ -455,3 +455,54 @@ async fn a_key_evicted_during_its_refresh_leaves_no_gauges() {
         "gauges of the evicted key:\n{text}"
     );
 }
+
+#[tokio::test]
+async fn a_decision_publishes_one_series_per_gauge_and_forgetting_drops_them() {
+    let fake = Fake::default();
+    let (cache, registry) = bounded(&fake, 10_000, 20_000, 16);
+    cache.get(key("so")).await.unwrap();
+    let encode = || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    };
+    let text = encode();
+    let object: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("scaledobject=\"so\""))
+        .collect();
+    let labels = "namespace=\"ns\",scaledobject=\"so\",cluster=\"pg\"";
+    let expected = [
+        format!("scaler_decision_desired_instances{{{labels}}} 2"),
+        format!("scaler_decision_recommended_instances{{{labels}}} 2"),
+        format!("scaler_decision_reason{{{labels},reason=\"load\"}} 1"),
+        format!("scaler_decision_convergence_backoff{{{labels}}} 0"),
+        format!("scaler_decision_current_instances{{{labels}}} 3"),
+        format!("scaler_decision_load{{{labels}}} 1.0"),
+        format!("scaler_decision_target{{{labels}}} 1.0"),
+        format!("scaler_decision_brake{{{labels},state=\"off\"}} 1"),
+        format!("scaler_decision_signal{{{labels},signal=\"ReadConnections\"}} 1"),
+    ];
+    assert_eq!(object, expected, "{text}");
+    for family in [
+        "decision_desired_instances",
+        "decision_load",
+        "decision_reason",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE scaler_{family} gauge\n")),
+            "{text}"
+        );
+    }
+    assert!(text.contains("# HELP scaler_decision_desired_instances Instance count currently served per ScaledObject.\n"));
+    // Absent series leave their family out, as an empty family is.
+    assert!(
+        !text.contains("scaler_decision_replication_lag_seconds"),
+        "{text}"
+    );
+
+    cache.evict_idle(Instant::now() + Duration::from_secs(3600));
+    let text = encode();
+    assert!(!text.contains("scaledobject=\"so\""), "{text}");
+    assert!(!text.contains("# TYPE scaler_decision_load"), "{text}");
+}

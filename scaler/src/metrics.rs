@@ -25,15 +25,20 @@
 //! | `scaler_cache_entries` | gauge | – |
 //! | `scaler_cache_evictions_total` | counter | `cache` (`decisions`, `metadata`), `cause` (`idle`, `capacity`) |
 //! | `scaler_active_streams` | gauge | – |
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
 
 use scaler_core::decision::{Brake, ConvergencePhase, Reason};
 use scaler_core::evaluate::Evaluation;
@@ -76,38 +81,6 @@ pub struct ObjectLabels {
     pub cluster: Arc<str>,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ObjectReasonLabels {
-    namespace: Arc<str>,
-    scaledobject: Arc<str>,
-    cluster: Arc<str>,
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ObjectSignalLabels {
-    namespace: Arc<str>,
-    scaledobject: Arc<str>,
-    cluster: Arc<str>,
-    signal: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ObjectBrakeLabels {
-    namespace: Arc<str>,
-    scaledobject: Arc<str>,
-    cluster: Arc<str>,
-    state: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ObjectCodeLabels {
-    namespace: Arc<str>,
-    scaledobject: Arc<str>,
-    cluster: Arc<str>,
-    code: &'static str,
-}
-
 /// Every code an evaluation failure is answered with ([`crate::grpc::observe_code`]), so
 /// [`Metrics::forget`] can drop each per-ScaledObject error series.
 pub const OBSERVE_CODES: [tonic::Code; 3] = [
@@ -117,7 +90,6 @@ pub const OBSERVE_CODES: [tonic::Code; 3] = [
 ];
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
-type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Handles to every metric; cheap to clone (all `Arc` inside).
 #[derive(Clone, Debug)]
@@ -129,19 +101,8 @@ pub struct Metrics {
     query_clusters: Histogram,
     refresh_duration: Histogram,
     decisions: Family<ReasonLabels, Counter>,
-    desired: Family<ObjectLabels, Gauge>,
-    recommended: Family<ObjectLabels, Gauge>,
-    reason: Family<ObjectReasonLabels, Gauge>,
-    quota_ceiling: Family<ObjectLabels, Gauge>,
-    convergence_backoff: Family<ObjectLabels, Gauge>,
-    current: Family<ObjectLabels, Gauge>,
-    load: Family<ObjectLabels, FloatGauge>,
-    target: Family<ObjectLabels, FloatGauge>,
-    lag: Family<ObjectLabels, FloatGauge>,
-    lag_threshold: Family<ObjectLabels, FloatGauge>,
-    brake: Family<ObjectBrakeLabels, Gauge>,
-    signal: Family<ObjectSignalLabels, Gauge>,
-    object_errors: Family<ObjectCodeLabels, Counter>,
+    /// Every `scaler_decision_*` gauge and `scaler_scaledobject_errors_total`.
+    objects: Arc<Objects>,
     pub cache_entries: Gauge,
     evictions: Family<EvictionLabels, Counter>,
     pub active_streams: Gauge,
@@ -170,19 +131,7 @@ impl Metrics {
             // 10 ms .. ~40 s: a tick runs its batches a few at a time, each within the timeout.
             refresh_duration: Histogram::new(exponential_buckets(0.01, 2.3, 11)),
             decisions: Family::default(),
-            desired: Family::default(),
-            recommended: Family::default(),
-            reason: Family::default(),
-            quota_ceiling: Family::default(),
-            convergence_backoff: Family::default(),
-            current: Family::default(),
-            load: Family::default(),
-            target: Family::default(),
-            lag: Family::default(),
-            lag_threshold: Family::default(),
-            brake: Family::default(),
-            signal: Family::default(),
-            object_errors: Family::default(),
+            objects: Arc::default(),
             cache_entries: Gauge::default(),
             evictions: Family::default(),
             active_streams: Gauge::default(),
@@ -223,72 +172,7 @@ impl Metrics {
             "Decisions computed, by reason",
             this.decisions.clone(),
         );
-        r.register(
-            "decision_desired_instances",
-            "Instance count currently served per ScaledObject",
-            this.desired.clone(),
-        );
-        r.register(
-            "decision_recommended_instances",
-            "Instance count load and bounds ask for (differs from desired under brake or dry-run)",
-            this.recommended.clone(),
-        );
-        r.register(
-            "decision_reason",
-            "1 for the reason of the current decision per ScaledObject",
-            this.reason.clone(),
-        );
-        r.register(
-            "decision_quota_ceiling_instances",
-            "Largest instance count the namespace's ResourceQuotas fit (max with current and floor)",
-            this.quota_ceiling.clone(),
-        );
-        r.register(
-            "decision_convergence_backoff",
-            "Hold number of a scale-up that did not converge within the deadline; 0 otherwise",
-            this.convergence_backoff.clone(),
-        );
-        r.register(
-            "decision_current_instances",
-            "Instance count the decision started from (the Cluster's, else the instance series')",
-            this.current.clone(),
-        );
-        r.register(
-            "decision_load",
-            "Read load over the replicas the decision used, in the trigger metric's unit",
-            this.load.clone(),
-        );
-        r.register(
-            "decision_target",
-            "Load per replica the decision aims for (trigger metadata target)",
-            this.target.clone(),
-        );
-        r.register(
-            "decision_replication_lag_seconds",
-            "Largest replica lag over 5 minutes the decision saw; absent when unknown",
-            this.lag.clone(),
-        );
-        r.register(
-            "decision_max_replication_lag_seconds",
-            "The lag brake's threshold (trigger metadata maxReplicationLagSeconds); absent when the brake is off",
-            this.lag_threshold.clone(),
-        );
-        r.register(
-            "decision_brake",
-            "1 for the lag brake's current state (off, clear, idle-lag, engaged) per ScaledObject",
-            this.brake.clone(),
-        );
-        r.register(
-            "decision_signal",
-            "1 for the signal (metric) whose load asked for the most replicas per ScaledObject",
-            this.signal.clone(),
-        );
-        r.register(
-            "scaledobject_errors",
-            "Failed evaluations per ScaledObject, by the gRPC code KEDA got; bounded by the \
-             decision cache (--max-cached-objects) and dropped with the ScaledObject's gauges",
-            this.object_errors.clone(),
-        );
+        r.register_collector(Box::new(this.objects.clone()));
         r.register(
             "cache_entries",
             "ScaledObject decisions held in the cache",
@@ -346,151 +230,299 @@ impl Metrics {
     pub fn decision(&self, object: &ObjectLabels, evaluation: &Evaluation) {
         let decision = &evaluation.decision;
         let observed = &evaluation.observation;
-        self.current
-            .get_or_create(object)
-            .set(i64::from(observed.current));
-        self.load.get_or_create(object).set(observed.load);
-        self.target
-            .get_or_create(object)
-            .set(evaluation.policy.target);
-        match observed.max_lag_seconds {
-            Some(lag) => _ = self.lag.get_or_create(object).set(lag),
-            None => _ = self.lag.remove(object),
-        }
-        match evaluation.policy.max_lag_seconds {
-            threshold if threshold > 0.0 => {
-                _ = self.lag_threshold.get_or_create(object).set(threshold)
-            }
-            _ => _ = self.lag_threshold.remove(object),
-        }
-        for metric in Metric::ALL {
-            let labels = signal_labels(object, metric);
-            if metric == decision.signal {
-                self.signal.get_or_create(&labels).set(1);
-            } else {
-                self.signal.remove(&labels);
-            }
-        }
-        for state in BRAKE_STATES {
-            let labels = brake_labels(object, state);
-            if state == decision.brake {
-                self.brake.get_or_create(&labels).set(1);
-            } else {
-                self.brake.remove(&labels);
-            }
-        }
+        let published = Published {
+            desired: i64::from(decision.desired),
+            recommended: i64::from(decision.recommended),
+            reason: decision.reason,
+            quota_ceiling: decision.quota_ceiling.map(i64::from),
+            backoff: match decision.convergence {
+                ConvergencePhase::Hold { attempt, .. }
+                | ConvergencePhase::Retry { attempt, .. } => i64::from(attempt),
+                _ => 0,
+            },
+            current: i64::from(observed.current),
+            load: observed.load,
+            target: evaluation.policy.target,
+            lag: observed.max_lag_seconds,
+            lag_threshold: Some(evaluation.policy.max_lag_seconds).filter(|t| *t > 0.0),
+            brake: decision.brake,
+            signal: decision.signal,
+        };
+        self.objects
+            .update(object, |series| series.decision = Some(published));
         self.decisions
             .get_or_create(&ReasonLabels {
                 reason: decision.reason.as_str(),
             })
             .inc();
-        self.desired
-            .get_or_create(object)
-            .set(i64::from(decision.desired));
-        self.recommended
-            .get_or_create(object)
-            .set(i64::from(decision.recommended));
-        match decision.quota_ceiling {
-            Some(cap) => _ = self.quota_ceiling.get_or_create(object).set(i64::from(cap)),
-            None => _ = self.quota_ceiling.remove(object),
-        }
-        let backoff = match decision.convergence {
-            ConvergencePhase::Hold { attempt, .. } | ConvergencePhase::Retry { attempt, .. } => {
-                attempt
-            }
-            _ => 0,
-        };
-        self.convergence_backoff
-            .get_or_create(object)
-            .set(i64::from(backoff));
-        for reason in Reason::ALL {
-            let labels = reason_labels(object, reason);
-            if reason == decision.reason {
-                self.reason.get_or_create(&labels).set(1);
-            } else {
-                self.reason.remove(&labels);
-            }
-        }
     }
 
     /// One failed evaluation of a ScaledObject the cache holds.
     pub fn object_error(&self, object: &ObjectLabels, code: tonic::Code) {
-        self.object_errors
-            .get_or_create(&code_labels(object, code))
-            .inc();
+        // Any other code is counted as Unavailable, the backend's (observe_code gives only these).
+        let index = OBSERVE_CODES.iter().position(|c| *c == code).unwrap_or(0);
+        self.objects
+            .update(object, |series| series.errors[index] += 1);
     }
 
     /// Drops one ScaledObject's gauges and error counters (after cache eviction).
     pub fn forget(&self, object: &ObjectLabels) {
-        for code in OBSERVE_CODES {
-            self.object_errors.remove(&code_labels(object, code));
-        }
-        self.desired.remove(object);
-        self.recommended.remove(object);
-        self.quota_ceiling.remove(object);
-        self.convergence_backoff.remove(object);
-        self.current.remove(object);
-        self.load.remove(object);
-        self.target.remove(object);
-        self.lag.remove(object);
-        self.lag_threshold.remove(object);
-        for state in BRAKE_STATES {
-            self.brake.remove(&brake_labels(object, state));
-        }
-        for metric in Metric::ALL {
-            self.signal.remove(&signal_labels(object, metric));
-        }
-        for reason in Reason::ALL {
-            self.reason.remove(&reason_labels(object, reason));
+        write(&self.objects.0).remove(object);
+    }
+}
+
+/// Every ScaledObject's decision gauges and error counters, one map entry per ScaledObject,
+/// encoded into their families at scrape time. One prometheus-client family per gauge held a
+/// label set and an allocated gauge per series: a dozen of each per ScaledObject, most of the
+/// scaler's memory at 20,000 ScaledObjects (docs/benchmarks.md).
+#[derive(Debug, Default)]
+struct Objects(RwLock<HashMap<ObjectLabels, ObjectSeries>>);
+
+#[derive(Debug, Default)]
+struct ObjectSeries {
+    /// The last decision published; none before the first.
+    decision: Option<Published>,
+    /// Failed evaluations by [`OBSERVE_CODES`] index; zero: no series.
+    errors: [u64; OBSERVE_CODES.len()],
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Published {
+    desired: i64,
+    recommended: i64,
+    reason: Reason,
+    /// Absent without a limiting quota.
+    quota_ceiling: Option<i64>,
+    backoff: i64,
+    current: i64,
+    load: f64,
+    target: f64,
+    /// Absent when unknown.
+    lag: Option<f64>,
+    /// Absent when the brake is off.
+    lag_threshold: Option<f64>,
+    brake: Brake,
+    signal: Metric,
+}
+
+impl Objects {
+    fn update(&self, object: &ObjectLabels, change: impl FnOnce(&mut ObjectSeries)) {
+        let mut objects = write(&self.0);
+        match objects.get_mut(object) {
+            Some(series) => change(series),
+            None => change(objects.entry(object.clone()).or_default()),
         }
     }
 }
 
-fn signal_labels(object: &ObjectLabels, metric: Metric) -> ObjectSignalLabels {
-    ObjectSignalLabels {
-        namespace: object.namespace.clone(),
-        scaledobject: object.scaledobject.clone(),
-        cluster: object.cluster.clone(),
-        signal: metric.as_str(),
+/// One sample of a family: its extra label (besides the ScaledObject's) and value.
+enum Sample {
+    Int(Option<(&'static str, &'static str)>, i64),
+    Float(f64),
+    Count(&'static str, u64),
+}
+
+/// A family's samples for one ScaledObject, given to the sink in turn.
+type Samples = fn(&ObjectSeries, &mut dyn FnMut(Sample) -> fmt::Result) -> fmt::Result;
+
+/// Name, help and type of each family, and how one ScaledObject's samples are read.
+const FAMILIES: [(&str, &str, MetricType, Samples); 13] = [
+    (
+        "decision_desired_instances",
+        "Instance count currently served per ScaledObject.",
+        MetricType::Gauge,
+        |s, out| {
+            s.decision
+                .map_or(Ok(()), |d| out(Sample::Int(None, d.desired)))
+        },
+    ),
+    (
+        "decision_recommended_instances",
+        "Instance count load and bounds ask for (differs from desired under brake or dry-run).",
+        MetricType::Gauge,
+        |s, out| {
+            s.decision
+                .map_or(Ok(()), |d| out(Sample::Int(None, d.recommended)))
+        },
+    ),
+    (
+        "decision_reason",
+        "1 for the reason of the current decision per ScaledObject.",
+        MetricType::Gauge,
+        |s, out| {
+            s.decision.map_or(Ok(()), |d| {
+                out(Sample::Int(Some(("reason", d.reason.as_str())), 1))
+            })
+        },
+    ),
+    (
+        "decision_quota_ceiling_instances",
+        "Largest instance count the namespace's ResourceQuotas fit (max with current and floor).",
+        MetricType::Gauge,
+        |s, out| {
+            s.decision
+                .and_then(|d| d.quota_ceiling)
+                .map_or(Ok(()), |v| out(Sample::Int(None, v)))
+        },
+    ),
+    (
+        "decision_convergence_backoff",
+        "Hold number of a scale-up that did not converge within the deadline; 0 otherwise.",
+        MetricType::Gauge,
+        |s, out| {
+            s.decision
+                .map_or(Ok(()), |d| out(Sample::Int(None, d.backoff)))
+        },
+    ),
+    (
+        "decision_current_instances",
+        "Instance count the decision started from (the Cluster's, else the instance series').",
+        MetricType::Gauge,
+        |s, out| {
+            s.decision
+                .map_or(Ok(()), |d| out(Sample::Int(None, d.current)))
+        },
+    ),
+    (
+        "decision_load",
+        "Read load over the replicas the decision used, in the trigger metric's unit.",
+        MetricType::Gauge,
+        |s, out| s.decision.map_or(Ok(()), |d| out(Sample::Float(d.load))),
+    ),
+    (
+        "decision_target",
+        "Load per replica the decision aims for (trigger metadata target).",
+        MetricType::Gauge,
+        |s, out| s.decision.map_or(Ok(()), |d| out(Sample::Float(d.target))),
+    ),
+    (
+        "decision_replication_lag_seconds",
+        "Largest replica lag over 5 minutes the decision saw; absent when unknown.",
+        MetricType::Gauge,
+        |s, out| {
+            s.decision
+                .and_then(|d| d.lag)
+                .map_or(Ok(()), |v| out(Sample::Float(v)))
+        },
+    ),
+    (
+        "decision_max_replication_lag_seconds",
+        "The lag brake's threshold (trigger metadata maxReplicationLagSeconds); absent when the brake is off.",
+        MetricType::Gauge,
+        |s, out| {
+            s.decision
+                .and_then(|d| d.lag_threshold)
+                .map_or(Ok(()), |v| out(Sample::Float(v)))
+        },
+    ),
+    (
+        "decision_brake",
+        "1 for the lag brake's current state (off, clear, idle-lag, engaged) per ScaledObject.",
+        MetricType::Gauge,
+        |s, out| {
+            s.decision.map_or(Ok(()), |d| {
+                out(Sample::Int(Some(("state", brake_name(d.brake))), 1))
+            })
+        },
+    ),
+    (
+        "decision_signal",
+        "1 for the signal (metric) whose load asked for the most replicas per ScaledObject.",
+        MetricType::Gauge,
+        |s, out| {
+            s.decision.map_or(Ok(()), |d| {
+                out(Sample::Int(Some(("signal", d.signal.as_str())), 1))
+            })
+        },
+    ),
+    (
+        "scaledobject_errors",
+        "Failed evaluations per ScaledObject, by the gRPC code KEDA got; bounded by the decision \
+      cache (--max-cached-objects) and dropped with the ScaledObject's gauges.",
+        MetricType::Counter,
+        |s, out| {
+            for (code, count) in OBSERVE_CODES.iter().zip(s.errors) {
+                if count > 0 {
+                    out(Sample::Count(code_name(*code), count))?;
+                }
+            }
+            Ok(())
+        },
+    ),
+];
+
+/// A ScaledObject's labels and, for some families, one more.
+struct Labelled<'a>(&'a ObjectLabels, Option<(&'static str, &'static str)>);
+
+impl EncodeLabelSet for Labelled<'_> {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
+        EncodeLabelSet::encode(self.0, encoder)?;
+        match self.1 {
+            Some(label) => EncodeLabel::encode(&label, encoder.encode_label()),
+            None => Ok(()),
+        }
     }
 }
 
-fn code_labels(object: &ObjectLabels, code: tonic::Code) -> ObjectCodeLabels {
-    ObjectCodeLabels {
-        namespace: object.namespace.clone(),
-        scaledobject: object.scaledobject.clone(),
-        cluster: object.cluster.clone(),
-        code: code_name(code),
+impl Collector for Objects {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let objects = read(&self.0);
+        for (name, help, kind, samples) in FAMILIES {
+            // A family without series is left out, as prometheus-client leaves an empty one out.
+            let mut any = false;
+            for series in objects.values() {
+                samples(series, &mut |_| {
+                    any = true;
+                    Ok(())
+                })?;
+                if any {
+                    break;
+                }
+            }
+            if !any {
+                continue;
+            }
+            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+            for (object, series) in objects.iter() {
+                samples(series, &mut |sample| {
+                    let encode = |family: &mut MetricEncoder, extra, metric: &dyn EncodeMetric| {
+                        metric.encode(family.encode_family(&Labelled(object, extra))?)
+                    };
+                    match sample {
+                        Sample::Int(extra, v) => encode(&mut family, extra, &ConstGauge::new(v)),
+                        Sample::Float(v) => encode(&mut family, None, &ConstGauge::new(v)),
+                        Sample::Count(code, v) => {
+                            encode(&mut family, Some(("code", code)), &ConstCounter::new(v))
+                        }
+                    }
+                })?;
+            }
+        }
+        Ok(())
     }
 }
 
-fn reason_labels(object: &ObjectLabels, reason: Reason) -> ObjectReasonLabels {
-    ObjectReasonLabels {
-        namespace: object.namespace.clone(),
-        scaledobject: object.scaledobject.clone(),
-        cluster: object.cluster.clone(),
-        reason: reason.as_str(),
+/// The lag brake's state as its label value.
+fn brake_name(state: Brake) -> &'static str {
+    // Exhaustive: a new state fails to compile here until it has a label value.
+    match state {
+        Brake::Off => "off",
+        Brake::Clear => "clear",
+        Brake::IdleLag => "idle-lag",
+        Brake::Engaged => "engaged",
     }
+}
+
+// Poisoning only follows a panic while holding the lock; the map is still consistent.
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// grpc-go's spelling of status codes, as `grpc_code` labels usually carry.
-const BRAKE_STATES: [Brake; 4] = [Brake::Off, Brake::Clear, Brake::IdleLag, Brake::Engaged];
-
-fn brake_labels(object: &ObjectLabels, state: Brake) -> ObjectBrakeLabels {
-    ObjectBrakeLabels {
-        namespace: object.namespace.clone(),
-        scaledobject: object.scaledobject.clone(),
-        cluster: object.cluster.clone(),
-        // Exhaustive: a new state fails to compile here until it has a label value.
-        state: match state {
-            Brake::Off => "off",
-            Brake::Clear => "clear",
-            Brake::IdleLag => "idle-lag",
-            Brake::Engaged => "engaged",
-        },
-    }
-}
-
 pub fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {

@@ -56,12 +56,16 @@ async def burst(address: str, n: int = FLEET, so=so) -> list[tuple[float | None,
         ref = pb2.ScaledObjectRef(name=name, namespace=ns,
                                   scalerMetadata=metadata(name, target="5", max_replicas="10"))
         start = time.monotonic()
+        call = stub.GetMetrics(pb2.GetMetricsRequest(
+            scaledObjectRef=ref, metricName=f"cnpg-{name}-readconnections"), timeout=DEADLINE)
         try:
-            resp = await stub.GetMetrics(pb2.GetMetricsRequest(
-                scaledObjectRef=ref, metricName=f"cnpg-{name}-readconnections"), timeout=DEADLINE)
+            # Bounded here too: a connection the server closed (GOAWAY) can leave a call hanging.
+            resp = await asyncio.wait_for(call, DEADLINE + 5)
             return resp.metricValues[0].metricValueFloat, "OK", time.monotonic() - start
         except grpc.aio.AioRpcError as e:
             return None, e.code().name, time.monotonic() - start
+        except asyncio.TimeoutError:
+            return None, "CLIENT_HUNG", time.monotonic() - start
 
     async with grpc.aio.insecure_channel(address) as operator, \
             grpc.aio.insecure_channel(address) as adapter:

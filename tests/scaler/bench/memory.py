@@ -1,10 +1,13 @@
 """Resident memory of `scaler serve` binaries side by side, at one fleet size (figures, not a test).
 
 For each binary in turn, against one real VictoriaMetrics holding --n clusters' CNPG series: start
-`scaler serve` (default flags, --refresh-interval 15s), ask every ScaledObject once with ghz (cold
-fill), then poll the whole fleet like KEDA (--polls calls per ScaledObject per refresh interval) for
---windows intervals, then leave it idle (refresh ticks only) for two intervals. VmRSS is sampled every
-15 s throughout, VmHWM at the end. Give the baseline binary first (for example the previous commit's
+`scaler serve` (default flags but --max-cached-objects --n, so the whole fleet is held;
+--refresh-interval 15s), ask every ScaledObject once with ghz (cold fill), then poll the whole fleet
+like KEDA (--polls calls per ScaledObject per refresh interval) for --windows intervals, then leave
+it idle (refresh ticks only) for two intervals. VmRSS is sampled every 5 s throughout (the largest
+per phase: start, fill, polling, idle), VmHWM at the end, and the process's CPU seconds (user +
+system) per phase. One binary under two labels, one with --env, measures an allocator setting.
+Give the baseline binary first (for example the previous commit's
 release build, copied aside) and the candidate after it: both run in the same VictoriaMetrics, on the
 same series, in one run, so the machine's load hits both alike.
 
@@ -27,38 +30,62 @@ from testkit import hwm_kib, rss_kib  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
 
 REFRESH = 15
+SAMPLE = 5  # seconds between VmRSS samples
 
 
-def measure(label: str, binary: str, vm, data: str, args, work: str) -> dict:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str) -> dict:
     os.environ["SCALER_BIN"] = os.path.abspath(binary)
-    scaler = Scaler(work, vm.url, "--log-level", "warn", refresh=f"{REFRESH}s").start()
+    # The whole fleet held: a smaller --max-cached-objects would measure evictions, not the fleet.
+    scaler = Scaler(work, vm.url, "--log-level", "warn", "--max-cached-objects", str(args.n),
+                    refresh=f"{REFRESH}s", env=env).start()
     try:
-        pid, started, samples = scaler.proc.pid, time.time(), []
+        pid, started, samples, cpu = scaler.proc.pid, time.time(), [], {}
+        phase, done = ["start"], threading.Event()
 
-        def sample(phase: str):
-            samples.append({"phase": phase, "s": round(time.time() - started), "rss_mib": rss_kib(pid) // 1024})
-
-        fill = summary(ghz(args.ghz, scaler.address, data, total=args.n, concurrency=64, timeout="60s"))
-        sample("filled")
-        done = threading.Event()
+        def sample():
+            samples.append({"phase": phase[0], "s": round(time.time() - started),
+                            "rss_mib": round(rss_kib(pid) / 1024, 1)})
 
         def sampler():
-            while not done.wait(REFRESH):
-                sample("polling")
+            while not done.wait(SAMPLE):
+                sample()
 
+        def enter(name: str):
+            sample()
+            cpu[phase[0]] = cpu_s(pid) - sum(cpu.values())
+            phase[0] = name
+
+        sample()
         thread = threading.Thread(target=sampler)
         thread.start()
-        steady = summary(ghz(args.ghz, scaler.address, data, total=args.n * args.polls * args.windows,
-                             rps=args.n * args.polls / REFRESH, concurrency=50))
-        done.set()
-        thread.join()
-        for _ in range(2):
-            time.sleep(REFRESH)
-            sample("idle")
-        return {"binary": label, "scaledobjects": args.n, "fill_errors": fill["errors"],
+        try:
+            enter("fill")
+            fill = summary(ghz(args.ghz, scaler.address, data, total=args.n, concurrency=64, timeout="60s"))
+            enter("polling")
+            steady = summary(ghz(args.ghz, scaler.address, data, total=args.n * args.polls * args.windows,
+                                 rps=args.n * args.polls / REFRESH, concurrency=50))
+            enter("idle")
+            time.sleep(2 * REFRESH)
+            enter("end")
+        finally:
+            done.set()
+            thread.join()
+        by_phase = {}
+        for s in samples:
+            by_phase.setdefault(s["phase"], []).append(s["rss_mib"])
+        return {"binary": label, "env": env, "scaledobjects": args.n, "fill_errors": fill["errors"],
                 "polling_rps": steady["rps"], "polling_GetMetrics_p99_ms": steady["p99_ms"],
-                "polling_errors": steady["errors"], "rss": samples, "hwm_mib": hwm_kib(pid) // 1024,
-                "loadavg": loadavg()}
+                "polling_errors": steady["errors"],
+                "rss_max_mib": {k: max(v) for k, v in by_phase.items()},
+                "hwm_mib": round(hwm_kib(pid) / 1024, 1),
+                "cpu_s": {k: round(v, 2) for k, v in cpu.items()}, "rss": samples, "loadavg": loadavg()}
     finally:
         scaler.stop()
 
@@ -68,18 +95,24 @@ def main():
     ap.add_argument("--ghz", required=True, help="ghz binary (tests/scaler/bench/setup.sh)")
     ap.add_argument("--binary", action="append", required=True, metavar="LABEL=PATH",
                     help="a scaler release binary to measure, in order (repeat: baseline first)")
+    ap.add_argument("--env", action="append", default=[], metavar="LABEL:NAME=VALUE",
+                    help="an environment variable for the binary LABEL (repeat), e.g. after:MIMALLOC_PURGE_DELAY=0")
     ap.add_argument("--n", type=int, default=20000, help="ScaledObjects (one CNPG cluster each)")
     ap.add_argument("--polls", type=int, default=2, help="calls per ScaledObject per refresh interval")
     ap.add_argument("--windows", type=int, default=6, help="refresh intervals of polling")
     args = ap.parse_args()
     binaries = [b.split("=", 1) for b in args.binary]
+    envs = {}
+    for e in args.env:
+        label, var = e.split(":", 1)
+        envs.setdefault(label, {}).update([var.split("=", 1)])
     with tempfile.TemporaryDirectory(prefix="scaler-memory-") as work:
         vm = VictoriaMetrics(os.path.join(work, "vm")).start()
         try:
             load_series(vm, args.n)
             data = write_requests(os.path.join(work, "fleet.json"), range(args.n))
             for label, binary in binaries:
-                print(json.dumps(measure(label, binary, vm, data, args, work)), flush=True)
+                print(json.dumps(measure(label, binary, envs.get(label, {}), vm, data, args, work)), flush=True)
         finally:
             vm.stop()
 

@@ -4,8 +4,10 @@
 For each fleet size, one real VictoriaMetrics holding bench.py's fleet; for each mode, "before"
 (`--cold-batch-window 0s`: every cold ScaledObject its own query, as the scaler did before the
 window) and "after" (the defaults): start `scaler serve`, ask every ScaledObject once, all at
-once, over two connections with KEDA's 3 s deadline (test_restart.py's client), and count
-VictoriaMetrics' own queries of that first refresh interval; then one steady refresh tick's.
+once, over two connections with KEDA's 3 s deadline, and count VictoriaMetrics' own queries of
+that first refresh interval; then one steady refresh tick's. The client is test_restart.py's
+(Python, about 1,000 calls a second at most on this machine, so past that it is the client that
+is measured), or with --ghz a Go one (ghz: one worker per ScaledObject, all started at once).
 
   PYTHONPATH=tests/lib $COZY_TOOLS/venv/bin/python tests/scaler/bench/restart.py \
     --scaler target/release/scaler --sizes 1000,10000
@@ -21,6 +23,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench import load_series, loadavg, so  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
+from side_by_side import ghz, summary, write_requests  # noqa: E402
 from test_restart import burst, ticks  # noqa: E402
 from testkit import wait_until  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
@@ -34,7 +37,12 @@ def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
                     *flags, refresh=f"{args.refresh}s").start()
     try:
         started = time.monotonic()
-        answers = asyncio.run(burst(scaler.address, n, so))
+        if args.ghz:
+            run = ghz(args.ghz, scaler.address, args.requests, total=n, concurrency=n, connections=2,
+                      timeout=f"{DEADLINE:g}s")
+            answers = None
+        else:
+            answers = asyncio.run(burst(scaler.address, n, so))
         burst_s = time.monotonic() - started
         # The rest of the first refresh interval after the start (its first tick has nothing due).
         time.sleep(max(0.0, args.refresh - (time.monotonic() - started)))
@@ -44,16 +52,24 @@ def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
         q1, t = vm.query_requests(), ticks(scaler)
         wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
         steady = vm.query_requests() - q1
-        late = sorted(a[2] for a in answers)
-        codes = {}
-        for a in answers:
-            codes[a[1]] = codes.get(a[1], 0) + 1
+        if answers is None:
+            got = summary(run)
+            answered = {"client": "ghz", "codes": {"OK": got["ok"], **got["errors"]},
+                        "answer_p50_s": round(got["p50_ms"] / 1000, 3),
+                        "answer_max_s": round(run["slowest"] / 1e9, 3),
+                        "answers_past_deadline": n - got["ok"]}
+        else:
+            late = sorted(a[2] for a in answers)
+            codes = {}
+            for a in answers:
+                codes[a[1]] = codes.get(a[1], 0) + 1
+            answered = {"client": "python", "codes": codes,
+                        "answer_p50_s": round(late[len(late) // 2], 3), "answer_max_s": round(late[-1], 3),
+                        "answers_past_deadline": sum(1 for x in late if x >= DEADLINE)}
         return {"part": "start burst", "scaledobjects": n, "mode": mode, "flags": " ".join(flags) or "(defaults)",
                 "queries_first_refresh": first, "queries_steady_tick": steady,
                 "ratio_first_over_steady": round(first / steady, 2) if steady else None,
-                "burst_s": round(burst_s, 2), "codes": codes,
-                "answer_p50_s": round(late[len(late) // 2], 3), "answer_max_s": round(late[-1], 3),
-                "answers_past_deadline": sum(1 for x in late if x >= DEADLINE), "loadavg": loadavg()}
+                "burst_s": round(burst_s, 2), **answered, "loadavg": loadavg()}
     finally:
         scaler.stop()
 
@@ -65,6 +81,8 @@ def main():
     ap.add_argument("--refresh", type=float, default=15)
     ap.add_argument("--modes", default="before,after")
     ap.add_argument("--json")
+    ap.add_argument("--ghz", help="burst with ghz (tests/scaler/bench/setup.sh) instead of the Python client")
+    ap.add_argument("--max-streams", type=int, help="--max-streams-per-connection for every mode")
     args = ap.parse_args()
     os.environ["SCALER_BIN"] = os.path.abspath(args.scaler)
     figures = [{"cpus": os.cpu_count(), "loadavg_start": loadavg(), "scaler": args.scaler}]
@@ -74,10 +92,12 @@ def main():
             vm = VictoriaMetrics(os.path.join(work, f"vm-{n}")).start()
             try:
                 load_series(vm, n)
+                args.requests = write_requests(os.path.join(work, f"fleet-{n}.json"), range(n))
                 modes = {"before": ["--cold-batch-window", "0s"], "after": [],
                          "after-100ms": ["--cold-batch-window", "100ms"]}
                 for mode in args.modes.split(","):
-                    flags = modes[mode]
+                    flags = modes[mode] + (["--max-streams-per-connection", str(args.max_streams)]
+                                           if args.max_streams else [])
                     figures.append(measure(args, vm, n, mode, flags, work))
                     print(json.dumps(figures[-1]), flush=True)
             finally:
