@@ -67,8 +67,9 @@ def test_pod_knobs_reach_each_component(helm, component):
     # What the component needs is kept beside the extras.
     if component != "shard-controller":
         assert any(v["name"] == "tls" for v in pod["volumes"])
-    if component == "scaler":  # its Events name the replica
+    if component == "scaler":  # its Events name the replica; mimalloc returns freed pages at once
         assert any(e["name"] == "POD_NAME" for e in c["env"])
+        assert {"name": "MIMALLOC_PURGE_DELAY", "value": "0"} in c["env"]
     elif component == "shard-controller":
         assert {e["name"] for e in c["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
     defaults = pod_of(render(helm), component)["spec"]
