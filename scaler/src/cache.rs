@@ -32,13 +32,56 @@ use tracing::{debug, info, warn};
 use crate::events::{Events, transition};
 use crate::gather::{Arrival, Gathering};
 use crate::metrics::{Metrics, ObjectLabels};
-use crate::observe::{Evaluate, ObserveError};
-use scaler_core::evaluate::Evaluation;
+use crate::topology::TopologyError;
+use scaler_core::evaluate::{EvaluateError, Evaluation};
 use scaler_core::metadata::ScalerConfig;
+use scaler_core::promql::QueryError;
 
 /// Default `--max-cached-objects`: a fleet of this many ScaledObjects fits (about 3.5 KiB each,
 /// docs/benchmarks.md); larger fleets raise it.
 pub const DEFAULT_CAPACITY: usize = 10_000;
+
+/// Why an evaluation failed: what the cache keeps and the gRPC layer maps to a status.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ObserveError {
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error(transparent)]
+    Evaluate(#[from] EvaluateError),
+}
+
+impl ObserveError {
+    /// The gRPC code this failure is answered with: `/decisions` and the per-ScaledObject error
+    /// counters report the same code KEDA got.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            Self::Query(QueryError::Timeout(_)) | Self::Topology(TopologyError::Timeout(_)) => {
+                tonic::Code::DeadlineExceeded
+            }
+            Self::Topology(TopologyError::NotFound { .. }) => tonic::Code::NotFound,
+            _ => tonic::Code::Unavailable,
+        }
+    }
+}
+
+/// What the cache asks of an evaluator: the real [`crate::observe::Observer`], or a fake in
+/// cache tests. Defined here, where it is consumed, so the cache depends on no evaluator.
+pub trait Evaluate: Send + Sync + 'static {
+    /// One result per key, in the keys' order.
+    fn evaluate(
+        &self,
+        keys: &[Arc<Key>],
+    ) -> impl Future<Output = Vec<Result<Evaluation, ObserveError>>> + Send;
+
+    /// Most keys a refresh tick hands to one [`Evaluate::evaluate`] call.
+    fn keys_per_call(&self) -> usize;
+
+    /// Most keys one backend query answers for: a gathering of cold keys that reaches it is
+    /// sent at once.
+    fn keys_per_query(&self) -> usize;
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {
@@ -281,8 +324,7 @@ impl<E: Evaluate> Cache<E> {
                 } else {
                     warn!(namespace = %key.namespace, scaledobject = %key.name, %error, "evaluation failed");
                 }
-                self.metrics
-                    .object_error(&entry.labels, crate::grpc::observe_code(&error));
+                self.metrics.object_error(&entry.labels, error.code());
                 state.attempt = Some((now, Some(error.clone())));
                 match &state.good {
                     Some((at, good))

@@ -14,10 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
+use crate::cache::Evaluate;
 use crate::cache::{Cache, Snapshot};
-use crate::grpc::observe_code;
 use crate::metrics::code_name;
-use crate::observe::Evaluate;
 
 /// Most entries one answer carries: the default `--max-cached-objects`, so a fleet the cache
 /// holds fits in one page.
@@ -91,7 +90,7 @@ pub fn entry(snapshot: &Snapshot, now: SystemTime) -> Entry {
     let decision = good.map(|(_, e)| &e.decision);
     let last_error = match &snapshot.attempt {
         Some((at, Some(error))) => Some(LastError {
-            code: code_name(observe_code(error)).to_owned(),
+            code: code_name(error.code()).to_owned(),
             message: cut(&error.to_string(), MAX_MESSAGE_BYTES),
             time: rfc3339(*at),
             age_seconds: now.duration_since(*at).map_or(0, |d| d.as_secs()),

@@ -214,7 +214,7 @@ async fn publish(
         instance: std::env::var("POD_NAME").ok(),
     };
     let recorder = Recorder::new(client.clone(), reporter);
-    let resource = crate::status::scaled_object_resource();
+    let resource = crate::scaledobject::resource();
     loop {
         let queued = tokio::select! {
             _ = shutdown.cancelled() => return,

@@ -10,9 +10,10 @@ use serde::Serialize;
 use anyhow::Context as _;
 
 use crate::backend;
+use crate::cache::Evaluate as _;
 use crate::cache::Key;
 use crate::metrics::Metrics;
-use crate::observe::{Evaluate as _, Observer};
+use crate::observe::Observer;
 use crate::scaledobject::{self, AddressMatch};
 use crate::serve;
 use crate::topology::{self, Topology};
@@ -153,7 +154,7 @@ impl Args {
             .await
             .context("--scaled-object: cannot build a Kubernetes client")?;
         let api: kube::Api<kube::api::DynamicObject> =
-            kube::Api::namespaced_with(client, namespace, &crate::status::scaled_object_resource());
+            kube::Api::namespaced_with(client, namespace, &crate::scaledobject::resource());
         let object = tokio::time::timeout(self.query_timeout, api.get(name))
             .await
             .map_err(|_| anyhow::anyhow!("reading ScaledObject {reference} timed out"))?

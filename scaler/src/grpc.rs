@@ -9,18 +9,16 @@ use tonic::{Request, Response, Status};
 use tracing::debug;
 
 use crate::cache::{Cache, Key};
+use crate::cache::{Evaluate, ObserveError};
 use crate::counted;
 use crate::metrics::Metrics;
-use crate::observe::{Evaluate, ObserveError};
 use crate::parsed::MetadataCache;
 use crate::proto::external_scaler_server::ExternalScaler;
 use crate::proto::{
     GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricSpec,
     MetricValue, ScaledObjectRef,
 };
-use crate::topology::TopologyError;
 use scaler_core::metadata::MetadataError;
-use scaler_core::promql::QueryError;
 
 /// Everything an rpc can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +41,8 @@ pub enum RpcError {
     Observe(#[from] ObserveError),
 }
 
-/// The only place errors become gRPC statuses.
+/// The only place errors become gRPC statuses (an evaluation failure's code is
+/// [`ObserveError::code`], beside the type, so the cache and `/decisions` report it too).
 pub fn status(error: &RpcError) -> Status {
     let message = error.to_string();
     match error {
@@ -51,21 +50,8 @@ pub fn status(error: &RpcError) -> Status {
         | RpcError::InvalidName { .. }
         | RpcError::Metadata(_)
         | RpcError::UnknownMetricName { .. } => Status::invalid_argument(message),
-        RpcError::Observe(ObserveError::Query(QueryError::Timeout(_)))
-        | RpcError::Observe(ObserveError::Topology(TopologyError::Timeout(_))) => {
-            Status::deadline_exceeded(message)
-        }
-        RpcError::Observe(ObserveError::Topology(TopologyError::NotFound { .. })) => {
-            Status::not_found(message)
-        }
-        RpcError::Observe(_) => Status::unavailable(message),
+        RpcError::Observe(e) => Status::new(e.code(), message),
     }
-}
-
-/// The code an evaluation failure is answered with: `/decisions` and the per-ScaledObject
-/// error counters report the same code KEDA got.
-pub fn observe_code(error: &ObserveError) -> tonic::Code {
-    status(&RpcError::Observe(error.clone())).code()
 }
 
 /// The service.
@@ -294,7 +280,9 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::TopologyError;
     use scaler_core::evaluate::EvaluateError;
+    use scaler_core::promql::QueryError;
 
     #[test]
     fn errors_map_to_the_documented_codes() {
@@ -376,10 +364,7 @@ mod tests {
             assert_eq!(status(&error).code(), code, "{error}");
             if let RpcError::Observe(e) = &error {
                 // Else its per-ScaledObject error series would outlive the ScaledObject.
-                assert!(
-                    crate::metrics::OBSERVE_CODES.contains(&observe_code(e)),
-                    "{e}"
-                );
+                assert!(crate::metrics::OBSERVE_CODES.contains(&e.code()), "{e}");
             }
         }
     }

@@ -81,7 +81,7 @@ pub struct ObjectLabels {
     pub cluster: Arc<str>,
 }
 
-/// Every code an evaluation failure is answered with ([`crate::grpc::observe_code`]), so
+/// Every code an evaluation failure is answered with ([`crate::cache::ObserveError::code`]), so
 /// [`Metrics::forget`] can drop each per-ScaledObject error series.
 pub const OBSERVE_CODES: [tonic::Code; 3] = [
     tonic::Code::Unavailable,
@@ -259,7 +259,7 @@ impl Metrics {
 
     /// One failed evaluation of a ScaledObject the cache holds.
     pub fn object_error(&self, object: &ObjectLabels, code: tonic::Code) {
-        // Any other code is counted as Unavailable, the backend's (observe_code gives only these).
+        // Any other code is counted as Unavailable, the backend's (ObserveError::code gives only these).
         let index = OBSERVE_CODES.iter().position(|c| *c == code).unwrap_or(0);
         self.objects
             .update(object, |series| series.errors[index] += 1);

@@ -5,45 +5,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
-use scaler_core::evaluate::{self, EvaluateError, Evaluation, Inputs};
+use scaler_core::evaluate::{self, Evaluation, Inputs};
 use scaler_core::metadata::Engine;
 use scaler_core::promql::{self, Parts, QueryError, Shape, Target};
 
 use crate::backend;
-use crate::cache::Key;
+use crate::cache::{Evaluate, Key, ObserveError};
 use crate::metrics::Metrics;
-use crate::topology::{Topology, TopologyError};
+use crate::topology::Topology;
 
 /// Default `--observe-batch-size`.
 pub const DEFAULT_BATCH_SIZE: usize = 100;
 /// Largest `--observe-batch-size`; [`promql::MAX_QUERY_BYTES`] splits long batches further.
 pub const MAX_BATCH_SIZE: usize = 1000;
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ObserveError {
-    #[error(transparent)]
-    Query(#[from] QueryError),
-    #[error(transparent)]
-    Topology(#[from] TopologyError),
-    #[error(transparent)]
-    Evaluate(#[from] EvaluateError),
-}
-
-/// Something that can evaluate ScaledObjects (the real [`Observer`], or a fake in cache tests).
-pub trait Evaluate: Send + Sync + 'static {
-    /// One result per key, in the keys' order.
-    fn evaluate(
-        &self,
-        keys: &[Arc<Key>],
-    ) -> impl Future<Output = Vec<Result<Evaluation, ObserveError>>> + Send;
-
-    /// Most keys a refresh tick hands to one [`Evaluate::evaluate`] call.
-    fn keys_per_call(&self) -> usize;
-
-    /// Most keys one backend query answers for: a gathering of cold keys that reaches it is
-    /// sent at once.
-    fn keys_per_query(&self) -> usize;
-}
 
 /// Reads Prometheus (in batched queries) and the Clusters, then decides for each key.
 #[derive(Clone)]

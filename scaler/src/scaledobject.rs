@@ -86,6 +86,14 @@ pub fn hpa_name(object: &Value, name: &str) -> String {
         .map_or_else(|| format!("keda-hpa-{name}"), str::to_owned)
 }
 
+/// KEDA's ScaledObject, for the dynamic API.
+pub fn resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

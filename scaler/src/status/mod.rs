@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use serde::Serialize;
 
 use crate::decisions::{self, Page};
@@ -140,7 +140,7 @@ impl Args {
                 params = params.labels(selector);
             }
             let list = self
-                .bounded(dynamic(client, namespace, &scaled_object_resource()).list(&params))
+                .bounded(dynamic(client, namespace, &crate::scaledobject::resource()).list(&params))
                 .await?;
             Ok(list.items.iter().filter_map(|o| object(o, &rule)).collect())
         };
@@ -223,13 +223,6 @@ impl Args {
             )),
         }
     }
-}
-
-pub fn scaled_object_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
-        "scaledobjects",
-    )
 }
 
 fn dynamic(client: kube::Client, namespace: Option<&str>, ar: &ApiResource) -> Api<DynamicObject> {
