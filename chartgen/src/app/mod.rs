@@ -126,26 +126,65 @@ struct Discovered {
 /// conditions and quorum) and rewrites its replica lines; writes nothing.
 fn discover(chart: &Path, flags: Settings) -> anyhow::Result<Discovered> {
     let name = chart_name(chart)?;
-    let paths = Paths {
-        values: chart.join("values.yaml"),
-        schema: chart.join("values.schema.json"),
-        settings: chart.join(settings::FILE),
-        templates: chart.join("templates"),
-    };
-    for path in [&paths.values, &paths.schema, &paths.settings] {
-        ensure_inside(chart, path)?;
-    }
+    let paths = Paths::of(chart)?;
     flags
         .check(settings::Origin::Flags)
         .map_err(|e| anyhow::anyhow!(e))?;
     let stored = Settings::parse(read_optional(&paths.settings)?.as_deref())
         .map_err(|e| anyhow::anyhow!("'{}': {e}", paths.settings.display()))?;
     let settings = flags.over(stored);
-    let mut notes = Vec::new();
-
     let values_text = read(&paths.values)?;
     let values_root = values::parse(&values_text)?;
-    let templates = &paths.templates;
+    let count = count_lines(chart, &paths.templates, &name, &settings)?;
+    let mut notes = Vec::new();
+    let (spec, max_sync) = target_spec(&count, &settings, &values_root, &mut notes)?;
+    notes.extend(other_readers(chart, &paths.templates, &spec, &count.found)?);
+    Ok(Discovered {
+        name,
+        paths,
+        settings,
+        values_text,
+        values_root,
+        rewritten: count.rewritten,
+        spec,
+        max_sync,
+        notes,
+    })
+}
+
+impl Paths {
+    fn of(chart: &Path) -> anyhow::Result<Paths> {
+        let paths = Paths {
+            values: chart.join("values.yaml"),
+            schema: chart.join("values.schema.json"),
+            settings: chart.join(settings::FILE),
+            templates: chart.join("templates"),
+        };
+        for path in [&paths.values, &paths.schema, &paths.settings] {
+            ensure_inside(chart, path)?;
+        }
+        Ok(paths)
+    }
+}
+
+/// The target's kind and its count lines, found and rewritten.
+struct CountLines {
+    known: &'static engine::Known,
+    field: String,
+    kind: String,
+    values_key: String,
+    found: Vec<Found>,
+    rewritten: Vec<Rewritten>,
+}
+
+/// Discovers the kind (or takes `--target-kind`), refuses a target chartgen cannot follow (none
+/// here, one per `range` entry), finds the values key of the count and rewrites its lines.
+fn count_lines(
+    chart: &Path,
+    templates: &Path,
+    name: &str,
+    settings: &Settings,
+) -> anyhow::Result<CountLines> {
     let known = engine::discover(
         settings.target_kind.as_deref(),
         &rendered_kinds(chart, templates)?
@@ -184,24 +223,42 @@ fn discover(chart: &Path, flags: Settings) -> anyhow::Result<Discovered> {
         Some(key) => key,
         None => count_key(chart, templates, &shape)?,
     };
-
     let rl = ReplicaLine {
         field: &field,
         key: &values_key,
-        chart: &name,
+        chart: name,
     };
     let (found, rewritten) = rewrite_replica_lines(chart, templates, &rl, &shape)?;
-    let target = found
+    Ok(CountLines {
+        known,
+        field,
+        kind,
+        values_key,
+        found,
+        rewritten,
+    })
+}
+
+/// What to wire, read from the target's document (the first count line's): the count
+/// expression, the conditions, the name and namespace, the quorum; and the quorum expression.
+fn target_spec(
+    c: &CountLines,
+    settings: &Settings,
+    values_root: &serde_json::Map<String, serde_json::Value>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<(AppSpec, String)> {
+    let (kind, field, values_key) = (&c.kind, &c.field, &c.values_key);
+    let target = c
+        .found
         .first()
         .expect("rewrite_replica_lines finds at least one");
     let lines: Vec<&str> = target.text.lines().collect();
     let doc = target::doc_at(&target.text, &lines, target.line);
     let at = |line: usize| format!("{}:{}", target.path.display(), line + 1);
-    let count_line = lines[target.line];
-    let count = replica::count_expr(&field, count_line).unwrap_or_default();
+    let count = replica::count_expr(field, lines[target.line]).unwrap_or_default();
     // A template default (`| default 3`) is the count while the value is unset.
-    if !count.contains("default") && !values::has_path(&values_root, &values_key) {
-        return Err(values::ValuesError::MissingKey(values_key).into());
+    if !count.contains("default") && !values::has_path(values_root, values_key) {
+        return Err(values::ValuesError::MissingKey(values_key.clone()).into());
     }
     let count = format!("(int {})", wrap(&target::nil_safe(count)));
     let kind_line = doc.top_line("kind").unwrap_or(doc.first);
@@ -215,51 +272,24 @@ fn discover(chart: &Path, flags: Settings) -> anyhow::Result<Discovered> {
             at(kind_line)
         ),
     })?;
-
-    let target_name = resolve(
-        "name",
-        doc.metadata("name").map(|(l, e)| (at(l), e)),
-        None,
-        settings.target_name.as_deref(),
-        "--target-name",
-    )?;
-    let target_namespace = resolve(
-        "namespace",
-        doc.metadata("namespace").map(|(l, e)| (at(l), e)),
-        Some(DEFAULT_NAMESPACE),
-        settings.target_namespace.as_deref(),
-        "--target-namespace",
-    )?;
-    for other in &found[1..] {
-        let other_lines: Vec<&str> = other.text.lines().collect();
-        let other_doc = target::doc_at(&other.text, &other_lines, other.line);
-        if other_doc.metadata("name").map(|(_, e)| e) != doc.metadata("name").map(|(_, e)| e) {
-            bail!(
-                "{} and {}:{} both render `{field}` from .Values.{values_key} for differently named {kind}s; chartgen scales one target per chart",
-                at(target.line),
-                other.path.display(),
-                other.line + 1
-            );
-        }
-    }
-    let max_sync = match known.engine {
-        Engine::Cnpg => quorum(&doc, &settings, &values_root, &at, &mut notes),
+    let (target_name, target_namespace) = identity(c, &doc, &at, settings)?;
+    let max_sync = match c.known.engine {
+        Engine::Cnpg => quorum(&doc, settings, values_root, &at, notes),
         // Redis replication is asynchronous: no quorum (the scaler refuses maxSyncReplicas).
         Engine::Redis => String::new(),
     };
-
-    let path = known.parents().iter().map(|p| (*p).to_owned());
+    let path = c.known.parents().iter().map(|p| (*p).to_owned());
     let spec = AppSpec {
-        engine: known.engine,
+        engine: c.known.engine,
         explicit_namespace: target_namespace != DEFAULT_NAMESPACE,
         path: path.chain([field.clone()]).collect(),
-        field,
-        values_key,
+        field: field.clone(),
+        values_key: values_key.clone(),
         target_api_version: settings
             .target_api_version
             .clone()
-            .unwrap_or_else(|| known.api_version.into()),
-        target_kind: kind,
+            .unwrap_or_else(|| c.known.api_version.into()),
+        target_kind: kind.clone(),
         target_name,
         target_namespace,
         scaler_address: settings
@@ -278,18 +308,47 @@ fn discover(chart: &Path, flags: Settings) -> anyhow::Result<Discovered> {
             spec.target_api_version
         ));
     }
-    notes.extend(other_readers(chart, templates, &spec, &found)?);
-    Ok(Discovered {
-        name,
-        paths,
-        settings,
-        values_text,
-        values_root,
-        rewritten,
-        spec,
-        max_sync,
-        notes,
-    })
+    Ok((spec, max_sync))
+}
+
+/// The target's name and namespace expressions, checked against the flags, and every other
+/// count line's document naming the same object.
+fn identity(
+    c: &CountLines,
+    doc: &Doc,
+    at: &dyn Fn(usize) -> String,
+    settings: &Settings,
+) -> anyhow::Result<(String, String)> {
+    let name = resolve(
+        "name",
+        doc.metadata("name").map(|(l, e)| (at(l), e)),
+        None,
+        settings.target_name.as_deref(),
+        "--target-name",
+    )?;
+    let namespace = resolve(
+        "namespace",
+        doc.metadata("namespace").map(|(l, e)| (at(l), e)),
+        Some(DEFAULT_NAMESPACE),
+        settings.target_namespace.as_deref(),
+        "--target-namespace",
+    )?;
+    for other in &c.found[1..] {
+        let other_lines: Vec<&str> = other.text.lines().collect();
+        let other_doc = target::doc_at(&other.text, &other_lines, other.line);
+        if other_doc.metadata("name").map(|(_, e)| e) != doc.metadata("name").map(|(_, e)| e) {
+            bail!(
+                "{} and {}:{} both render `{}` from .Values.{} for differently named {}s; chartgen scales one target per chart",
+                at(c.found[0].line),
+                other.path.display(),
+                other.line + 1,
+                c.field,
+                c.values_key,
+                c.kind
+            );
+        }
+    }
+    Ok((name, namespace))
 }
 
 /// The new text of every file chartgen app owns, from what `discover` found.
