@@ -71,16 +71,20 @@ struct AppArgs {
     /// With --verify: the release name and namespace to render as.
     #[arg(long, num_args = 2, value_names = ["RELEASE", "NAMESPACE"], default_values = ["verify", "verify"], requires = "verify")]
     release: Vec<String>,
-    /// Replica field of the target manifest [default: instances].
+    /// Replica field of the target manifest [default: the kind's: instances for a CNPG Cluster,
+    /// replicas under spec.redis for a RedisFailover].
     #[arg(long)]
     replica_field: Option<String>,
     /// Values path the replica field renders from [default: replicas].
     #[arg(long)]
     values_key: Option<String>,
-    /// apiVersion of the scale target [default: postgresql.cnpg.io/v1].
+    /// apiVersion of the scale target [default: the kind's: postgresql.cnpg.io/v1,
+    /// databases.spotahome.com/v1].
     #[arg(long)]
     target_api_version: Option<String>,
-    /// Kind of the scale target, which must expose the /scale subresource [default: Cluster].
+    /// Kind of the scale target [default: discovered: the one of Cluster (CNPG) and RedisFailover
+    /// (driven through a generated ScaleAdapter) the chart's templates render]. Another kind must
+    /// expose the /scale subresource.
     #[arg(long)]
     target_kind: Option<String>,
     /// Go-template expression of the target's name [default: read from the target's template].

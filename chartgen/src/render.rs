@@ -24,6 +24,10 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../templates/app/scaledobject.yaml"),
     ),
     (
+        "app/scaleadapter.yaml",
+        include_str!("../../templates/app/scaleadapter.yaml"),
+    ),
+    (
         "app/values-autoscaling.yaml",
         include_str!("../../templates/app/values-autoscaling.yaml"),
     ),

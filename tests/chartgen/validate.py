@@ -1,11 +1,14 @@
 """Schema validation of rendered objects.
 
-Kubernetes kinds: kubernetes-validate in strict mode (unknown fields fail). KEDA, CNPG and Flux
-kinds: the upstream CRD openAPIV3Schema (tests/lib/upstream.sh, pinned versions), made strict the same way (every
+Kubernetes kinds: kubernetes-validate in strict mode (unknown fields fail). KEDA, CNPG, Flux and
+RedisFailover kinds: the upstream CRD openAPIV3Schema (tests/lib/upstream.sh, pinned versions), and
+this project's ScaleAdapter CRD (the package chart's crds/), made strict the same way (every
 object schema that lists properties gets additionalProperties: false unless it preserves unknown
 fields). Kinds whose CRDs are not available offline only get a structural check and are listed.
 """
 import copy
+
+from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
@@ -13,7 +16,8 @@ import yaml
 from testkit import crd_files
 
 K8S_VERSION = "1.33"
-CRD_FILES = crd_files("keda", "cnpg", "helm-controller")
+CRD_FILES = [*crd_files("keda", "cnpg", "helm-controller", "redis-operator"),
+             Path(__file__).resolve().parents[2] / "templates/package/chart/crds/scaleadapters.yaml"]
 # No CRD for these is available offline (cert-manager, prometheus-operator, VictoriaMetrics operator,
 # and CNPG's Pooler: tests/lib/upstream.sh keeps only the Cluster CRD of CNPG).
 STRUCTURAL_ONLY = {
@@ -68,7 +72,13 @@ def _load_crds():
         crd = yaml.safe_load(path.read_text())
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for v in crd["spec"]["versions"]:
-            schema = strictify(copy.deepcopy(v["schema"]["openAPIV3Schema"]))
+            schema = copy.deepcopy(v["schema"]["openAPIV3Schema"])
+            # The API server accepts these on every custom resource, listed or not (kube-derive's
+            # ScaleAdapter schema does not list them).
+            for key, type_ in (("apiVersion", "string"), ("kind", "string"), ("metadata", "object")):
+                schema.setdefault("properties", {}).setdefault(
+                    key, {"type": type_, "x-kubernetes-preserve-unknown-fields": True})
+            schema = strictify(schema)
             out[(f"{group}/{v['name']}", kind)] = jsonschema.Draft7Validator(schema)
     if not out:
         raise RuntimeError("no upstream CRDs found: run tests/lib/setup.sh")

@@ -12,6 +12,11 @@ MAX_SYNC = 1
 FLOOR = max(2, MAX_SYNC + 1)
 DOWN_PERIOD = 6      # seconds per removed pod (the chart's default is 600)
 LAG_LIMIT = 30
+# The HPA behaviour of the closed loops: up at once, down one pod per DOWN_PERIOD.
+FAST_BEHAVIOR = {
+    "scaleUp": {"stabilizationWindowSeconds": 0},
+    "scaleDown": {"stabilizationWindowSeconds": 3, "policies": [
+        {"type": "Pods", "value": 1, "periodSeconds": DOWN_PERIOD}]}}
 
 
 def cluster_and_scaledobject(rig, address: str, namespace: str, name: str,
@@ -24,10 +29,7 @@ def cluster_and_scaledobject(rig, address: str, namespace: str, name: str,
             "enabled": True, "scalerAddress": address,
             "metric": "ReadConnections", "target": TARGET, "minReplicas": FLOOR,
             "maxReplicas": MAX, "maxReplicationLagSeconds": LAG_LIMIT,
-            "behavior": {
-                "scaleUp": {"stabilizationWindowSeconds": 0},
-                "scaleDown": {"stabilizationWindowSeconds": 3, "policies": [
-                    {"type": "Pods", "value": 1, "periodSeconds": DOWN_PERIOD}]}},
+            "behavior": FAST_BEHAVIOR,
             **autoscaling,
         },
     }

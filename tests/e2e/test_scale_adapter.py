@@ -2,12 +2,17 @@
 RedisFailover CRD (spotahome redis-operator's Go module at REDIS_OPERATOR_VERSION, which declares no
 scale subresource), KEDA and the HPA (kube-controller-manager).
 
-Stand-in, named: the Redis operator is absent on the rig (as CNPG's is), so nothing acts on
-spec.redis.replicas; the test reads what the adapter wrote. The load is the existing scaler's CNPG
-decision on the feeder's series (the Redis decision is not part of this suite): it only has to move
-the HPA, which then moves the adapter's /scale, which moves the RedisFailover 2 -> 4 -> 2.
+Stand-ins, named: the Redis operator is absent on the rig (as CNPG's is), so nothing acts on
+spec.redis.replicas and no Redis pod runs; the test reads what the adapter wrote, and the rig's
+feeder (tests/e2e/rig/metrics.py) writes the redis_exporter series of the pods a RedisFailover at
+its current spec.redis.replicas would have (tests/lib/redis_series.py) into VictoriaMetrics. The
+closed loop is the Redis decision (`engine: redis`) on those series, through the ScaledObject and
+ScaleAdapter that `chartgen app` generates for a chart shaped like Cozystack's Redis app
+(tests/chartgen/fixtures/redis), installed with the real helm.
 The adapter runs as the package chart's ServiceAccount with the RBAC the chart renders."""
 
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,9 +20,9 @@ import pytest
 import requests
 import yaml
 
-from rig import POLL
+from rig import POLL, REPO
 from rig.kube import ApiError
-from scaledobject import cluster_and_scaledobject
+from scaledobject import FAST_BEHAVIOR, TARGET
 from testkit import free_port, wait_until
 
 NS = "tenant-redis"
@@ -223,39 +228,68 @@ def test_failures_are_explained_in_conditions(rig, adapter_proc):
         rig.kube.delete(SA, "ScaleAdapter", name, NS)
 
 
-def test_the_hpa_moves_the_redisfailover_2_4_2(rig, scaler, adapter_proc):
-    """KEDA's ScaledObject targets the ScaleAdapter (its /scale); the scaler's decision on the
-    feeder's series is the load signal."""
+def chartgen_redis_chart(rig) -> Path:
+    """tests/chartgen/fixtures/redis after `chartgen app` (the ScaleAdapter, the ScaledObject and
+    the live count of spec.redis.replicas), in the rig's directory."""
+    chart = rig.dir / "redis-chart"
+    shutil.rmtree(chart, ignore_errors=True)
+    shutil.copytree(REPO / "tests/chartgen/fixtures/redis", chart)
+    r = subprocess.run([REPO / "target/debug/chartgen", "app", "--chart", chart], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return chart
+
+
+def hpa_active(rig, name: str) -> bool:
+    hpa = rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{name}", NS) or {}
+    return any(c["type"] == "ScalingActive" and c["status"] == "True"
+               for c in hpa.get("status", {}).get("conditions", []))
+
+
+def timed(what: str, probe, timeout: float) -> float:
+    start = time.monotonic()
+    wait_until(probe, timeout=timeout, interval=POLL, what=what)
+    took = time.monotonic() - start
+    print(f"FIGURE redis loop: {what} in {took:.1f} s")
+    return took
+
+
+def test_the_redis_decision_moves_the_redisfailover_2_4_2_and_brakes_on_a_full_sync(rig, scaler, package,
+                                                                                     adapter_proc):
+    """Load (client connections on the replicas) -> the scaler's Redis decision -> KEDA -> the HPA
+    -> the ScaleAdapter's /scale -> the adapter -> spec.redis.replicas -> the feeder's pod series.
+    The master writes throughout; a replica in a full sync holds the count while the load asks for
+    more, and the count moves once the sync ends. A routine upgrade at 4 keeps 4 (the chart renders
+    the live count)."""
     name = "loop"
-    rig.kube.apply(redis_failover(name, NS, 2))
-    rig.kube.apply(adapter(name, name, replicas=2))
-    rig.feeder.set(NS, name, connections=0, lag_seconds=0, wal_bytes_per_s=20000)
-    objs = {o["kind"]: o for o in cluster_and_scaledobject(rig, scaler.address, NS, name)}
-    # The load source: a CNPG Cluster stand-in held at 3 instances (two replicas carry the feeder's
-    # read sessions); nothing scales it, only its decision is used.
-    cluster, so = objs["Cluster"], objs["ScaledObject"]
-    cluster["spec"]["instances"] = 3
-    rig.kube.apply(cluster)
-    so["spec"]["scaleTargetRef"] = {"apiVersion": SA, "kind": "ScaleAdapter", "name": name}
-    so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"] = 2, 5
-    rig.kube.apply(so)
-    wait_until(lambda: any(c["type"] == "ScalingActive" and c["status"] == "True" for c in
-                           (rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{name}", NS) or {})
-                           .get("status", {}).get("conditions", [])),
-               timeout=90, interval=POLL, what="the HPA ScalingActive on the adapter's /scale")
-    hpa = rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{name}", NS)
-    assert hpa["spec"]["scaleTargetRef"]["kind"] == "ScaleAdapter"
+    helm, _ = package
+    chart = chartgen_redis_chart(rig)
+    values = {"replicas": 2, "autoscaling": {
+        "enabled": True, "scalerAddress": scaler.address, "target": TARGET, "minReplicas": 2, "maxReplicas": 5,
+        "maxReplicationLagBytes": 1 << 20, "behavior": FAST_BEHAVIOR}}
+    # 20 kB/s of writes (healthy replicas trail by 425 B: no lag brake); one replica in a full sync.
+    rig.feeder.set_redis(NS, name, clients=0, write_bytes_per_s=20000, syncing=frozenset({1}))
+    helm.upgrade_install(name, chart, NS, values)
+    so = rig.kube.get("keda.sh/v1alpha1", "ScaledObject", name, NS)
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": SA, "kind": "ScaleAdapter", "name": name}
+    assert so["spec"]["triggers"][0]["metadata"]["engine"] == "redis"
+    timed("the HPA ScalingActive on the adapter's /scale", lambda: hpa_active(rig, name), 90)
+    assert rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{name}", NS)["spec"]["scaleTargetRef"][
+        "kind"] == "ScaleAdapter"
     assert target_replicas(rig, name) == 2
-    # 25 read sessions / target 10 -> 1 + 3 = 4.
-    rig.feeder.set(NS, name, connections=25)
-    wait_until(lambda: target_replicas(rig, name) == 4, timeout=120, interval=POLL,
-               what="spec.redis.replicas to reach 4")
-    rig.feeder.set(NS, name, connections=0)
-    wait_until(lambda: target_replicas(rig, name) == 2, timeout=120, interval=POLL,
-               what="spec.redis.replicas back to 2")
-    assert owners_of_replicas(rig, name) == {MANAGER}
-    rig.kube.delete("keda.sh/v1alpha1", "ScaledObject", name, NS)
-    rig.kube.delete("postgresql.cnpg.io/v1", "Cluster", name, NS)
+    # 25 clients / target 10 -> 1 + 3 = 4 wanted; the full sync under writes holds 2.
+    rig.feeder.set_redis(NS, name, clients=25)
+    hold(rig, name, 20, 2)
+    assert hpa_active(rig, name), "the hold is the brake's answer, not a metric failure"
+    rig.feeder.set_redis(NS, name, syncing=frozenset())
+    timed("2 -> 4 after the full sync ended", lambda: target_replicas(rig, name) == 4, 120)
+    # A routine upgrade (replicas: 2 in values) renders the live count: nothing moves.
+    helm.upgrade_install(name, chart, NS, values)
+    hold(rig, name, 2 * MIN_WRITE, 4)
+    assert rig.kube.get(SA, "ScaleAdapter", name, NS)["spec"]["replicas"] == 4
+    rig.feeder.set_redis(NS, name, clients=0)
+    timed("4 -> 2 without load", lambda: target_replicas(rig, name) == 2, 120)
+    assert MANAGER in owners_of_replicas(rig, name)
+    helm.output("uninstall", name, "--namespace", NS)
 
 
 def test_many_adapters_and_a_huge_target_stay_bounded(rig, adapter_proc):

@@ -1,6 +1,7 @@
 //! `chartgen app`: adds KEDA autoscaling to an app chart whose template renders its replica
 //! field from values, taking the target's name, namespace and quorum from its own template.
 
+mod engine;
 mod replica;
 mod schema;
 pub mod settings;
@@ -15,6 +16,7 @@ use serde::Serialize;
 
 use crate::output::{Plan, ensure_inside, read, read_optional};
 use crate::render::Renderer;
+use engine::Engine;
 use replica::ReplicaLine;
 use settings::Settings;
 use target::{Around, Doc, Expr};
@@ -26,12 +28,19 @@ const GENERATED: &[(&str, &str)] = &[
     ("app/_autoscaling.tpl", "_autoscaling.tpl"),
     ("app/scaledobject.yaml", "scaledobject.yaml"),
 ];
+/// Written too for a target without a scale subresource (a RedisFailover).
+const SCALE_ADAPTER: (&str, &str) = ("app/scaleadapter.yaml", "scaleadapter.yaml");
 const DEFAULT_NAMESPACE: &str = ".Release.Namespace";
 
 /// What to wire, resolved from flags, the stored settings, the target template and defaults.
 #[derive(Debug, Clone, Serialize)]
 pub struct AppSpec {
+    /// The scaler's trigger `engine` and how KEDA reaches the target (engine.rs).
+    pub engine: Engine,
+    /// The replica field: the last key of `path`.
     pub field: String,
+    /// Keys of the count under `spec` (`["instances"]`, `["redis", "replicas"]`).
+    pub path: Vec<String>,
     pub values_key: String,
     pub target_api_version: String,
     pub target_kind: String,
@@ -48,6 +57,22 @@ pub struct AppSpec {
     /// Conditions of the `if`/`with` branches the target renders in, each parenthesised: the
     /// ScaledObject renders only where they all hold.
     pub conditions: Vec<String>,
+}
+
+impl AppSpec {
+    /// The count as a JSON pointer into the target (`/spec/redis/replicas`).
+    pub fn pointer(&self) -> String {
+        format!("/spec/{}", self.path.join("/"))
+    }
+
+    /// Template files chartgen app writes for this target (template name → file name).
+    fn generated(&self) -> Vec<(&'static str, &'static str)> {
+        let mut files = GENERATED.to_vec();
+        if self.engine == Engine::Redis {
+            files.push(SCALE_ADAPTER);
+        }
+        files
+    }
 }
 
 #[derive(Serialize)]
@@ -68,37 +93,122 @@ pub struct Outcome {
     pub notes: Vec<String>,
 }
 
-/// Everything `chartgen app` would write into `chart`, given the flags of this run.
+/// Everything `chartgen app` would write into `chart`, given the flags of this run: the target
+/// discovered in the chart's templates, the files rendered for it, checked and planned.
 pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outcome> {
+    let found = discover(chart, flags)?;
+    let files = render(&found, r)?;
+    write(chart, found, files)
+}
+
+/// The chart's files chartgen app reads and writes.
+struct Paths {
+    values: PathBuf,
+    schema: PathBuf,
+    settings: PathBuf,
+    templates: PathBuf,
+}
+
+/// What the chart says: its settings, values and the target, with the replica lines rewritten.
+struct Discovered {
+    name: String,
+    paths: Paths,
+    settings: Settings,
+    values_text: String,
+    values_root: serde_json::Map<String, serde_json::Value>,
+    rewritten: Vec<Rewritten>,
+    spec: AppSpec,
+    max_sync: String,
+    notes: Vec<String>,
+}
+
+/// Reads the settings and the chart, finds the target (its kind, count line, name, namespace,
+/// conditions and quorum) and rewrites its replica lines; writes nothing.
+fn discover(chart: &Path, flags: Settings) -> anyhow::Result<Discovered> {
     let name = chart_name(chart)?;
-    let values_path = chart.join("values.yaml");
-    let schema_path = chart.join("values.schema.json");
-    let settings_path = chart.join(settings::FILE);
-    for path in [&values_path, &schema_path, &settings_path] {
-        ensure_inside(chart, path)?;
-    }
+    let paths = Paths::of(chart)?;
     flags
         .check(settings::Origin::Flags)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let stored = Settings::parse(read_optional(&settings_path)?.as_deref())
-        .map_err(|e| anyhow::anyhow!("'{}': {e}", settings_path.display()))?;
+    let stored = Settings::parse(read_optional(&paths.settings)?.as_deref())
+        .map_err(|e| anyhow::anyhow!("'{}': {e}", paths.settings.display()))?;
     let settings = flags.over(stored);
-    let mut notes = Vec::new();
-
-    let values_text = read(&values_path)?;
+    let values_text = read(&paths.values)?;
     let values_root = values::parse(&values_text)?;
+    let count = count_lines(chart, &paths.templates, &name, &settings)?;
+    let mut notes = Vec::new();
+    let (spec, max_sync) = target_spec(&count, &settings, &values_root, &mut notes)?;
+    notes.extend(other_readers(chart, &paths.templates, &spec, &count.found)?);
+    Ok(Discovered {
+        name,
+        paths,
+        settings,
+        values_text,
+        values_root,
+        rewritten: count.rewritten,
+        spec,
+        max_sync,
+        notes,
+    })
+}
+
+impl Paths {
+    fn of(chart: &Path) -> anyhow::Result<Paths> {
+        let paths = Paths {
+            values: chart.join("values.yaml"),
+            schema: chart.join("values.schema.json"),
+            settings: chart.join(settings::FILE),
+            templates: chart.join("templates"),
+        };
+        for path in [&paths.values, &paths.schema, &paths.settings] {
+            ensure_inside(chart, path)?;
+        }
+        Ok(paths)
+    }
+}
+
+/// The target's kind and its count lines, found and rewritten.
+struct CountLines {
+    known: &'static engine::Known,
+    field: String,
+    kind: String,
+    values_key: String,
+    found: Vec<Found>,
+    rewritten: Vec<Rewritten>,
+}
+
+/// Discovers the kind (or takes `--target-kind`), refuses a target chartgen cannot follow (none
+/// here, one per `range` entry), finds the values key of the count and rewrites its lines.
+fn count_lines(
+    chart: &Path,
+    templates: &Path,
+    name: &str,
+    settings: &Settings,
+) -> anyhow::Result<CountLines> {
+    let known = engine::discover(
+        settings.target_kind.as_deref(),
+        &rendered_kinds(chart, templates)?
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    )
+    .map_err(|e| anyhow::anyhow!("under '{}': {e}", templates.display()))?;
     let field = settings
         .replica_field
         .clone()
-        .unwrap_or_else(|| "instances".into());
+        .unwrap_or_else(|| known.field().into());
     let kind = settings
         .target_kind
         .clone()
-        .unwrap_or_else(|| "Cluster".into());
-    let templates = chart.join("templates");
-    let docs = target_docs(chart, &templates, &kind)?;
+        .unwrap_or_else(|| known.kind.into());
+    let shape = Shape {
+        field: &field,
+        kind: &kind,
+        parents: known.parents(),
+    };
+    let docs = target_docs(chart, templates, &kind)?;
     if docs.is_empty() {
-        return Err(elsewhere(chart, &templates, &kind)?);
+        return Err(elsewhere(chart, templates, &kind)?);
     }
     for d in &docs {
         if let Err(Around::Range(over)) = target::conditions(&d.text, d.line) {
@@ -111,27 +221,44 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
     }
     let values_key = match settings.values_key.clone() {
         Some(key) => key,
-        None => count_key(chart, &templates, &field, &kind)?,
+        None => count_key(chart, templates, &shape)?,
     };
-
-    let mut plan = Plan::confined(chart);
     let rl = ReplicaLine {
         field: &field,
         key: &values_key,
-        chart: &name,
+        chart: name,
     };
-    let found = rewrite_replica_lines(chart, &templates, &rl, &kind, &mut plan)?;
-    let target = found
+    let (found, rewritten) = rewrite_replica_lines(chart, templates, &rl, &shape)?;
+    Ok(CountLines {
+        known,
+        field,
+        kind,
+        values_key,
+        found,
+        rewritten,
+    })
+}
+
+/// What to wire, read from the target's document (the first count line's): the count
+/// expression, the conditions, the name and namespace, the quorum; and the quorum expression.
+fn target_spec(
+    c: &CountLines,
+    settings: &Settings,
+    values_root: &serde_json::Map<String, serde_json::Value>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<(AppSpec, String)> {
+    let (kind, field, values_key) = (&c.kind, &c.field, &c.values_key);
+    let target = c
+        .found
         .first()
         .expect("rewrite_replica_lines finds at least one");
     let lines: Vec<&str> = target.text.lines().collect();
     let doc = target::doc_at(&target.text, &lines, target.line);
     let at = |line: usize| format!("{}:{}", target.path.display(), line + 1);
-    let count_line = lines[target.line];
-    let count = replica::count_expr(&field, count_line).unwrap_or_default();
+    let count = replica::count_expr(field, lines[target.line]).unwrap_or_default();
     // A template default (`| default 3`) is the count while the value is unset.
-    if !count.contains("default") && !values::has_path(&values_root, &values_key) {
-        return Err(values::ValuesError::MissingKey(values_key).into());
+    if !count.contains("default") && !values::has_path(values_root, values_key) {
+        return Err(values::ValuesError::MissingKey(values_key.clone()).into());
     }
     let count = format!("(int {})", wrap(&target::nil_safe(count)));
     let kind_line = doc.top_line("kind").unwrap_or(doc.first);
@@ -145,44 +272,24 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
             at(kind_line)
         ),
     })?;
-
-    let target_name = resolve(
-        "name",
-        doc.metadata("name").map(|(l, e)| (at(l), e)),
-        None,
-        settings.target_name.as_deref(),
-        "--target-name",
-    )?;
-    let target_namespace = resolve(
-        "namespace",
-        doc.metadata("namespace").map(|(l, e)| (at(l), e)),
-        Some(DEFAULT_NAMESPACE),
-        settings.target_namespace.as_deref(),
-        "--target-namespace",
-    )?;
-    for other in &found[1..] {
-        let other_lines: Vec<&str> = other.text.lines().collect();
-        let other_doc = target::doc_at(&other.text, &other_lines, other.line);
-        if other_doc.metadata("name").map(|(_, e)| e) != doc.metadata("name").map(|(_, e)| e) {
-            bail!(
-                "{} and {}:{} both render `{field}` from .Values.{values_key} for differently named {kind}s; chartgen scales one target per chart",
-                at(target.line),
-                other.path.display(),
-                other.line + 1
-            );
-        }
-    }
-    let max_sync = quorum(&doc, &settings, &values_root, &at, &mut notes);
-
+    let (target_name, target_namespace) = identity(c, &doc, &at, settings)?;
+    let max_sync = match c.known.engine {
+        Engine::Cnpg => quorum(&doc, settings, values_root, &at, notes),
+        // Redis replication is asynchronous: no quorum (the scaler refuses maxSyncReplicas).
+        Engine::Redis => String::new(),
+    };
+    let path = c.known.parents().iter().map(|p| (*p).to_owned());
     let spec = AppSpec {
+        engine: c.known.engine,
         explicit_namespace: target_namespace != DEFAULT_NAMESPACE,
-        field,
-        values_key,
+        path: path.chain([field.clone()]).collect(),
+        field: field.clone(),
+        values_key: values_key.clone(),
         target_api_version: settings
             .target_api_version
             .clone()
-            .unwrap_or_else(|| "postgresql.cnpg.io/v1".into()),
-        target_kind: kind,
+            .unwrap_or_else(|| c.known.api_version.into()),
+        target_kind: kind.clone(),
         target_name,
         target_namespace,
         scaler_address: settings
@@ -201,18 +308,79 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
             spec.target_api_version
         ));
     }
-    notes.extend(other_readers(chart, &templates, &spec, &found)?);
+    Ok((spec, max_sync))
+}
 
-    let convention = values::convention(&values_text);
+/// The target's name and namespace expressions, checked against the flags, and every other
+/// count line's document naming the same object.
+fn identity(
+    c: &CountLines,
+    doc: &Doc,
+    at: &dyn Fn(usize) -> String,
+    settings: &Settings,
+) -> anyhow::Result<(String, String)> {
+    let name = resolve(
+        "name",
+        doc.metadata("name").map(|(l, e)| (at(l), e)),
+        None,
+        settings.target_name.as_deref(),
+        "--target-name",
+    )?;
+    let namespace = resolve(
+        "namespace",
+        doc.metadata("namespace").map(|(l, e)| (at(l), e)),
+        Some(DEFAULT_NAMESPACE),
+        settings.target_namespace.as_deref(),
+        "--target-namespace",
+    )?;
+    for other in &c.found[1..] {
+        let other_lines: Vec<&str> = other.text.lines().collect();
+        let other_doc = target::doc_at(&other.text, &other_lines, other.line);
+        if other_doc.metadata("name").map(|(_, e)| e) != doc.metadata("name").map(|(_, e)| e) {
+            bail!(
+                "{} and {}:{} both render `{}` from .Values.{} for differently named {}s; chartgen scales one target per chart",
+                at(c.found[0].line),
+                other.path.display(),
+                other.line + 1,
+                c.field,
+                c.values_key,
+                c.kind
+            );
+        }
+    }
+    Ok((name, namespace))
+}
+
+/// The new text of every file chartgen app owns, from what `discover` found.
+struct Rendered {
+    values: String,
+    schema: String,
+    settings: String,
+    /// The generated templates: (path, text).
+    generated: Vec<(PathBuf, String)>,
+    /// What the author should know about the merges.
+    notes: Vec<String>,
+}
+
+/// Renders the values block (merged into values.yaml), the schema property (merged into
+/// values.schema.json), the settings and the generated templates; reads only the chart's own
+/// existing files, writes nothing.
+fn render(d: &Discovered, r: &Renderer) -> anyhow::Result<Rendered> {
+    let spec = &d.spec;
+    let mut notes = Vec::new();
+    let convention = values::convention(&d.values_text);
     let ctx = Ctx {
-        chart: &name,
-        spec: &spec,
-        max_sync,
-        v: values::merge(&values_root, values::defaults(&spec.scaler_address))?,
+        chart: &d.name,
+        spec,
+        max_sync: d.max_sync.clone(),
+        v: values::merge(
+            &d.values_root,
+            values::defaults(spec.engine, &spec.scaler_address),
+        )?,
         convention,
     };
     let block = r.render("app/values-autoscaling.yaml", &ctx)?;
-    let (values_new, change) = values::merge_block(&values_text, values::KEY, &block);
+    let (values_new, change) = values::merge_block(&d.values_text, values::KEY, &block);
     if !change.added.is_empty() {
         notes.push(format!(
             "added {} to the existing `autoscaling:` block{}",
@@ -230,23 +398,12 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
             change.removed.join(", ")
         ));
     }
-    reparse(&values_path, || {
-        let root = values::parse(&values_new)?;
-        values::merge(&root, values::defaults(""))?;
-        if values::has_path(&values_root, &spec.values_key)
-            && !values::has_path(&root, &spec.values_key)
-        {
-            bail!("`{}` is lost", spec.values_key);
-        }
-        Ok(())
-    })?;
-    plan.add(&values_path, values_new);
 
-    let existing = read_optional(&schema_path)?;
+    let existing = read_optional(&d.paths.schema)?;
     if existing.is_none() {
         notes.push(format!(
             "created {} because the chart had none: it only describes `autoscaling`, so Helm validates nothing else",
-            schema_path.display()
+            d.paths.schema.display()
         ));
     }
     let property: serde_json::Value =
@@ -258,22 +415,10 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
         schema::Existing::Replace
     };
     let schema_new = schema::merge(existing.as_deref(), &property, policy)?;
-    reparse(&schema_path, || {
-        serde_json::from_str::<serde_json::Value>(&schema_new)?;
-        Ok(())
-    })?;
-    plan.add(&schema_path, schema_new);
-    let settings_new = settings.to_text();
-    reparse(&settings_path, || {
-        if Settings::parse(Some(&settings_new)).map_err(|e| anyhow::anyhow!(e))? != settings {
-            bail!("the settings read back differ");
-        }
-        Ok(())
-    })?;
-    plan.add(&settings_path, settings_new);
 
-    for (tmpl, file) in GENERATED {
-        let path = templates.join(file);
+    let mut generated = Vec::new();
+    for (tmpl, file) in spec.generated() {
+        let path = d.paths.templates.join(file);
         if let Some(text) = read_optional(&path)?
             && !text.starts_with(MARKER)
         {
@@ -282,8 +427,53 @@ pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outco
                 path.display()
             );
         }
-        plan.add(path, r.render(tmpl, &ctx)?);
+        generated.push((path, r.render(tmpl, &ctx)?));
     }
+    Ok(Rendered {
+        values: values_new,
+        schema: schema_new,
+        settings: d.settings.to_text(),
+        generated,
+        notes,
+    })
+}
+
+/// Checks every rendered file by loading it back and plans the writes; a file that would not
+/// load stops the run before anything is written.
+fn write(chart: &Path, d: Discovered, files: Rendered) -> anyhow::Result<Outcome> {
+    let mut plan = Plan::confined(chart);
+    for (path, text) in d.rewritten {
+        plan.add(path, text);
+    }
+    let spec = d.spec;
+    reparse(&d.paths.values, || {
+        let root = values::parse(&files.values)?;
+        values::merge(&root, values::defaults(spec.engine, ""))?;
+        if values::has_path(&d.values_root, &spec.values_key)
+            && !values::has_path(&root, &spec.values_key)
+        {
+            bail!("`{}` is lost", spec.values_key);
+        }
+        Ok(())
+    })?;
+    plan.add(&d.paths.values, files.values);
+    reparse(&d.paths.schema, || {
+        serde_json::from_str::<serde_json::Value>(&files.schema)?;
+        Ok(())
+    })?;
+    plan.add(&d.paths.schema, files.schema);
+    reparse(&d.paths.settings, || {
+        if Settings::parse(Some(&files.settings)).map_err(|e| anyhow::anyhow!(e))? != d.settings {
+            bail!("the settings read back differ");
+        }
+        Ok(())
+    })?;
+    plan.add(&d.paths.settings, files.settings);
+    for (path, text) in files.generated {
+        plan.add(path, text);
+    }
+    let mut notes = d.notes;
+    notes.extend(files.notes);
     Ok(Outcome { plan, spec, notes })
 }
 
@@ -406,17 +596,42 @@ fn quorum(
     }
 }
 
+/// Where the count line sits: its field, in a manifest of `kind`, directly under `parents`
+/// (empty: anywhere in that manifest).
+struct Shape<'a> {
+    field: &'a str,
+    kind: &'a str,
+    parents: &'a [&'a str],
+}
+
+impl Shape<'_> {
+    /// True when 0-based `line` of `text` is in a `kind` manifest under the right parents (a
+    /// RedisFailover's `sentinel.replicas` is not its count).
+    fn holds(&self, text: &str, lines: &[&str], line: usize) -> bool {
+        let doc = target::doc_at(text, lines, line);
+        if doc.top("kind") != Some(self.kind) {
+            return false;
+        }
+        if self.parents.is_empty() {
+            return true;
+        }
+        let above = target::ancestors(&doc, line);
+        let want = self.parents.iter().rev().chain(std::iter::once(&"spec"));
+        above.len() == self.parents.len() + 1 && above.iter().zip(want).all(|(a, w)| a == w)
+    }
+}
+
 /// The values path the target's replica field renders from, read from its template: the one
 /// `<field>: {{ .Values.<path> }}` line in a `kind` manifest ("replicas" when there is none, so
 /// the error names the default).
-fn count_key(chart: &Path, templates: &Path, field: &str, kind: &str) -> anyhow::Result<String> {
+fn count_key(chart: &Path, templates: &Path, shape: &Shape) -> anyhow::Result<String> {
     let mut keys: Vec<String> = Vec::new();
     for path in template_files(chart, templates)? {
         let text = read(&path)?;
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
-            if let Some(key) = replica::values_path(field, line)
-                && target::doc_at(&text, &lines, i).top("kind") == Some(kind)
+            if let Some(key) = replica::values_path(shape.field, line)
+                && shape.holds(&text, &lines, i)
                 && !keys.iter().any(|k| k == key)
             {
                 keys.push(key.to_owned());
@@ -427,10 +642,52 @@ fn count_key(chart: &Path, templates: &Path, field: &str, kind: &str) -> anyhow:
         [] => Ok("replicas".into()),
         [one] => Ok(one.clone()),
         many => bail!(
-            "the {kind} templates render `{field}` from several values ({}); pass --values-key with the one to scale",
+            "the {} templates render `{}` from several values ({}); pass --values-key with the one to scale",
+            shape.kind,
+            shape.field,
             many.join(", ")
         ),
     }
+}
+
+/// Every file chartgen app may have written under `templates` (left out of what it reads).
+fn own_files(templates: &Path) -> Vec<PathBuf> {
+    GENERATED
+        .iter()
+        .chain([&SCALE_ADAPTER])
+        .map(|(_, f)| templates.join(f))
+        .collect()
+}
+
+/// The kinds of the chart's own templates' top-level `kind:` lines (chartgen's files left out).
+fn rendered_kinds(chart: &Path, templates: &Path) -> anyhow::Result<Vec<String>> {
+    let own = own_files(templates);
+    let mut kinds = Vec::new();
+    for path in template_files(chart, templates)? {
+        if own.contains(&path) {
+            continue;
+        }
+        for line in read(&path)?.lines() {
+            if let Some(kind) = kind_of(line)
+                && !kinds.iter().any(|k| k == kind)
+            {
+                kinds.push(kind.to_owned());
+            }
+        }
+    }
+    Ok(kinds)
+}
+
+/// The value of a top-level `kind:` line, unquoted and without a comment.
+fn kind_of(line: &str) -> Option<&str> {
+    let v = line.strip_prefix("kind:")?;
+    Some(
+        v.split(" #")
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_matches(['"', '\'']),
+    )
 }
 
 /// A `kind:` line of the target's kind in a template: its path, text and the 0-based line.
@@ -442,7 +699,7 @@ struct TargetDoc {
 
 /// Every document of `kind` under `templates` (chartgen's own files left out).
 fn target_docs(chart: &Path, templates: &Path, kind: &str) -> anyhow::Result<Vec<TargetDoc>> {
-    let generated: Vec<PathBuf> = GENERATED.iter().map(|(_, f)| templates.join(f)).collect();
+    let generated = own_files(templates);
     let mut out = Vec::new();
     for path in template_files(chart, templates)? {
         if generated.contains(&path) {
@@ -452,12 +709,7 @@ fn target_docs(chart: &Path, templates: &Path, kind: &str) -> anyhow::Result<Vec
         let lines: Vec<usize> = text
             .lines()
             .enumerate()
-            .filter(|(_, l)| {
-                l.strip_prefix("kind:").is_some_and(|v| {
-                    let v = v.split(" #").next().unwrap_or("").trim();
-                    v.trim_matches(['"', '\'']) == kind
-                })
-            })
+            .filter(|(_, l)| kind_of(l) == Some(kind))
             .map(|(i, _)| i)
             .collect();
         for line in lines {
@@ -524,15 +776,19 @@ struct Found {
     line: usize,
 }
 
+/// A template whose replica lines were rewritten: its path and new text.
+type Rewritten = (PathBuf, String);
+
+/// Rewrites every count line of the target (`shape`): where each was found, and the new texts.
 fn rewrite_replica_lines(
     chart: &Path,
     templates: &Path,
     rl: &ReplicaLine,
-    kind: &str,
-    plan: &mut Plan,
-) -> anyhow::Result<Vec<Found>> {
-    let generated: Vec<PathBuf> = GENERATED.iter().map(|(_, f)| templates.join(f)).collect();
+    shape: &Shape,
+) -> anyhow::Result<(Vec<Found>, Vec<Rewritten>)> {
+    let generated = own_files(templates);
     let mut found = Vec::new();
+    let mut rewritten = Vec::new();
     for path in template_files(chart, templates)? {
         if generated.contains(&path) {
             continue;
@@ -540,7 +796,7 @@ fn rewrite_replica_lines(
         let text = read(&path)?;
         let lines: Vec<&str> = text.lines().collect();
         // Only lines in a `kind` manifest: another reader (a Pooler's instances) is a note.
-        let in_target = |i: usize| target::doc_at(&text, &lines, i).top("kind") == Some(kind);
+        let in_target = |i: usize| shape.holds(&text, &lines, i);
         let rw = rl
             .rewrite(&text, &in_target)
             .with_context(|| format!("in '{}'", path.display()))?;
@@ -554,17 +810,18 @@ fn rewrite_replica_lines(
                 line,
             });
         }
-        plan.add(path, rw.text);
+        rewritten.push((path, rw.text));
     }
     if found.is_empty() {
         bail!(
-            "no {kind} manifest under '{}' has the line `{}: {{{{ .Values.{} }}}}`; pass --replica-field/--values-key to match the chart",
+            "no {} manifest under '{}' has the line `{}: {{{{ .Values.{} }}}}`; pass --replica-field/--values-key to match the chart",
+            shape.kind,
             templates.display(),
             rl.field,
             rl.key,
         );
     }
-    Ok(found)
+    Ok((found, rewritten))
 }
 
 /// Every other template line that reads the count value: it stays static while KEDA moves the
@@ -575,7 +832,7 @@ fn other_readers(
     spec: &AppSpec,
     found: &[Found],
 ) -> anyhow::Result<Vec<String>> {
-    let generated: Vec<PathBuf> = GENERATED.iter().map(|(_, f)| templates.join(f)).collect();
+    let generated = own_files(templates);
     let needle = format!(".Values.{}", spec.values_key);
     let mut out = Vec::new();
     for path in template_files(chart, templates)? {
@@ -614,11 +871,15 @@ fn other_readers(
 pub fn next_steps(chart: &Path, spec: &AppSpec) -> String {
     let c = chart.display();
     let key = &spec.values_key;
+    let crds = match spec.engine {
+        Engine::Cnpg => "the KEDA and CNPG CRDs",
+        Engine::Redis => "the KEDA, RedisFailover and ScaleAdapter CRDs",
+    };
     format!(
         "next steps:\n\
          \x20 1. render the enabled path (helm needs the KEDA API to render the ScaledObject):\n\
          \x20      helm template rel {c} --api-versions keda.sh/v1alpha1 --set autoscaling.enabled=true\n\
-         \x20 2. check every mode with the helm binaries on PATH, against the KEDA and CNPG CRDs (for CI):\n\
+         \x20 2. check every mode with the helm binaries on PATH, against {crds} (for CI):\n\
          \x20      chartgen app --chart {c} --verify --crds DIR\n\
          \x20 3. enable: a fresh install sets autoscaling.enabled=true; a live cluster migrates in two phases:\n\
          \x20      (1) {key} = the live count, autoscaling.enabled=true, autoscaling.transition=true\n\
@@ -699,6 +960,29 @@ fn chart_name(chart: &Path) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_redis_count_is_the_line_under_spec_redis_only() {
+        let text = "kind: RedisFailover\nspec:\n  sentinel:\n    replicas: {{ .Values.s }}\n  redis:\n    {{- if .Values.size }}\n    storage: {}\n    {{- end }}\n    replicas: {{ .Values.replicas }}\n---\nkind: Other\nspec:\n  redis:\n    replicas: {{ .Values.replicas }}\n";
+        let lines: Vec<&str> = text.lines().collect();
+        let shape = Shape {
+            field: "replicas",
+            kind: "RedisFailover",
+            parents: engine::REDIS.parents(),
+        };
+        let held: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].contains("replicas:") && shape.holds(text, &lines, i))
+            .collect();
+        assert_eq!(held, [8], "not the sentinels' (3), not another kind's (13)");
+        let anywhere = Shape {
+            parents: &[],
+            ..shape
+        };
+        assert!(
+            anywhere.holds(text, &lines, 3),
+            "CNPG's shape: any line of the kind"
+        );
+    }
 
     #[test]
     fn target_expressions_are_checked_against_the_flag() {

@@ -164,6 +164,34 @@ impl Doc<'_> {
     }
 }
 
+/// The mapping keys above 0-based `line` of `doc`'s file, innermost first (template-only lines,
+/// comments and blank lines skipped): `["redis", "spec"]` for a RedisFailover's count.
+pub fn ancestors<'a>(doc: &Doc<'a>, line: usize) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let Some(at) = line.checked_sub(doc.first) else {
+        return out;
+    };
+    let indent_of = |l: &str| l.len() - l.trim_start().len();
+    let mut limit = doc.lines.get(at).map_or(0, |l| indent_of(l));
+    for l in doc.lines[..at].iter().rev() {
+        let body = l.trim_start();
+        if limit == 0 {
+            break;
+        }
+        if body.is_empty() || body.starts_with('#') || is_action_line(body) {
+            continue;
+        }
+        let ind = indent_of(l);
+        if ind < limit {
+            if let Some((key, _)) = body.split_once(':') {
+                out.push(key.trim());
+            }
+            limit = ind;
+        }
+    }
+    out
+}
+
 /// A line that holds only template actions (`{{- if ... }}`, `{{ include ... | nindent 4 }}`).
 fn is_action_line(body: &str) -> bool {
     body.starts_with("{{") && body.trim_end().ends_with("}}")

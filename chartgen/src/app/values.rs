@@ -3,12 +3,20 @@
 
 use serde_json::{Value, json};
 
+use super::engine::Engine;
+
 /// Top-level key of the block.
 pub const KEY: &str = "autoscaling";
 
-/// Defaults in the order the block lists them (docs/design.md §A4, plus the scaler
-/// address and its mTLS credentials, the HPA tolerance and the HPA behaviour).
-pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
+/// Defaults in the order the block lists them (docs/chartgen.md: the scaler address and its mTLS
+/// credentials, the decision's inputs, the controls, the HPA tolerance and behaviour). Redis
+/// brakes on a byte offset lag (docs/redis.md), CNPG on seconds.
+pub fn defaults(engine: Engine, scaler_address: &str) -> Vec<(&'static str, Value)> {
+    let lag = match engine {
+        Engine::Cnpg => ("maxReplicationLagSeconds", json!(0)),
+        // Redis's own default repl-backlog-size: above a second of most masters' writes.
+        Engine::Redis => ("maxReplicationLagBytes", json!(1_048_576)),
+    };
     vec![
         ("enabled", json!(false)),
         ("scalerAddress", json!(scaler_address)),
@@ -21,7 +29,7 @@ pub fn defaults(scaler_address: &str) -> Vec<(&'static str, Value)> {
         ("metric", json!("ReadConnections")),
         ("target", json!(150)),
         ("signals", json!([])),
-        ("maxReplicationLagSeconds", json!(0)),
+        lag,
         ("dryRun", json!(false)),
         ("scaleIn", json!("enabled")),
         ("schedules", json!([])),
@@ -423,7 +431,7 @@ mod tests {
     fn merge_keeps_author_values() {
         let root = parse("replicas: 3\nautoscaling:\n  enabled: true\n  target: 40\n  custom: x\n")
             .unwrap();
-        let m = merge(&root, defaults("s:1")).unwrap();
+        let m = merge(&root, defaults(Engine::Cnpg, "s:1")).unwrap();
         assert_eq!(m["enabled"], json!(true));
         assert_eq!(m["target"], json!(40));
         assert_eq!(m["maxReplicas"], json!(6));
@@ -437,7 +445,10 @@ mod tests {
     #[test]
     fn merge_rejects_a_scalar_block() {
         assert!(matches!(
-            merge(&parse("autoscaling: true\n").unwrap(), defaults("s")),
+            merge(
+                &parse("autoscaling: true\n").unwrap(),
+                defaults(Engine::Cnpg, "s")
+            ),
             Err(ValuesError::BlockNotMapping(_))
         ));
         let root = parse("quorum:\n  maxSyncReplicas: 1\n").unwrap();

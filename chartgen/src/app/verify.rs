@@ -11,8 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
+use super::engine::Engine;
 use super::{AppSpec, Outcome};
 use crate::output::read;
+
+const ADAPTER_API: &str = "autoscaling.cozystack.io/v1alpha1";
+const ADAPTER_KIND: &str = "ScaleAdapter";
 
 /// One `helm template` run and what it must produce.
 struct Case {
@@ -37,6 +41,11 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
     };
     let renders = |scaled, paused| Expect::Renders { scaled, paused };
     let key = &spec.values_key;
+    let (signal, floor_refusal) = match spec.engine {
+        Engine::Cnpg => ("ReadConnectionUsage", "below the quorum floor"),
+        Engine::Redis => ("ReadCommandsPerSecond", "is below the floor"),
+    };
+    let signal = format!("autoscaling.signals[0].metric={signal}");
     vec![
         Case {
             name: "off",
@@ -66,7 +75,7 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             name: "controls: a second signal, scale-in off and a schedule",
             sets: on(&[
                 "autoscaling.scaleIn=disabled",
-                "autoscaling.signals[0].metric=ReadConnectionUsage",
+                &signal,
                 "autoscaling.signals[0].target=70",
                 "autoscaling.schedules[0].cron=0 8 * * 1-5",
                 "autoscaling.schedules[0].duration=10h",
@@ -103,7 +112,7 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             name: "guard: floor > maxReplicas",
             sets: on(&["autoscaling.minReplicas=5", "autoscaling.maxReplicas=4"]),
             keda: true,
-            expect: Expect::Fails("below the quorum floor"),
+            expect: Expect::Fails(floor_refusal),
         },
         Case {
             name: "guard: count > maxReplicas",
@@ -234,10 +243,14 @@ pub fn run(
         );
     }
     let schemas = Schemas::load(crds)?;
-    for (api, kind) in [
+    let mut kinds = vec![
         ("keda.sh/v1alpha1", "ScaledObject"),
         (spec.target_api_version.as_str(), spec.target_kind.as_str()),
-    ] {
+    ];
+    if spec.engine == Engine::Redis {
+        kinds.push((ADAPTER_API, ADAPTER_KIND));
+    }
+    for (api, kind) in kinds {
         if !schemas.has(api, kind) {
             bail!("no CRD for {api} {kind} in --crds: pass the file or directory holding it");
         }
@@ -354,19 +367,7 @@ fn check_target(
         (false, []) => Ok(()),
         (false, _) => bail!("a ScaledObject rendered with autoscaling off"),
         (true, [so]) => {
-            let name = so
-                .pointer("/spec/scaleTargetRef/name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let Some(target) = targets
-                .iter()
-                .find(|t| t.pointer("/metadata/name").and_then(Value::as_str) == Some(name))
-            else {
-                bail!(
-                    "the ScaledObject targets {} `{name}`, which the chart does not render",
-                    spec.target_kind
-                );
-            };
+            let target = scaled_target(objects, spec, so, &targets, paused)?;
             if ns(target) != ns(so) {
                 bail!(
                     "the ScaledObject is in namespace `{}` but its target in `{}`: KEDA needs them together",
@@ -407,13 +408,73 @@ fn check_target(
                     if is_paused { "" } else { "not " }
                 );
             }
-            if target.pointer(&format!("/spec/{}", spec.field)).is_none() {
-                bail!("the target renders no `{}`", spec.field);
+            if target.pointer(&spec.pointer()).is_none() {
+                bail!("the target renders no `{}`", spec.pointer());
             }
             Ok(())
         }
         (true, many) => bail!("expected one ScaledObject, got {}", many.len()),
     }
+}
+
+/// The target the ScaledObject drives: the one its `scaleTargetRef` names, or, for a kind
+/// without a scale subresource, the one the ScaleAdapter it names drives (that adapter in the
+/// ScaledObject's namespace, at the count's path, paused exactly when the ScaledObject is).
+fn scaled_target<'a>(
+    objects: &'a [Value],
+    spec: &AppSpec,
+    so: &Value,
+    targets: &[&'a Value],
+    paused: bool,
+) -> anyhow::Result<&'a Value> {
+    let str_at = |o: &Value, p: &str| o.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    let reference = |p: &str| str_at(so, &format!("/spec/scaleTargetRef/{p}")).unwrap_or_default();
+    let (api, kind, name) = (
+        reference("apiVersion"),
+        reference("kind"),
+        reference("name"),
+    );
+    let name = match spec.engine {
+        Engine::Cnpg => name,
+        Engine::Redis => {
+            if (api.as_str(), kind.as_str()) != (ADAPTER_API, ADAPTER_KIND) {
+                bail!("the ScaledObject targets {api} {kind}, not the {ADAPTER_KIND}");
+            }
+            let Some(adapter) = objects.iter().find(|o| {
+                o["kind"] == ADAPTER_KIND && str_at(o, "/metadata/name").as_deref() == Some(&name)
+            }) else {
+                bail!(
+                    "the ScaledObject targets {ADAPTER_KIND} `{name}`, which the chart does not render"
+                );
+            };
+            if str_at(adapter, "/metadata/namespace") != str_at(so, "/metadata/namespace") {
+                bail!("the {ADAPTER_KIND} and the ScaledObject are in different namespaces");
+            }
+            if str_at(adapter, "/spec/replicasPath") != Some(spec.pointer()) {
+                bail!("the {ADAPTER_KIND} does not drive {}", spec.pointer());
+            }
+            if adapter.pointer("/spec/paused").and_then(Value::as_bool) != Some(paused) {
+                bail!(
+                    "the {ADAPTER_KIND} is {}paused",
+                    if paused { "not " } else { "" }
+                );
+            }
+            if str_at(adapter, "/spec/targetRef/kind").as_deref() != Some(&spec.target_kind) {
+                bail!("the {ADAPTER_KIND} does not target a {}", spec.target_kind);
+            }
+            str_at(adapter, "/spec/targetRef/name").unwrap_or_default()
+        }
+    };
+    targets
+        .iter()
+        .find(|t| str_at(t, "/metadata/name").as_deref() == Some(&name))
+        .copied()
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "the ScaledObject targets {} `{name}`, which the chart does not render",
+                spec.target_kind
+            )
+        })
 }
 
 fn documents(text: &str) -> anyhow::Result<Vec<Value>> {
@@ -459,7 +520,7 @@ impl Schemas {
                 let group = crd["spec"]["group"].as_str().unwrap_or_default();
                 let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or_default();
                 for v in crd["spec"]["versions"].as_array().into_iter().flatten() {
-                    let schema = strict(v["schema"]["openAPIV3Schema"].clone());
+                    let schema = strict(with_object_meta(v["schema"]["openAPIV3Schema"].clone()));
                     let validator = jsonschema::draft7::new(&schema)
                         .map_err(|e| anyhow::anyhow!("'{}': {kind} schema: {e}", f.display()))?;
                     let api = format!("{group}/{}", v["name"].as_str().unwrap_or_default());
@@ -502,6 +563,23 @@ impl Schemas {
         }
         Ok(())
     }
+}
+
+/// The API server accepts `apiVersion`, `kind` and `metadata` on every custom resource, whether
+/// its schema lists them or not (kube-derive's, the ScaleAdapter's, does not).
+fn with_object_meta(mut schema: Value) -> Value {
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for (key, kind) in [
+            ("apiVersion", "string"),
+            ("kind", "string"),
+            ("metadata", "object"),
+        ] {
+            props.entry(key).or_insert_with(
+                || json!({"type": kind, "x-kubernetes-preserve-unknown-fields": true}),
+            );
+        }
+    }
+    schema
 }
 
 /// Every object schema that lists properties rejects others, unless it preserves unknown fields.

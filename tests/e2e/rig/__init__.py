@@ -82,10 +82,18 @@ class Rig:
         self.kube = self.cp.start()
         install_crds(self.kube, crd_files())
         self.cnpg = CnpgStandIn(self.kube).start()
+        # The feeder's own connection: it reads RedisFailovers from its thread.
+        self._redis_kube = Kube(self.kube.server, self.kube.ca, *self.kube.session.cert)
         self.keda = keda.start(self.cp, *self._keda_bins, self.group)
         self.vm = VictoriaMetrics(self.dir, spawn=self.group.start).start()
-        self.feeder = Feeder(self.vm, self.cnpg).start()
+        self.feeder = Feeder(self.vm, self.cnpg, redis_replicas=self._redis_replicas).start()
         return self
+
+    def _redis_replicas(self, namespace: str, name: str) -> int | None:
+        """spec.redis.replicas of a RedisFailover: the Redis operator is absent, so the feeder
+        plays its pods' exporters at that count."""
+        rf = self._redis_kube.get("databases.spotahome.com/v1", "RedisFailover", name, namespace) or {}
+        return rf.get("spec", {}).get("redis", {}).get("replicas")
 
     def stop(self) -> None:
         for part in (self.feeder, self.cnpg):

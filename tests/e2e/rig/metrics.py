@@ -1,6 +1,8 @@
-"""A feeder that pushes synthetic CNPG series every second through the test kit's generator
-(tests/lib/cnpg_series.py), shaped by the Cluster's current spec.instances (pod <cluster>-1 is the
-primary, the rest are standbys) and by a load model the scenario changes while the loop runs."""
+"""A feeder that pushes synthetic series every second through the test kit's generators, shaped by
+the target's current count and by a load model the scenario changes while the loop runs: CNPG
+series (tests/lib/cnpg_series.py) by the Cluster's spec.instances (pod <cluster>-1 is the primary,
+the rest are standbys), redis_exporter series (tests/lib/redis_series.py) by the RedisFailover's
+spec.redis.replicas (pod rfr-<name>-0 is the master, the rest are replicas)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,14 @@ from dataclasses import dataclass, replace
 
 import requests
 
+from typing import Callable
+
+import redis_series
 from cnpg_series import Backend, Cluster, Counters, Pod, render_at
 from vm import VictoriaMetrics
 
 from .cnpg import CnpgStandIn
+from .kube import ApiError
 
 # Client sessions every pod holds: on the primary active ones (primary load never counts as read
 # load), idle ones everywhere; CNPG's own sessions come with the generator's pods.
@@ -35,6 +41,24 @@ class Load:
     restore_cpu_millicores: float = 0.0
     warmup_seconds: float = 0.0
     warmup_from_pod: int = 0
+
+
+@dataclass
+class RedisLoad:
+    clients: int = 0               # application connections, spread over the replicas
+    write_bytes_per_s: float = 0   # the master's replication stream (0 = idle master)
+    syncing: frozenset[int] = frozenset()  # replica ordinals in a full sync
+
+
+def failover(namespace: str, name: str, replicas: int, load: RedisLoad) -> redis_series.Failover:
+    """`replicas` Redis pods under `load`: the clients spread evenly over the replicas (the
+    remainder on the first ones); a lone master carries none."""
+    serving = max(replicas - 1, 1)
+    pods = [redis_series.RedisPod(0, master=True)]
+    for i in range(1, replicas):
+        share = load.clients // serving + (1 if i - 1 < load.clients % serving else 0)
+        pods.append(redis_series.RedisPod(i, clients=share, syncing=i in load.syncing))
+    return redis_series.Failover(namespace, name, pods)
 
 
 def cluster(namespace: str, name: str, instances: int, load: Load, restoring: set[int]) -> Cluster:
@@ -70,11 +94,16 @@ class Feeder:
     Each pod's WAL and CPU counters are integrated here across pushes, so a rate the scenario
     changes bends the counter instead of moving it."""
 
-    def __init__(self, vm: VictoriaMetrics, cnpg: CnpgStandIn, interval: float = 1.0):
+    def __init__(self, vm: VictoriaMetrics, cnpg: CnpgStandIn,
+                 redis_replicas: Callable[[str, str], int | None] | None = None, interval: float = 1.0):
         self.vm = vm
         self.cnpg = cnpg
+        # (namespace, name) -> the RedisFailover's spec.redis.replicas (None: no such object).
+        self.redis_replicas = redis_replicas
         self.interval = interval
         self.loads: dict[tuple[str, str], Load] = {}
+        self.redis_loads: dict[tuple[str, str], RedisLoad] = {}
+        self._offsets: dict[tuple[str, str], float] = {}
         self.lock = threading.Lock()
         self.failures = 0
         self._counters: dict[tuple[str, str], Counters] = {}
@@ -97,11 +126,18 @@ class Feeder:
             for k, v in changes.items():
                 setattr(load, k, v)
 
+    def set_redis(self, namespace: str, name: str, **changes) -> None:
+        """Changes the load of the RedisFailover `name` (fields of RedisLoad)."""
+        with self.lock:
+            load = self.redis_loads.setdefault((namespace, name), RedisLoad())
+            for k, v in changes.items():
+                setattr(load, k, v)
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
                 self.vm.import_prom(self.render(time.time()))
-            except requests.RequestException:
+            except (requests.RequestException, ApiError):  # VictoriaMetrics or the apiserver
                 self.failures += 1
 
     def render(self, now: float) -> str:
@@ -116,7 +152,18 @@ class Feeder:
                 key = (c.namespace, c.pod_name(p))
                 # A pod seen for the first time starts its counters now.
                 self._counters[key] = self._counters[key].advance(p, dt) if key in self._counters else Counters()
-        return render_at(clusters, now, self._counters)
+        return render_at(clusters, now, self._counters) + self._render_redis(dt, now)
+
+    def _render_redis(self, dt: float, now: float) -> str:
+        with self.lock:
+            loads = {key: replace(load) for key, load in self.redis_loads.items()}
+        failovers = [failover(ns, name, n, load) for (ns, name), load in loads.items()
+                     for n in [self.redis_replicas(ns, name) or 1]]
+        for key, load in loads.items():
+            before = self._offsets.get(key)
+            self._offsets[key] = (redis_series.OFFSET_ORIGIN if before is None
+                                  else before + load.write_bytes_per_s * dt)
+        return redis_series.render_at(failovers, now, self._offsets) if failovers else ""
 
     def _restoring(self, ns: str, name: str, instances: int, load: Load, now: float) -> set[int]:
         """The standbys from `load.warmup_from_pod` on that appeared less than
