@@ -14,7 +14,7 @@ from test_reproducible import tree
 from testkit import upstream
 
 FIXTURE = Path(__file__).parent / "fixtures/redis"
-ADAPTER_CRD = REPO / "templates/package/chart/crds/scaleadapters.yaml"
+ADAPTER_CRD = REPO / "charts/cozy-autoscaling/crds/scaleadapters.yaml"
 ON = ["autoscaling.enabled=true"]
 SA = {"apiVersion": "autoscaling.cozystack.io/v1alpha1", "kind": "ScaleAdapter", "name": "pg"}
 PAUSE = {"autoscaling.keda.sh/paused-scale-in": "true", "autoscaling.keda.sh/paused-scale-out": "true"}

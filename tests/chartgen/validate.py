@@ -17,7 +17,7 @@ from testkit import crd_files
 
 K8S_VERSION = "1.33"
 CRD_FILES = [*crd_files("keda", "cnpg", "helm-controller", "redis-operator"),
-             Path(__file__).resolve().parents[2] / "templates/package/chart/crds/scaleadapters.yaml"]
+             Path(__file__).resolve().parents[2] / "charts/cozy-autoscaling/crds/scaleadapters.yaml"]
 # No CRD for these is available offline (cert-manager, prometheus-operator, VictoriaMetrics operator,
 # and CNPG's Pooler: tests/lib/upstream.sh keeps only the Cluster CRD of CNPG).
 STRUCTURAL_ONLY = {
