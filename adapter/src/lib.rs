@@ -18,7 +18,7 @@ use tokio::sync::watch as channel;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use runtime::{admin, lease, logging::LogArgs, shutdown as signals};
+use runtime::{admin, lease, logging::ScaleAdapterLogArgs, shutdown as signals};
 
 pub mod crd;
 pub mod decide;
@@ -64,7 +64,7 @@ struct Settings {
     #[command(flatten)]
     lease_timing: lease::Timing,
     #[command(flatten)]
-    log: LogArgs,
+    log: ScaleAdapterLogArgs,
 }
 
 impl Args {

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
 
 use placement::shard::{ShardIndex, parse_shard_index};
-use runtime::{admin, conn, logging::LogArgs, shutdown, tls};
+use runtime::{admin, conn, logging::WebhookLogArgs, shutdown, tls};
 
 pub mod assign;
 pub mod controller;
@@ -103,7 +103,7 @@ struct Settings {
     #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     admission_deadline: Duration,
     #[command(flatten)]
-    log: LogArgs,
+    log: WebhookLogArgs,
 }
 
 /// `TENANT=shard<i>`.

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
 
 use crate::{Pin, index, watch};
-use runtime::{lease, logging::LogArgs, shutdown as signals};
+use runtime::{lease, logging::ShardControllerLogArgs, shutdown as signals};
 
 pub mod metrics;
 pub mod relabel;
@@ -112,7 +112,7 @@ struct Settings {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     api_timeout: Duration,
     #[command(flatten)]
-    log: LogArgs,
+    log: ShardControllerLogArgs,
 }
 
 impl Args {
