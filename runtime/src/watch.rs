@@ -7,7 +7,7 @@
 //! never half a list, and an object deleted while the watch was down is gone after the relist.
 //! Changes outside a relist (`Apply`, `Delete`) land at once.
 use std::collections::BTreeMap;
-use std::ops::RangeBounds;
+use std::ops::Deref;
 
 use futures::{Stream, StreamExt as _};
 use kube::runtime::WatchStreamExt as _;
@@ -87,26 +87,6 @@ impl<Key: Ord, V> Projected<Key, V> {
         self.synced = true;
     }
 
-    pub fn len(&self) -> usize {
-        self.objects.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.objects.is_empty()
-    }
-
-    pub fn get(&self, key: &Key) -> Option<&V> {
-        self.objects.get(key)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&Key, &V)> {
-        self.objects.iter()
-    }
-
-    pub fn range(&self, range: impl RangeBounds<Key>) -> impl Iterator<Item = (&Key, &V)> {
-        self.objects.range(range)
-    }
-
     /// Inserts or replaces one entry by hand (what this replica just wrote, ahead of its watch
     /// event); the next event or relist for the object supersedes it.
     pub fn entry(&mut self, key: Key) -> std::collections::btree_map::Entry<'_, Key, V> {
@@ -115,6 +95,15 @@ impl<Key: Ord, V> Projected<Key, V> {
 
     pub fn remove(&mut self, key: &Key) -> Option<V> {
         self.objects.remove(key)
+    }
+}
+
+/// Reads see the current objects (never a relist under way).
+impl<Key, V> Deref for Projected<Key, V> {
+    type Target = BTreeMap<Key, V>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.objects
     }
 }
 
