@@ -17,7 +17,7 @@
 //! app.admin("0.0.0.0:9090".parse()?, registry).await?;
 //! let shutdown = app.shutdown();
 //! app.readiness().set(true);
-//! app.run(async move { shutdown.cancelled().await; Ok(()) }, std::time::Duration::from_secs(5)).await
+//! app.run(async move { shutdown.cancelled().await }, std::time::Duration::from_secs(5)).await
 //! # }
 //! ```
 use std::collections::HashMap;
@@ -79,7 +79,10 @@ impl App {
             names: HashMap::new(),
         };
         let readiness = app.readiness.clone();
-        app.spawn("readiness", shutdown::unready_on_shutdown(readiness, shutdown));
+        app.spawn(
+            "readiness",
+            shutdown::unready_on_shutdown(readiness, shutdown),
+        );
         app
     }
 
@@ -105,9 +108,7 @@ impl App {
         F: Future + Send + 'static,
         F::Output: Outcome,
     {
-        let handle = self
-            .tasks
-            .spawn(async move { task.await.into_result() });
+        let handle = self.tasks.spawn(async move { task.await.into_result() });
         self.names.insert(handle.id(), name);
     }
 
@@ -136,12 +137,13 @@ impl App {
     /// The first error (of `main` or a task) is the app's.
     pub async fn run<F>(mut self, main: F, deadline: Duration) -> anyhow::Result<()>
     where
-        F: Future<Output = anyhow::Result<()>>,
+        F: Future,
+        F::Output: Outcome,
     {
         info!(component = self.component, "running");
         let mut failure = None;
         let token = self.shutdown.clone();
-        let main = shutdown::drain(main, &token, deadline);
+        let main = shutdown::drain(async { main.await.into_result() }, &token, deadline);
         tokio::pin!(main);
         let outcome = loop {
             tokio::select! {
@@ -166,7 +168,11 @@ impl App {
         .await;
         if rest.is_err() {
             let left: Vec<_> = self.names.values().collect();
-            warn!(component = self.component, ?left, "tasks did not stop within {deadline:?}; aborting them");
+            warn!(
+                component = self.component,
+                ?left,
+                "tasks did not stop within {deadline:?}; aborting them"
+            );
         }
         info!(component = self.component, "stopped");
         match failure {
@@ -205,7 +211,6 @@ mod tests {
             async move {
                 shutdown.cancelled().await;
                 drained.store(true, std::sync::atomic::Ordering::Release);
-                Ok(())
             }
         };
         let error = app.run(main, Duration::from_secs(5)).await.unwrap_err();
@@ -224,10 +229,12 @@ mod tests {
         let shutdown = app.shutdown();
         let main = async move {
             shutdown.cancelled().await;
-            Ok(())
         };
         let error = app.run(main, Duration::from_secs(5)).await.unwrap_err();
-        assert!(format!("{error:#}").starts_with("gauges failed: panicked"), "{error:#}");
+        assert!(
+            format!("{error:#}").starts_with("gauges failed: panicked"),
+            "{error:#}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -252,7 +259,6 @@ mod tests {
                 tokio::task::yield_now().await;
                 // A late "ready" from a task that has not seen the shutdown yet stays ignored.
                 readiness.set(true);
-                Ok(())
             }
         };
         app.run(main, Duration::from_secs(5)).await.unwrap();
@@ -265,9 +271,7 @@ mod tests {
         let mut app = App::new("test");
         app.spawn("stuck", std::future::pending::<()>());
         let started = tokio::time::Instant::now();
-        app.run(async { Ok(()) }, Duration::from_secs(3))
-            .await
-            .unwrap();
+        app.run(async {}, Duration::from_secs(3)).await.unwrap();
         assert_eq!(started.elapsed(), Duration::from_secs(3));
     }
 
@@ -275,7 +279,10 @@ mod tests {
     async fn the_main_error_is_the_apps() {
         let app = App::new("test");
         let error = app
-            .run(async { anyhow::bail!("gRPC server failed") }, Duration::from_secs(1))
+            .run(
+                async { anyhow::bail!("gRPC server failed") },
+                Duration::from_secs(1),
+            )
             .await
             .unwrap_err();
         assert_eq!(error.to_string(), "gRPC server failed");

@@ -244,6 +244,10 @@ pub async fn run(mut elector: Elector, leader: watch::Sender<bool>, shutdown: Ca
     }
 }
 
+/// At a leader-elected controller's shutdown, how long a sync in flight, and then the lease
+/// release, may take: well within the pod's default 30 s termination grace period.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(20);
+
 /// Which Lease a controller campaigns for, and as whom.
 #[derive(Debug, Clone)]
 pub struct Election {
@@ -269,7 +273,12 @@ pub fn elect(
         timing,
     }) = election
     {
-        let elector = Elector::new(Api::namespaced(client, &namespace), name, identity.clone(), timing);
+        let elector = Elector::new(
+            Api::namespaced(client, &namespace),
+            name,
+            identity.clone(),
+            timing,
+        );
         let campaign = run(elector, leader_tx, app.shutdown());
         app.spawn("lease", campaign.instrument(info_span!("lease", %identity)));
     }

@@ -87,6 +87,12 @@ impl<Key: Ord, V> Projected<Key, V> {
         self.synced = true;
     }
 
+    /// Inserts or replaces one entry by hand (tests, and what this replica read or wrote
+    /// itself), as [`Projected::entry`] does.
+    pub fn insert(&mut self, key: Key, value: V) -> Option<V> {
+        self.objects.insert(key, value)
+    }
+
     /// Inserts or replaces one entry by hand (what this replica just wrote, ahead of its watch
     /// event); the next event or relist for the object supersedes it.
     pub fn entry(&mut self, key: Key) -> std::collections::btree_map::Entry<'_, Key, V> {

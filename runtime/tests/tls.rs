@@ -93,7 +93,11 @@ async fn negotiates_the_configured_alpn() {
     let shutdown = CancellationToken::new();
     for (server_alpn, client_alpn, want) in [
         (ALPN_GRPC, &[&b"h2"[..]][..], &b"h2"[..]),
-        (&[b"h2", b"http/1.1"], &[&b"http/1.1"[..]][..], &b"http/1.1"[..]),
+        (
+            &[b"h2", b"http/1.1"],
+            &[&b"http/1.1"[..]][..],
+            &b"http/1.1"[..],
+        ),
     ] {
         let tls = Reloading::spawn(files.clone(), server_alpn, shutdown.clone()).unwrap();
         let addr = serve(&tls, shutdown.clone()).await;

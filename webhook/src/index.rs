@@ -116,8 +116,7 @@ impl Index {
 
     pub fn apply_release(&mut self, namespace: &str, name: &str, release: Release) {
         self.releases
-            .entry((namespace.to_owned(), name.to_owned()))
-            .insert_entry(release);
+            .insert((namespace.to_owned(), name.to_owned()), release);
     }
 
     pub fn delete_release(&mut self, namespace: &str, name: &str) {
@@ -128,7 +127,7 @@ impl Index {
     /// Only `tenant-*` namespaces are kept.
     pub fn apply_namespace(&mut self, name: &str, ns: TenantNamespace) {
         if tenant::is_tenant_namespace(name) {
-            self.namespaces.entry(name.to_owned()).insert_entry(ns);
+            self.namespaces.insert(name.to_owned(), ns);
         }
     }
 
@@ -139,7 +138,7 @@ impl Index {
     }
 
     pub fn apply_deployment(&mut self, shard: ShardIndex, ready: bool) {
-        self.deployments.entry(shard).insert_entry(ready);
+        self.deployments.insert(shard, ready);
     }
 
     pub fn delete_deployment(&mut self, shard: ShardIndex) {

@@ -212,7 +212,7 @@ impl Args {
         // Readiness goes down as the token is cancelled; in-flight reviews then get their
         // admission deadline, plus a second to write the answer.
         let drain = admission_deadline + DRAIN_SLACK;
-        app.run(async { Ok(server.await) }, drain).await
+        app.run(server, drain).await
     }
 }
 

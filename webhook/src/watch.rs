@@ -52,7 +52,11 @@ impl Project<PartialObjectMeta<DynamicObject>> for Releases {
         Some((hr.namespace().unwrap_or_default(), hr.name_any()))
     }
     fn value(&self, hr: &PartialObjectMeta<DynamicObject>) -> Release {
-        Release::new(&hr.namespace().unwrap_or_default(), &hr.name_any(), hr.labels())
+        Release::new(
+            &hr.namespace().unwrap_or_default(),
+            &hr.name_any(),
+            hr.labels(),
+        )
     }
 }
 
@@ -105,7 +109,10 @@ pub fn spawn(app: &mut App, client: Client, index: SharedIndex, flux_namespace: 
     let namespaces = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
     let namespaces = watcher::watcher(namespaces, watcher::Config::default());
     let watch = follow(app.shutdown(), namespaces, index.clone(), Namespaces);
-    app.spawn("Namespace watch", watch.instrument(info_span!("namespaces")));
+    app.spawn(
+        "Namespace watch",
+        watch.instrument(info_span!("namespaces")),
+    );
     if let Some(ns) = flux_namespace {
         let deployments = watcher::watcher(
             Api::<Deployment>::namespaced(client, ns),

@@ -24,9 +24,6 @@ pub mod sync;
 
 /// Name of the reporting controller on Events.
 const CONTROLLER_NAME: &str = "cozy-flux-shard-controller";
-/// At shutdown, how long a sync in flight, and then the lease release, may take: well within
-/// the pod's default 30 s termination grace period.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(20);
 
 /// What the controller and `shards plan` both need to plan.
 #[derive(Debug, Clone, clap::Args)]
@@ -174,21 +171,26 @@ impl Args {
         info!(%identity, shards = placement.shards, dry_run, "running the shard controller");
 
         let readiness = app.readiness();
-        let paced = lease::paced(sync_interval, leader.clone(), app.shutdown(), async |leading| {
-            metrics.leader.set(i64::from(leading));
-            if !index::read(&index).synced().ready(true) {
-                return;
-            }
-            readiness.set(true);
-            let now = tokio::time::Instant::now();
-            if dry_run || leading {
-                let sync = controller.sync(now, &leader);
-                sync.instrument(info_span!("sync")).await;
-            } else {
-                controller.observe(now);
-            }
-        });
-        app.run(async { Ok(paced.await) }, DRAIN_DEADLINE).await
+        let paced = lease::paced(
+            sync_interval,
+            leader.clone(),
+            app.shutdown(),
+            async |leading| {
+                metrics.leader.set(i64::from(leading));
+                if !index::read(&index).synced().ready(true) {
+                    return;
+                }
+                readiness.set(true);
+                let now = tokio::time::Instant::now();
+                if dry_run || leading {
+                    let sync = controller.sync(now, &leader);
+                    sync.instrument(info_span!("sync")).await;
+                } else {
+                    controller.observe(now);
+                }
+            },
+        );
+        app.run(paced, lease::DRAIN_DEADLINE).await
     }
 }
 
