@@ -18,6 +18,15 @@ fn quota(ns: &str, name: &str, hard: &[(&str, &str)], used: &[(&str, &str)]) -> 
     .unwrap()
 }
 
+/// A full list of Clusters, as a watch (re)start delivers it.
+fn list_clusters(index: &ClusterIndex, objects: impl IntoIterator<Item = DynamicObject>) {
+    index.apply_cluster(watcher::Event::Init);
+    for object in objects {
+        index.apply_cluster(watcher::Event::InitApply(object));
+    }
+    index.apply_cluster(watcher::Event::InitDone);
+}
+
 #[test]
 fn index_follows_watch_events_and_waits_for_both_lists() {
     let index = ClusterIndex::default();
@@ -25,13 +34,7 @@ fn index_follows_watch_events_and_waits_for_both_lists() {
         index.get("ns", "pg"),
         Err(TopologyError::NotSynced { last_error: None })
     );
-    index.apply_cluster(watcher::Event::Init);
-    index.apply_cluster(watcher::Event::InitApply(cluster(
-        "ns",
-        "pg",
-        json!({"instances": 3}),
-    )));
-    index.apply_cluster(watcher::Event::InitDone);
+    list_clusters(&index, [cluster("ns", "pg", json!({"instances": 3}))]);
     // Clusters listed, quotas not yet: still not synced.
     assert_eq!(
         index.get("ns", "pg"),
@@ -84,22 +87,7 @@ fn index_follows_watch_events_and_waits_for_both_lists() {
         error.to_string().contains("ns/pg cannot be read"),
         "{error}"
     );
-    // A relist replaces everything at once.
-    index.apply_cluster(watcher::Event::Apply(cluster(
-        "ns",
-        "old",
-        json!({"instances": 2}),
-    )));
-    index.apply_cluster(watcher::Event::Init);
-    index.apply_cluster(watcher::Event::InitApply(cluster(
-        "ns",
-        "new",
-        json!({"instances": 2}),
-    )));
-    assert!(index.get("ns", "old").is_ok());
-    index.apply_cluster(watcher::Event::InitDone);
-    assert!(index.get("ns", "old").is_err());
-    assert!(index.get("ns", "new").is_ok());
+    // Relists (replaced at once, never half-visible) are `runtime::watch`'s, tested there.
 }
 
 #[test]
@@ -110,13 +98,7 @@ fn an_unreadable_quota_is_kept_and_a_watch_failure_is_said() {
         .failed("watching CNPG Clusters: 403 forbidden".into());
     let error = index.get("ns", "pg").unwrap_err();
     assert!(error.to_string().contains("403 forbidden"), "{error}");
-    index.apply_cluster(watcher::Event::Init);
-    index.apply_cluster(watcher::Event::InitApply(cluster(
-        "ns",
-        "pg",
-        json!({"instances": 3}),
-    )));
-    index.apply_cluster(watcher::Event::InitDone);
+    list_clusters(&index, [cluster("ns", "pg", json!({"instances": 3}))]);
     index.apply_quota(watcher::Event::Init);
     index.apply_quota(watcher::Event::InitApply(quota(
         "ns",
