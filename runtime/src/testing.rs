@@ -1,5 +1,5 @@
 //! Test helpers for the crates' integration tests (feature `testing`, dev-dependencies only):
-//! throwaway CAs and leaf certificates, TLS clients, temp dirs, polling. Panics on setup
+//! throwaway CAs and leaf certificates, TLS clients, temp dirs, free ports. Panics on setup
 //! failures, as test fixtures should.
 #![allow(clippy::unwrap_used, clippy::new_without_default)]
 
