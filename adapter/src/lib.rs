@@ -6,19 +6,15 @@
 //! `crd` is the API, `path` the pointer, `target` the checks before any call, `decide` and
 //! `status` the pure decision, `sync` the I/O, `metrics` the gauges.
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::{reflector, watcher};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
-use tokio::sync::watch as channel;
-use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info, info_span};
 
-use runtime::{admin, lease, logging::LogArgs, shutdown as signals};
+use runtime::app::App;
+use runtime::{lease, logging::ScaleAdapterLogArgs};
 
 pub mod crd;
 pub mod decide;
@@ -64,7 +60,7 @@ struct Settings {
     #[command(flatten)]
     lease_timing: lease::Timing,
     #[command(flatten)]
-    log: LogArgs,
+    log: ScaleAdapterLogArgs,
 }
 
 impl Args {
@@ -74,89 +70,55 @@ impl Args {
         s.lease_timing.check()?;
         let identity = s
             .identity
-            .clone()
             .unwrap_or_else(|| lease::default_identity("scale-adapter"));
-        let shutdown = CancellationToken::new();
-        tokio::spawn(signals::cancel_on_signal(shutdown.clone()));
+        let mut app = App::new("scale adapter").with_signals();
         let client = Client::try_default().await?;
-
         let mut registry = Registry::default();
         let metrics = metrics::Metrics::register(&mut registry);
-        let readiness = admin::Readiness::default();
-        let listener = tokio::net::TcpListener::bind(s.admin_listen).await?;
-        tokio::spawn(admin::serve(
-            listener,
-            Arc::new(registry),
-            readiness.clone(),
-            shutdown.clone(),
-        ));
+        app.admin(s.admin_listen, registry).await?;
 
         let (store, writer) = reflector::store::<crd::ScaleAdapter>();
         let adapters = Api::<crd::ScaleAdapter>::all(client.clone());
-        let watch = reflector(writer, watcher(adapters, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-        tokio::spawn(async move {
-            futures::pin_mut!(watch);
-            while let Some(event) = watch.next().await {
-                if let Err(error) = event {
-                    warn!(%error, "ScaleAdapter watch");
-                }
-            }
-        });
-
-        let (leader_tx, leader) = channel::channel(false);
-        let elector = lease::Elector::new(
-            Api::<Lease>::namespaced(client.clone(), &s.lease_namespace),
-            s.lease_name.clone(),
-            identity.clone(),
-            s.lease_timing.clone(),
+        let reflected = reflector(writer, watcher(adapters, watcher::Config::default()));
+        let watch = runtime::watch::follow(reflected, app.shutdown(), |_| {});
+        app.spawn(
+            "ScaleAdapter watch",
+            watch.instrument(info_span!("scaleadapters")),
         );
-        let election = tokio::spawn(
-            lease::run(elector, leader_tx, shutdown.clone())
-                .instrument(info_span!("lease", %identity)),
-        );
-        let syncer = sync::Syncer::new(
-            client,
-            sync::Settings {
-                min_interval: s.min_write_interval,
-                api_timeout: s.api_timeout,
-                concurrency: usize::from(s.concurrency),
-            },
-            metrics.clone(),
-        );
+        let election = lease::Election {
+            namespace: s.lease_namespace,
+            name: s.lease_name,
+            identity: identity.clone(),
+            timing: s.lease_timing,
+        };
+        let leader = lease::elect(&mut app, client.clone(), Some(election));
+        let settings = sync::Settings {
+            min_interval: s.min_write_interval,
+            api_timeout: s.api_timeout,
+            concurrency: usize::from(s.concurrency),
+        };
+        let syncer = sync::Syncer::new(client, settings, metrics.clone());
         info!(%identity, field_manager = sync::FIELD_MANAGER, "running the scale adapter");
 
-        let mut tick = tokio::time::interval(s.sync_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut synced = false;
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tick.tick() => {}
-            }
+        let (readiness, mut synced) = (app.readiness(), false);
+        let paced = lease::paced(s.sync_interval, leader, app.shutdown(), async |leading| {
             if !synced {
                 synced = store.wait_until_ready().now_or_never_ready();
                 if !synced {
-                    continue;
+                    return;
                 }
                 readiness.set(true);
             }
-            let leading = *leader.borrow();
             metrics.leader.set(i64::from(leading));
             let snapshot = store.state();
-            metrics
-                .adapters
-                .set(i64::try_from(snapshot.len()).unwrap_or(i64::MAX));
+            let adapters = i64::try_from(snapshot.len()).unwrap_or(i64::MAX);
+            metrics.adapters.set(adapters);
             if leading {
                 metrics.syncs.inc();
                 syncer.sync(snapshot).instrument(info_span!("sync")).await;
             }
-        }
-        readiness.set(false);
-        // Lets the lease task release the lease before the process exits.
-        let _ = election.await;
-        Ok(())
+        });
+        app.run(paced, lease::DRAIN_DEADLINE).await
     }
 }
 

@@ -1,5 +1,5 @@
-//! The admin HTTP server (plaintext, for kubelet probes and Prometheus), shared by `serve` and
-//! `webhook`:
+//! The admin HTTP server (plaintext, for kubelet probes and Prometheus), shared by every server
+//! and controller:
 //!
 //! * `GET /healthz`: 200 while the process runs (liveness).
 //! * `GET /readyz`: 200 once [`Readiness::set`] says so, else 503 (readiness).
@@ -16,12 +16,14 @@
 //! # async fn run(registry: prometheus_client::registry::Registry, shutdown: tokio_util::sync::CancellationToken) -> std::io::Result<()> {
 //! let readiness = admin::Readiness::default(); // starts unready
 //! let listener = tokio::net::TcpListener::bind("0.0.0.0:9090").await?;
-//! tokio::spawn(admin::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone()));
+//! // The servers run it in their `runtime::app::App` (`App::admin`), which owns the task.
+//! let served = admin::serve(listener, Arc::new(registry), readiness.clone(), shutdown.clone());
 //! readiness.set(true);
+//! served.await?;
 //! # Ok(()) }
 //! ```
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -53,17 +55,32 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// A shared readiness flag; starts unready.
+/// A shared readiness flag; starts unready. Once [`Readiness::shut`] (at shutdown) it stays
+/// unready, whatever a task that has not seen the shutdown yet sets.
 #[derive(Clone, Debug, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness(Arc<AtomicU8>);
+
+const UNREADY: u8 = 0;
+const READY: u8 = 1;
+const SHUT: u8 = 2;
 
 impl Readiness {
     pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::Release);
+        let to = if ready { READY } else { UNREADY };
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                (now != SHUT).then_some(to)
+            });
+    }
+
+    /// Unready for good: the process is shutting down.
+    pub fn shut(&self) {
+        self.0.store(SHUT, Ordering::Release);
     }
 
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.load(Ordering::Acquire) == READY
     }
 }
 
@@ -71,22 +88,6 @@ impl Readiness {
 struct AdminState {
     registry: Arc<Registry>,
     readiness: Readiness,
-}
-
-/// Binds `--admin-listen` (failing with the flag's name) and serves the admin endpoints in the
-/// background until `shutdown` is cancelled.
-pub async fn spawn(
-    addr: std::net::SocketAddr,
-    registry: Registry,
-    readiness: Readiness,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding --admin-listen {addr}"))?;
-    tokio::spawn(serve(listener, Arc::new(registry), readiness, shutdown));
-    Ok(())
 }
 
 /// Serves the admin endpoints on `listener` until `shutdown` is cancelled.

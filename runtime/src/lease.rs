@@ -21,7 +21,9 @@ use kube::api::PostParams;
 use tokio::sync::watch;
 use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument as _, debug, info, info_span, warn};
+
+use crate::app::App;
 
 /// Timings, as client-go's defaults (15 s / 10 s / 2 s); also the controllers' `--lease-duration`,
 /// `--renew-deadline` and `--retry-period` flags.
@@ -239,6 +241,70 @@ pub async fn run(mut elector: Elector, leader: watch::Sender<bool>, shutdown: Ca
             Ok(Err(error)) => warn!(%error, "cannot release the lease"),
             Err(_) => warn!("releasing the lease timed out"),
         }
+    }
+}
+
+/// At a leader-elected controller's shutdown, how long a sync in flight, and then the lease
+/// release, may take: well within the pod's default 30 s termination grace period.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Which Lease a controller campaigns for, and as whom.
+#[derive(Debug, Clone)]
+pub struct Election {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub timing: Timing,
+}
+
+/// Campaigns for the Lease in a task `app` owns (it releases the Lease at shutdown, within the
+/// app's drain deadline) and returns who leads. Nothing ever sends when `election` is `None`
+/// (a dry run): this replica never leads.
+pub fn elect(
+    app: &mut App,
+    client: kube::Client,
+    election: Option<Election>,
+) -> watch::Receiver<bool> {
+    let (leader_tx, leader) = watch::channel(false);
+    if let Some(Election {
+        namespace,
+        name,
+        identity,
+        timing,
+    }) = election
+    {
+        let elector = Elector::new(
+            Api::namespaced(client, &namespace),
+            name,
+            identity.clone(),
+            timing,
+        );
+        let campaign = run(elector, leader_tx, app.shutdown());
+        app.spawn("lease", campaign.instrument(info_span!("lease", %identity)));
+    }
+    leader
+}
+
+/// The leader-elected controllers' loop: `step(leading)` every `interval` and, at once, whenever
+/// leadership changes (a new leader acts without an interval's wait, and a `leader` gauge never
+/// reports a lead that moved), until `shutdown`. A step in flight runs to its end.
+pub async fn paced(
+    interval: Duration,
+    mut leader: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+    mut step: impl AsyncFnMut(bool),
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+            // When nothing can send (a dry run) the branch is simply off.
+            Ok(()) = leader.changed() => {}
+        }
+        let leading = *leader.borrow_and_update();
+        step(leading).await;
     }
 }
 

@@ -231,3 +231,35 @@ async fn the_leader_steps_down_when_it_cannot_renew_by_the_deadline() {
     shutdown.cancel();
     task.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn paced_steps_each_interval_and_at_once_on_a_leadership_change() {
+    let (leader_tx, leader) = watch::channel(false);
+    let shutdown = CancellationToken::new();
+    let steps = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let task = {
+        let (steps, shutdown) = (steps.clone(), shutdown.clone());
+        tokio::spawn(paced(
+            Duration::from_secs(60),
+            leader,
+            shutdown,
+            async move |leading| {
+                steps.lock().unwrap().push((Instant::now(), leading));
+            },
+        ))
+    };
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    leader_tx.send_replace(true);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    shutdown.cancel();
+    task.await.unwrap();
+    let steps: Vec<_> = steps
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(at, leading)| (at.duration_since(start).as_secs(), *leading))
+        .collect();
+    // The first tick at once, then the change a second later, not a minute later.
+    assert_eq!(steps, [(0, false), (1, true)]);
+}

@@ -1,9 +1,11 @@
 //! Plumbing the servers (`scaler serve`, `scaler webhook`) and the controllers
 //! (`scaler shard-controller`, `scaler scale-adapter`) share: the admin HTTP server, TLS with
-//! certificate reload, logging flags, the one shutdown path, and leader election on a Lease.
+//! certificate reload, logging flags, the one lifecycle (`app`), leader election on a Lease, and
+//! the projected watch index (`watch`).
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod app;
 pub mod conn;
 pub mod identity;
 pub mod lease;
@@ -14,3 +16,4 @@ pub mod shutdown;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;
+pub mod watch;

@@ -1,4 +1,5 @@
-//! Logging flags and initialisation shared by every subcommand (`#[command(flatten)] LogArgs`).
+//! Logging flags and initialisation shared by every subcommand (`#[command(flatten)] LogArgs`,
+//! or the component's own group: each reads its own `<COMPONENT>_LOG_*` variables).
 //!
 //! Log lines carry names and messages that came from clients and backends. JSON lines escape
 //! them by construction; plain lines go through [`Escaping`], so a `\n`, `\r` or NUL inside a
@@ -17,34 +18,62 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct LogArgs {
-    /// Log line format.
-    #[arg(long, value_enum, default_value = "plain", env = "SCALER_LOG_FORMAT")]
-    pub log_format: LogFormat,
-    /// Log filter: a level (`info`, `debug`, ...) or tracing directives like `scaler=debug,warn`.
-    #[arg(long, default_value = "info", env = "SCALER_LOG_LEVEL")]
-    pub log_level: String,
+/// Declares a `--log-format`/`--log-level` flag group whose environment variables carry a
+/// component's own prefix, so one pod's settings never leak into another component's.
+macro_rules! log_args {
+    ($(#[$doc:meta])* $name:ident, $format_env:literal, $level_env:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, clap::Args)]
+        pub struct $name {
+            /// Log line format.
+            #[arg(long, value_enum, default_value = "plain", env = $format_env)]
+            pub log_format: LogFormat,
+            /// Log filter: a level (`info`, `debug`, ...) or tracing directives like `scaler=debug,warn`.
+            #[arg(long, default_value = "info", env = $level_env)]
+            pub log_level: String,
+        }
+
+        impl $name {
+            /// Installs the global subscriber; logs go to stderr so stdout stays for command output.
+            pub fn init(&self) -> anyhow::Result<()> {
+                init(self.log_format, &self.log_level)
+            }
+        }
+    };
 }
 
-impl LogArgs {
-    /// Installs the global subscriber; logs go to stderr so stdout stays for command output.
-    pub fn init(&self) -> anyhow::Result<()> {
-        let filter = EnvFilter::try_new(&self.log_level)
-            .with_context(|| format!("invalid --log-level {:?}", self.log_level))?;
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_ansi(false);
-        let result = match self.log_format {
-            LogFormat::Plain => builder.with_writer(|| Escaping(io::stderr())).try_init(),
-            LogFormat::Json => builder
-                .with_writer(io::stderr)
-                .json()
-                .flatten_event(true)
-                .try_init(),
-        };
-        result.map_err(|error| anyhow::anyhow!("cannot install the logger: {error}"))
-    }
+log_args!(
+    /// The scaler's subcommands (`serve`, `explain`, `status`, `backtest`): `SCALER_LOG_*`.
+    LogArgs, "SCALER_LOG_FORMAT", "SCALER_LOG_LEVEL"
+);
+log_args!(
+    /// `scaler webhook`: `WEBHOOK_LOG_*`.
+    WebhookLogArgs, "WEBHOOK_LOG_FORMAT", "WEBHOOK_LOG_LEVEL"
+);
+log_args!(
+    /// `scaler shard-controller`: `SHARD_CONTROLLER_LOG_*`.
+    ShardControllerLogArgs, "SHARD_CONTROLLER_LOG_FORMAT", "SHARD_CONTROLLER_LOG_LEVEL"
+);
+log_args!(
+    /// `scaler scale-adapter`: `SCALE_ADAPTER_LOG_*`.
+    ScaleAdapterLogArgs, "SCALE_ADAPTER_LOG_FORMAT", "SCALE_ADAPTER_LOG_LEVEL"
+);
+
+fn init(format: LogFormat, level: &str) -> anyhow::Result<()> {
+    let filter =
+        EnvFilter::try_new(level).with_context(|| format!("invalid --log-level {level:?}"))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
+    let result = match format {
+        LogFormat::Plain => builder.with_writer(|| Escaping(io::stderr())).try_init(),
+        LogFormat::Json => builder
+            .with_writer(io::stderr)
+            .json()
+            .flatten_event(true)
+            .try_init(),
+    };
+    result.map_err(|error| anyhow::anyhow!("cannot install the logger: {error}"))
 }
 
 /// Writes each formatted event with every control character but its final newline escaped

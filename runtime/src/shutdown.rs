@@ -1,4 +1,4 @@
-//! The one shutdown path both servers follow: a signal cancels the token, readiness goes down
+//! The one shutdown path every server follows (`crate::app::App` wires it): a signal cancels the token, readiness goes down
 //! first (probes and balancers stop sending new work), then the server drains in-flight work
 //! for at most a deadline.
 use std::future::Future;
@@ -9,7 +9,8 @@ use tracing::{info, warn};
 
 use crate::admin::Readiness;
 
-/// Cancels `shutdown` on SIGTERM (what the kubelet sends) or SIGINT.
+/// Cancels `shutdown` on SIGTERM (what the kubelet sends) or SIGINT; returns early when
+/// something else cancels it.
 pub async fn cancel_on_signal(shutdown: CancellationToken) {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -23,6 +24,7 @@ pub async fn cancel_on_signal(shutdown: CancellationToken) {
         }
     };
     tokio::select! {
+        _ = shutdown.cancelled() => return,
         _ = terminate => info!("SIGTERM: shutting down"),
         result = tokio::signal::ctrl_c() => match result {
             Ok(()) => info!("SIGINT: shutting down"),
@@ -35,10 +37,10 @@ pub async fn cancel_on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
-/// Takes readiness down as soon as `shutdown` is cancelled.
+/// Takes readiness down, for good, as soon as `shutdown` is cancelled.
 pub async fn unready_on_shutdown(readiness: Readiness, shutdown: CancellationToken) {
     shutdown.cancelled().await;
-    readiness.set(false);
+    readiness.shut();
 }
 
 /// Runs `server` (which must itself stop accepting once `shutdown` is cancelled) to completion,
@@ -101,5 +103,7 @@ mod tests {
         shutdown.cancel();
         task.await.unwrap();
         assert!(!readiness.is_ready());
+        readiness.set(true);
+        assert!(!readiness.is_ready(), "stays down once shut");
     }
 }

@@ -1,12 +1,11 @@
 //! Test helpers for the crates' integration tests (feature `testing`, dev-dependencies only):
-//! throwaway CAs and leaf certificates, TLS clients, temp dirs, polling. Panics on setup
+//! throwaway CAs and leaf certificates, TLS clients, temp dirs, free ports. Panics on setup
 //! failures, as test fixtures should.
 #![allow(clippy::unwrap_used, clippy::new_without_default)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::pem::PemObject;
@@ -131,14 +130,6 @@ pub fn write(path: &Path, contents: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, contents).unwrap();
     std::fs::rename(&tmp, path).unwrap();
-}
-
-pub async fn wait_until<F: FnMut() -> bool>(what: &str, timeout: Duration, mut check: F) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 pub fn free_port() -> u16 {

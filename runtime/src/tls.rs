@@ -23,7 +23,7 @@
 //!   for others then does not make those others clients. The CA comes from a file, re-read like
 //!   the certificate, or from bytes someone else keeps current (the scaler watches a Secret).
 //! * TLS 1.2 and 1.3 only; ALPN is set by the caller: [`ALPN_GRPC`] (grpc-go ≥ 1.67 refuses a
-//!   server that selects no ALPN protocol) or [`ALPN_HTTPS`].
+//!   server that selects no ALPN protocol) or the caller's own list (the webhook: HTTP/1.1).
 //! * Handshakes run in their own tasks under the listener's `handshake_timeout`, so a slow or
 //!   broken client never stalls the accept loop; failed handshakes are logged and skipped.
 //! * The files are read on a thread of their own, bounded by [`READ_TIMEOUT`]: a path that blocks
@@ -51,9 +51,6 @@ use crate::identity::IdentityVerifier;
 
 /// ALPN for the gRPC server: HTTP/2 only.
 pub const ALPN_GRPC: &[&[u8]] = &[b"h2"];
-/// ALPN for an HTTPS server that speaks both HTTP/2 and HTTP/1.1 (the Kubernetes API server
-/// calls webhooks over either).
-pub const ALPN_HTTPS: &[&[u8]] = &[b"h2", b"http/1.1"];
 /// How often the certificate files are re-read.
 pub const RELOAD_POLL: Duration = Duration::from_secs(5);
 /// Longest time one reload's file reads may take before the current config is kept.
@@ -373,10 +370,3 @@ fn parse_certs(
 
 /// An accepted TLS connection; usable with tonic (`Connected`) and hyper-util (`TokioIo`).
 pub type TlsConn = Tracked<TlsStream<Guarded>>;
-
-impl Tracked<TlsStream<Guarded>> {
-    /// The client's certificate chain when mTLS is on.
-    pub fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
-        self.get_ref().get_ref().1.peer_certificates()
-    }
-}

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use runtime::testing::*;
-use runtime::tls::{ALPN_GRPC, ALPN_HTTPS, ClientAuth, ClientCa, Reloading, TlsFiles};
+use runtime::tls::{ALPN_GRPC, ClientAuth, ClientCa, Reloading, TlsFiles};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -93,7 +93,11 @@ async fn negotiates_the_configured_alpn() {
     let shutdown = CancellationToken::new();
     for (server_alpn, client_alpn, want) in [
         (ALPN_GRPC, &[&b"h2"[..]][..], &b"h2"[..]),
-        (ALPN_HTTPS, &[&b"http/1.1"[..]][..], &b"http/1.1"[..]),
+        (
+            &[b"h2", b"http/1.1"],
+            &[&b"http/1.1"[..]][..],
+            &b"http/1.1"[..],
+        ),
     ] {
         let tls = Reloading::spawn(files.clone(), server_alpn, shutdown.clone()).unwrap();
         let addr = serve(&tls, shutdown.clone()).await;

@@ -22,8 +22,9 @@ use crate::observe::{self, Observer};
 use crate::parsed::MetadataCache;
 use crate::proto::external_scaler_server::ExternalScalerServer;
 use crate::topology::{self, ClusterIndex, Topology};
+use runtime::app::App;
 use runtime::logging::LogArgs;
-use runtime::{admin, conn, shutdown, tls};
+use runtime::{admin, conn, tls};
 
 /// How long the first read of --tls-client-ca-secret may take before the start fails.
 const CLIENT_CA_WAIT: Duration = Duration::from_secs(30);
@@ -193,15 +194,14 @@ impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
         self.log.init()?;
         conn::raise_fd_limit();
-        let shutdown = CancellationToken::new();
-        tokio::spawn(shutdown::cancel_on_signal(shutdown.clone()));
+        let app = App::new("scaler").with_signals();
         let grpc = TcpListener::bind(self.listen)
             .await
             .with_context(|| format!("cannot listen on --listen {}", self.listen))?;
         let admin = TcpListener::bind(self.admin_listen)
             .await
             .with_context(|| format!("cannot listen on --admin-listen {}", self.admin_listen))?;
-        self.serve(grpc, admin, shutdown).await
+        self.serve_in(app, grpc, admin).await
     }
 
     /// Serves on already-bound listeners until `shutdown` is cancelled (tests bind port 0).
@@ -211,6 +211,67 @@ impl Args {
         admin: TcpListener,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
+        let app = App::with_shutdown("scaler", shutdown);
+        self.serve_in(app, grpc, admin).await
+    }
+
+    async fn serve_in(
+        self,
+        mut app: App,
+        grpc: TcpListener,
+        admin: TcpListener,
+    ) -> anyhow::Result<()> {
+        self.check()?;
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let tls = self.tls(&app.shutdown()).await?;
+        let client = Topology::client(self.topology).await?;
+        let events = match (&client, self.events) {
+            (Some(client), true) => Some(Events::spawn(
+                client.clone(),
+                self.max_cached_objects,
+                app.shutdown(),
+            )),
+            _ => None,
+        };
+        let index = client.map(|client| ClusterIndex::spawn(&mut app, client));
+        let topology = index.clone().map_or(Topology::Metrics, Topology::Watched);
+        info!(topology = topology.name(), prometheus = %self.prometheus_url, events = events.is_some(), "starting");
+        let cache = Arc::new(self.cache(topology, &metrics)?.with_events(events.clone()));
+        app.spawn("decision cache", cache.clone().run(app.shutdown()));
+
+        let (health, health_service) = tonic_health::server::health_reporter();
+        set_health(&health, ServingStatus::NotServing).await;
+        app.admin_on(admin, registry, decisions::router(cache.clone()));
+        let ready = ready_when_synced(index, health, app.readiness(), app.shutdown());
+        app.spawn("health", ready);
+
+        let metadata = MetadataCache::new(self.max_cached_objects, metrics.clone());
+        let scaler = Scaler {
+            cache,
+            metadata: Arc::new(metadata.with_events(events)),
+            metrics,
+            shutdown: app.shutdown(),
+            heartbeat: self.stream_heartbeat,
+        };
+        let router = self
+            .grpc_server()
+            .add_service(health_service)
+            .add_service(ExternalScalerServer::new(scaler));
+        let limits = conn::Limits {
+            max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
+            handshake_timeout: self.handshake_timeout,
+            idle_timeout: self.idle_timeout,
+            protocol: conn::Protocol::Http2,
+        };
+        info!(listen = %grpc.local_addr()?, tls = tls.is_some(), max_connections = limits.max_connections, "serving gRPC");
+        let server = serve_grpc(router, grpc, limits, tls, app.shutdown());
+        app.run(server, DRAIN_TIMEOUT).await
+    }
+
+    /// The flag checks clap cannot make.
+    fn check(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
             !self.refresh_interval.is_zero() && !self.query_timeout.is_zero(),
             "--refresh-interval and --query-timeout must be above 0"
@@ -240,39 +301,28 @@ impl Args {
             humantime::format_duration(self.staleness),
             humantime::format_duration(self.refresh_interval)
         );
-        let mut registry = Registry::default();
-        let metrics = Metrics::register(&mut registry);
-        let readiness = admin::Readiness::default();
-        let tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(tls::Reloading::spawn(
-                tls::TlsFiles {
-                    cert: cert.clone(),
-                    key: key.clone(),
-                    client: self.client_auth(&shutdown).await?,
-                },
-                tls::ALPN_GRPC,
-                shutdown.clone(),
-            )?),
-            _ => None,
-        };
+        Ok(())
+    }
 
-        let client = Topology::client(self.topology).await?;
-        let events = match (&client, self.events) {
-            (Some(client), true) => Some(Events::spawn(
-                client.clone(),
-                self.max_cached_objects,
-                shutdown.clone(),
-            )),
-            _ => None,
+    /// The reloading TLS identity of --tls-cert/--tls-key, if any.
+    async fn tls(&self, shutdown: &CancellationToken) -> anyhow::Result<Option<tls::Reloading>> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
         };
-        let (topology, index) = match client {
-            None => (Topology::Metrics, None),
-            Some(client) => {
-                let index = ClusterIndex::spawn(client, shutdown.clone());
-                (Topology::Watched(index.clone()), Some(index))
-            }
+        let files = tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client: self.client_auth(shutdown).await?,
         };
-        info!(topology = topology.name(), prometheus = %self.prometheus_url, events = events.is_some(), "starting");
+        Ok(Some(tls::Reloading::spawn(
+            files,
+            tls::ALPN_GRPC,
+            shutdown.clone(),
+        )?))
+    }
+
+    /// The decision cache over Prometheus and `topology`.
+    fn cache(&self, topology: Topology, metrics: &Metrics) -> anyhow::Result<Cache<Observer>> {
         let prometheus = backend::Client::new(
             &self.prometheus_url,
             self.query_timeout,
@@ -296,102 +346,72 @@ impl Args {
             capacity: self.max_cached_objects,
             cold_window: self.cold_batch_window,
         };
-        let cache =
-            Arc::new(Cache::new(observer, timing, metrics.clone()).with_events(events.clone()));
-        tokio::spawn(cache.clone().run(shutdown.clone()));
+        Ok(Cache::new(observer, timing, metrics.clone()))
+    }
 
-        let (health, health_service) = tonic_health::server::health_reporter();
-        set_health(&health, ServingStatus::NotServing).await;
-        let admin_task = tokio::spawn(admin::serve_with(
-            admin,
-            Arc::new(registry),
-            readiness.clone(),
-            decisions::router(cache.clone()),
-            shutdown.clone(),
-        ));
-
-        // Ready once the Cluster index (if any) has its first full list.
-        let ready_task = {
-            let (health, readiness, shutdown) =
-                (health.clone(), readiness.clone(), shutdown.clone());
-            tokio::spawn(async move {
-                if let Some(index) = index {
-                    let mut poll = tokio::time::interval(Duration::from_millis(200));
-                    while !index.is_synced() {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => return,
-                            _ = poll.tick() => {}
-                        }
-                    }
-                }
-                set_health(&health, ServingStatus::Serving).await;
-                readiness.set(true);
-                info!("ready");
-                shutdown.cancelled().await;
-                // Health goes down first so probes and balancers stop sending new calls.
-                readiness.set(false);
-                set_health(&health, ServingStatus::NotServing).await;
-            })
-        };
-
-        let scaler = Scaler {
-            cache,
-            metadata: Arc::new(
-                MetadataCache::new(self.max_cached_objects, metrics.clone()).with_events(events),
-            ),
-            metrics,
-            shutdown: shutdown.clone(),
-            heartbeat: self.stream_heartbeat,
-        };
-        let mut builder = Server::builder()
+    /// tonic's server with the keep-alive, stream and header limits of the flags.
+    fn grpc_server(&self) -> Server {
+        let builder = Server::builder()
             .http2_keepalive_interval(Some(self.idle_timeout / KEEPALIVE_DIVISOR))
             .http2_keepalive_timeout(Some(self.idle_timeout / KEEPALIVE_DIVISOR))
             .max_concurrent_streams(self.max_streams_per_connection)
             .concurrency_limit_per_connection(self.max_streams_per_connection as usize)
             .http2_max_header_list_size(MAX_HEADER_LIST_SIZE)
             .timeout(RPC_TIMEOUT);
-        if let Some(age) = self.max_connection_age {
-            builder = builder.max_connection_age(age);
+        match self.max_connection_age {
+            Some(age) => builder.max_connection_age(age),
+            None => builder,
         }
-        let router = builder
-            .add_service(health_service)
-            .add_service(ExternalScalerServer::new(scaler));
-        let local = grpc.local_addr()?;
-        let limits = conn::Limits {
-            max_connections: self.max_connections,
-            max_connections_per_peer: self.max_connections_per_peer,
-            handshake_timeout: self.handshake_timeout,
-            idle_timeout: self.idle_timeout,
-            protocol: conn::Protocol::Http2,
-        };
-        info!(listen = %local, tls = tls.is_some(), max_connections = limits.max_connections, "serving gRPC");
-        let signal = {
-            let shutdown = shutdown.clone();
-            async move { shutdown.cancelled().await }
-        };
-        let server = async {
-            match &tls {
-                Some(tls) => {
-                    let incoming = tls.incoming(grpc, limits, shutdown.clone());
-                    router.serve_with_incoming_shutdown(incoming, signal).await
-                }
-                None => {
-                    let incoming = conn::incoming(grpc, limits, shutdown.clone(), |tcp, _| async {
-                        Some(tcp)
-                    });
-                    router.serve_with_incoming_shutdown(incoming, signal).await
-                }
-            }
-        };
-        if let Some(result) = shutdown::drain(server, &shutdown, DRAIN_TIMEOUT).await {
-            result.context("gRPC server failed")?;
-        }
-        shutdown.cancel();
-        let _ = ready_task.await;
-        admin_task.await?.context("admin server failed")?;
-        info!("stopped");
-        Ok(())
     }
+}
+
+/// Serving (health and /readyz) once the Cluster index, if any, has its first full list; at
+/// shutdown health goes NOT_SERVING with readiness (`App`), so balancers stop sending new calls.
+async fn ready_when_synced(
+    index: Option<ClusterIndex>,
+    health: tonic_health::server::HealthReporter,
+    readiness: admin::Readiness,
+    shutdown: CancellationToken,
+) {
+    if let Some(index) = index {
+        let mut poll = tokio::time::interval(Duration::from_millis(200));
+        while !index.is_synced() {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = poll.tick() => {}
+            }
+        }
+    }
+    set_health(&health, ServingStatus::Serving).await;
+    readiness.set(true);
+    info!("ready");
+    shutdown.cancelled().await;
+    set_health(&health, ServingStatus::NotServing).await;
+}
+
+/// Serves gRPC on `listener` (over TLS when `tls` is set) until `shutdown`.
+async fn serve_grpc(
+    router: tonic::transport::server::Router,
+    listener: TcpListener,
+    limits: conn::Limits,
+    tls: Option<tls::Reloading>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let signal = {
+        let shutdown = shutdown.clone();
+        async move { shutdown.cancelled().await }
+    };
+    let served = match &tls {
+        Some(tls) => {
+            let incoming = tls.incoming(listener, limits, shutdown);
+            router.serve_with_incoming_shutdown(incoming, signal).await
+        }
+        None => {
+            let incoming = conn::incoming(listener, limits, shutdown, |tcp, _| async { Some(tcp) });
+            router.serve_with_incoming_shutdown(incoming, signal).await
+        }
+    };
+    served.context("gRPC server failed")
 }
 
 async fn set_health(health: &tonic_health::server::HealthReporter, status: ServingStatus) {

@@ -4,18 +4,17 @@
 //!
 //! `serve` watches every Cluster once and answers lookups from memory, so decisions cost no API
 //! call; `explain` reads the one Cluster it needs.
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ResourceQuota;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use kube::runtime::{WatchStreamExt as _, watcher};
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use kube::runtime::watcher;
+use runtime::app::App;
+use runtime::watch::{self, Project, Projected};
+use tracing::{Instrument as _, info, info_span, warn};
 
 use crate::counted::BackendQuery;
 use crate::metrics::Metrics;
@@ -186,14 +185,29 @@ async fn read(
     })
 }
 
-/// Objects of one kind by namespace, then name.
-pub type Namespaced<V> = HashMap<String, BTreeMap<String, V>>;
+/// Objects of one kind by `(namespace, name)`: a namespace's objects are one range.
+type Namespaced<V> = Projected<(String, String), V>;
 
-/// One watched kind: its objects, whether the first full list has landed, and the watch's
-/// latest failure (what a lookup says while the list is not loaded).
+/// Keys an object by namespace and name; one without either is not indexed.
+struct ByName<F>(F);
+
+impl<K: kube::Resource, V, F: Fn(&K) -> V> Project<K> for ByName<F> {
+    type Key = (String, String);
+    type Value = V;
+    fn key(&self, object: &K) -> Option<(String, String)> {
+        let meta = object.meta();
+        Some((meta.namespace.clone()?, meta.name.clone()?))
+    }
+    fn value(&self, object: &K) -> V {
+        (self.0)(object)
+    }
+}
+
+/// One watched kind: its objects (readable or not: the value keeps what is wrong with one, so
+/// a lookup can say so) and the watch's latest failure (what a lookup says while the list is
+/// not loaded).
 struct Watched<V> {
     objects: RwLock<Namespaced<V>>,
-    synced: AtomicBool,
     last_error: Mutex<Option<String>>,
 }
 
@@ -201,46 +215,20 @@ impl<V> Default for Watched<V> {
     fn default() -> Self {
         Self {
             objects: RwLock::default(),
-            synced: AtomicBool::default(),
             last_error: Mutex::default(),
         }
     }
 }
 
 impl<V> Watched<V> {
-    /// Applies one watch event; `pending` buffers a relist until it is complete. Every object is
-    /// kept, readable or not (`read` keeps what is wrong with one), so a lookup can say so.
-    fn apply<K: kube::Resource>(
-        &self,
-        event: watcher::Event<K>,
-        pending: &mut Namespaced<V>,
-        read: impl Fn(&K) -> V,
-    ) {
-        let entry = |object: &K| -> Option<(String, String, V)> {
-            let meta = object.meta();
-            Some((meta.namespace.clone()?, meta.name.clone()?, read(object)))
-        };
-        let insert = |map: &mut Namespaced<V>, (ns, name, value): (String, String, V)| {
-            map.entry(ns).or_default().insert(name, value);
-        };
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
-        match event {
-            watcher::Event::Init => pending.clear(),
-            watcher::Event::InitApply(object) => {
-                if let Some(e) = entry(&object) {
-                    insert(pending, e);
-                }
-            }
-            watcher::Event::InitDone => {
-                *objects = std::mem::take(pending);
-                self.synced.store(true, Ordering::Release);
-                *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            }
-            watcher::Event::Apply(object) => match entry(&object) {
-                Some(e) => insert(&mut objects, e),
-                None => remove(&mut objects, object.meta()),
-            },
-            watcher::Event::Delete(object) => remove(&mut objects, object.meta()),
+    fn apply<K: kube::Resource>(&self, event: watcher::Event<K>, read: impl Fn(&K) -> V) {
+        let listed = matches!(event, watcher::Event::InitDone);
+        self.objects
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .apply(&ByName(read), event);
+        if listed {
+            *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
     }
 
@@ -249,18 +237,10 @@ impl<V> Watched<V> {
     }
 
     fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
-    }
-}
-
-fn remove<V>(objects: &mut Namespaced<V>, meta: &kube::api::ObjectMeta) {
-    if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name)
-        && let Some(names) = objects.get_mut(ns)
-    {
-        names.remove(name);
-        if names.is_empty() {
-            objects.remove(ns);
-        }
+        self.objects
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_synced()
     }
 }
 
@@ -275,43 +255,47 @@ pub struct ClusterIndex {
 }
 
 impl ClusterIndex {
-    /// Starts watching Clusters and ResourceQuotas in all namespaces; the index is synced after
-    /// the first full list of both.
-    pub fn spawn(client: kube::Client, shutdown: CancellationToken) -> Self {
+    /// Starts watching Clusters and ResourceQuotas in all namespaces, in `app`'s task set; the
+    /// index is synced after the first full list of both.
+    pub fn spawn(app: &mut App, client: kube::Client) -> Self {
         let index = Self::default();
         let this = index.clone();
-        spawn_watch(
-            Api::all_with(client.clone(), &cluster_resource()),
-            "CNPG Clusters",
-            shutdown.clone(),
-            move |event, pending| match event {
-                Ok(event) => this.apply_cluster(event, pending),
+        let clusters = Api::all_with(client.clone(), &cluster_resource());
+        let clusters = watch::follow(
+            watcher(clusters, Default::default()),
+            app.shutdown(),
+            move |event| match event {
+                Ok(event) => this.apply_cluster(event),
                 Err(error) => this
                     .clusters
                     .failed(format!("watching CNPG Clusters: {error}")),
             },
         );
+        app.spawn(
+            "CNPG Cluster watch",
+            clusters.instrument(info_span!("clusters.postgresql.cnpg.io")),
+        );
         let this = index.clone();
-        spawn_watch(
-            Api::all(client),
-            "ResourceQuotas",
-            shutdown,
-            move |event, pending| match event {
-                Ok(event) => this.apply_quota(event, pending),
+        let quotas = Api::<ResourceQuota>::all(client);
+        let quotas = watch::follow(
+            watcher(quotas, Default::default()),
+            app.shutdown(),
+            move |event| match event {
+                Ok(event) => this.apply_quota(event),
                 Err(error) => this
                     .quotas
                     .failed(format!("watching ResourceQuotas: {error}")),
             },
         );
+        app.spawn(
+            "ResourceQuota watch",
+            quotas.instrument(info_span!("resourcequotas")),
+        );
         index
     }
 
-    pub fn apply_cluster(
-        &self,
-        event: watcher::Event<DynamicObject>,
-        pending: &mut Namespaced<ClusterEntry>,
-    ) {
-        self.clusters.apply(event, pending, |object| {
+    pub fn apply_cluster(&self, event: watcher::Event<DynamicObject>) {
+        self.clusters.apply(event, |object| {
             facts_from(&object.data).inspect_err(|error| {
                 let meta = kube::Resource::meta(object);
                 warn!(namespace = ?meta.namespace, name = ?meta.name, %error, "unreadable CNPG Cluster");
@@ -319,12 +303,8 @@ impl ClusterIndex {
         });
     }
 
-    pub fn apply_quota(
-        &self,
-        event: watcher::Event<ResourceQuota>,
-        pending: &mut Namespaced<Quota>,
-    ) {
-        self.quotas.apply(event, pending, |object| {
+    pub fn apply_quota(&self, event: watcher::Event<ResourceQuota>) {
+        self.quotas.apply(event, |object| {
             let quota = quota_from(object);
             if let Some(error) = &quota.unreadable {
                 let meta = kube::Resource::meta(object);
@@ -352,8 +332,7 @@ impl ClusterIndex {
             .read()
             .unwrap_or_else(|p| p.into_inner());
         let cluster = clusters
-            .get(namespace)
-            .and_then(|names| names.get(name))
+            .get(&(namespace.to_owned(), name.to_owned()))
             .ok_or_else(|| TopologyError::NotFound {
                 namespace: namespace.into(),
                 name: name.into(),
@@ -369,49 +348,16 @@ impl ClusterIndex {
             .objects
             .read()
             .unwrap_or_else(|p| p.into_inner());
+        let in_namespace = (namespace.to_owned(), String::new())..;
         Ok(Snapshot {
             cluster,
             quotas: quotas
-                .get(namespace)
-                .map(|names| names.values().cloned().collect())
-                .unwrap_or_default(),
+                .range(in_namespace)
+                .take_while(|((ns, _), _)| ns == namespace)
+                .map(|(_, quota)| quota.clone())
+                .collect(),
         })
     }
-}
-
-/// Runs a watch until `shutdown`, feeding each event (with its relist buffer) or failure to
-/// `apply`; the watcher retries failures with back-off.
-fn spawn_watch<K, V: Send + 'static>(
-    api: Api<K>,
-    what: &'static str,
-    shutdown: CancellationToken,
-    mut apply: impl FnMut(Result<watcher::Event<K>, watcher::Error>, &mut Namespaced<V>)
-    + Send
-    + 'static,
-) where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        let mut pending = Namespaced::new();
-        loop {
-            let event = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                event = events.next() => event,
-            };
-            match event {
-                None => return,
-                Some(event) => {
-                    if let Err(error) = &event {
-                        warn!(%error, "watching {what} failed; retrying");
-                    }
-                    apply(event, &mut pending);
-                }
-            }
-        }
-    });
 }
 
 #[cfg(test)]

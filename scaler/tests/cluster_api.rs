@@ -95,7 +95,9 @@ async fn until(
 async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
     let (client, mut api) = client();
     let shutdown = CancellationToken::new();
-    let index = ClusterIndex::spawn(client, shutdown.clone());
+    // Owns the watch tasks; dropping it at the end stops them.
+    let mut app = runtime::app::App::with_shutdown("test", shutdown.clone());
+    let index = ClusterIndex::spawn(&mut app, client);
     assert_eq!(
         index.get("tenant-a", "pg"),
         Err(TopologyError::NotSynced { last_error: None })

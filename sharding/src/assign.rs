@@ -93,7 +93,7 @@ impl Resolver {
     pub async fn shard_for(&self, pending: &Pending) -> Result<ShardIndex, Reason> {
         let tenant = pending.tenant.as_str();
         if !index::read(&self.index)
-            .synced
+            .synced()
             .ready(!self.policy.assume_ready)
         {
             return Err(Reason::NotSynced);

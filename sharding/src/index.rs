@@ -1,10 +1,11 @@
 //! What the webhook knows about the cluster, fed by watch events (see `watch.rs`) and read
 //! synchronously when placing a tenant. No I/O here.
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use placement::shard::{NAMESPACE_SHARD_LABEL, SHARD_KEY_LABEL, ShardIndex, parse_shard_index};
 use placement::{Placement, PlacementConfig, TenantInfo, compute_placement, tenant};
+use runtime::watch::Projected;
 
 pub type SharedIndex = Arc<RwLock<Index>>;
 
@@ -86,13 +87,16 @@ pub struct Totals {
     pub keyed_releases: u64,
 }
 
+/// The watched kinds, each projected by `watch.rs` (relists applied atomically, see
+/// `runtime::watch`).
 #[derive(Debug, Default)]
 pub struct Index {
-    releases: HashMap<(String, String), Release>,
-    namespaces: BTreeMap<String, TenantNamespace>,
+    /// `(namespace, name)` → release.
+    pub releases: Projected<(String, String), Release>,
+    /// Only `tenant-*` namespaces are kept.
+    pub namespaces: Projected<String, TenantNamespace>,
     /// Shard index → ready (readyReplicas > 0) of `helm-controller-shard<i>`.
-    deployments: BTreeMap<ShardIndex, bool>,
-    pub synced: Synced,
+    pub deployments: Projected<ShardIndex, bool>,
 }
 
 // === impl Index ===
@@ -100,6 +104,14 @@ pub struct Index {
 impl Index {
     pub fn shared() -> SharedIndex {
         Arc::new(RwLock::new(Self::default()))
+    }
+
+    pub fn synced(&self) -> Synced {
+        Synced {
+            releases: self.releases.is_synced(),
+            namespaces: self.namespaces.is_synced(),
+            deployments: self.deployments.is_synced(),
+        }
     }
 
     pub fn apply_release(&mut self, namespace: &str, name: &str, release: Release) {
@@ -112,26 +124,11 @@ impl Index {
             .remove(&(namespace.to_owned(), name.to_owned()));
     }
 
-    pub fn reset_releases(&mut self, releases: HashMap<(String, String), Release>) {
-        self.releases = releases;
-    }
-
     /// Only `tenant-*` namespaces are kept.
     pub fn apply_namespace(&mut self, name: &str, ns: TenantNamespace) {
         if tenant::is_tenant_namespace(name) {
             self.namespaces.insert(name.to_owned(), ns);
         }
-    }
-
-    pub fn delete_namespace(&mut self, name: &str) {
-        self.namespaces.remove(name);
-    }
-
-    pub fn reset_namespaces(&mut self, namespaces: BTreeMap<String, TenantNamespace>) {
-        self.namespaces = namespaces
-            .into_iter()
-            .filter(|(n, _)| tenant::is_tenant_namespace(n))
-            .collect();
     }
 
     /// Records the label this replica just wrote, ahead of the watch event.
@@ -146,10 +143,6 @@ impl Index {
 
     pub fn delete_deployment(&mut self, shard: ShardIndex) {
         self.deployments.remove(&shard);
-    }
-
-    pub fn reset_deployments(&mut self, deployments: BTreeMap<ShardIndex, bool>) {
-        self.deployments = deployments;
     }
 
     /// The tenant's recorded shard when it is canonical and below `k`.
@@ -173,7 +166,7 @@ impl Index {
     /// Every tenant's HelmReleases as `(namespace, name, shard key)`, in one pass.
     pub fn releases_by_tenant(&self) -> BTreeMap<String, Vec<(String, String, Option<String>)>> {
         let mut by_tenant: BTreeMap<String, Vec<_>> = BTreeMap::new();
-        for ((ns, name), release) in &self.releases {
+        for ((ns, name), release) in self.releases.iter() {
             if let Some(tenant) = &release.tenant {
                 by_tenant.entry(tenant.clone()).or_default().push((
                     ns.clone(),

@@ -2,7 +2,6 @@
 //!
 //! `mutate` decides (pure), `assign` resolves a tenant's shard (index + namespace label),
 //! `watch` keeps the `index` current, `server` is the HTTPS shell, `metrics` the gauges.
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -12,11 +11,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
 
 use placement::shard::{ShardIndex, parse_shard_index};
-use runtime::{admin, conn, logging::LogArgs, shutdown, tls};
+use runtime::app::App;
+use runtime::{conn, logging::WebhookLogArgs, tls};
 
 pub mod assign;
 pub mod controller;
@@ -103,7 +102,7 @@ struct Settings {
     #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     admission_deadline: Duration,
     #[command(flatten)]
-    log: LogArgs,
+    log: WebhookLogArgs,
 }
 
 /// `TENANT=shard<i>`.
@@ -154,52 +153,42 @@ impl Args {
                 && !idle_timeout.is_zero(),
             "--max-connections, --max-connections-per-peer, --handshake-timeout, --header-read-timeout, --body-read-timeout and --idle-timeout must be above 0"
         );
-        let shutdown = CancellationToken::new();
+        let mut app = App::new("webhook").with_signals();
+        let client = client_ca.map(|path| tls::ClientAuth {
+            ca: tls::ClientCa::File(path),
+            identities: Vec::new(),
+        });
         let files = tls::TlsFiles {
             cert: tls_cert,
             key: tls_key,
-            client: client_ca.map(|path| tls::ClientAuth {
-                ca: tls::ClientCa::File(path),
-                identities: Vec::new(),
-            }),
+            client,
         };
-        let tls = tls::Reloading::spawn(files, ALPN_HTTP1, shutdown.clone())
+        let tls = tls::Reloading::spawn(files, ALPN_HTTP1, app.shutdown())
             .context("loading the webhook certificate")?;
         let flux_ns = (!assume_shards_ready).then_some(flux_namespace.as_str());
+        let register = metrics::Metrics::register;
         let Started {
             client,
             metrics,
-            readiness,
             index,
-        } = start(admin_listen, metrics::Metrics::register, flux_ns, &shutdown).await?;
+        } = start(&mut app, admin_listen, register, flux_ns).await?;
+        let pinned = pins.into_iter().map(|Pin(t, s)| (t, s)).collect();
         let policy = assign::Policy {
             shards,
-            pinned: pins
-                .into_iter()
-                .map(|Pin(t, s)| (t, s))
-                .collect::<BTreeMap<_, _>>(),
+            pinned,
             assume_ready: assume_shards_ready,
         };
-        tokio::spawn(
-            refresh(
-                index.clone(),
-                policy.clone(),
-                metrics.clone(),
-                readiness,
-                shutdown.clone(),
-            )
-            .instrument(info_span!("gauges")),
-        );
-        let namespaces = kube::Api::all(client);
-        let resolver = Arc::new(assign::Resolver::new(
+        let gauges = refresh(index.clone(), policy.clone(), metrics.clone(), &app);
+        app.spawn("gauges", gauges.instrument(info_span!("gauges")));
+        let resolver = assign::Resolver::new(
             index,
-            namespaces,
+            kube::Api::all(client),
             policy,
             api_timeout,
             metrics.clone(),
-        ));
+        );
         let webhook = server::Webhook {
-            resolver,
+            resolver: Arc::new(resolver),
             metrics,
             deadline: admission_deadline,
             body_timeout: body_read_timeout,
@@ -216,19 +205,14 @@ impl Args {
             idle_timeout,
             protocol: conn::Protocol::Http1,
         };
-        let incoming = tls.incoming(socket, limits, shutdown.clone());
+        let incoming = tls.incoming(socket, limits, app.shutdown());
         info!(%local, shards, max_connections, "serving the shard-placement webhook");
-        tokio::spawn(shutdown::cancel_on_signal(shutdown.clone()));
-        // Readiness goes down as the token is cancelled (`refresh`); in-flight reviews then get
-        // their admission deadline, plus a second to write the answer.
-        let server = server::serve(
-            incoming,
-            server::router(webhook),
-            header_read_timeout,
-            shutdown.clone(),
-        );
-        shutdown::drain(server, &shutdown, admission_deadline + DRAIN_SLACK).await;
-        Ok(())
+        let router = server::router(webhook);
+        let server = server::serve(incoming, router, header_read_timeout, app.shutdown());
+        // Readiness goes down as the token is cancelled; in-flight reviews then get their
+        // admission deadline, plus a second to write the answer.
+        let drain = admission_deadline + DRAIN_SLACK;
+        app.run(server, drain).await
     }
 }
 
@@ -236,18 +220,17 @@ impl Args {
 struct Started<M> {
     client: kube::Client,
     metrics: M,
-    readiness: admin::Readiness,
     index: index::SharedIndex,
 }
 
 /// A Kubernetes client, the admin server (not ready yet) with the caller's metrics, and the
 /// watch index of HelmReleases, tenant Namespaces and, unless `flux_namespace` is `None`, the
-/// shard Deployments there.
+/// shard Deployments there; the admin server and the watches run in `app`.
 async fn start<M>(
+    app: &mut App,
     admin_listen: SocketAddr,
     register: impl FnOnce(&mut Registry) -> M,
     flux_namespace: Option<&str>,
-    shutdown: &CancellationToken,
 ) -> anyhow::Result<Started<M>> {
     conn::raise_fd_limit();
     let client = kube::Client::try_default()
@@ -255,42 +238,40 @@ async fn start<M>(
         .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
     let mut registry = Registry::default();
     let metrics = register(&mut registry);
-    let readiness = admin::Readiness::default();
-    admin::spawn(admin_listen, registry, readiness.clone(), shutdown.clone()).await?;
+    app.admin(admin_listen, registry).await?;
     let index = index::Index::shared();
-    watch::spawn(client.clone(), index.clone(), flux_namespace);
+    watch::spawn(app, client.clone(), index.clone(), flux_namespace);
     Ok(Started {
         client,
         metrics,
-        readiness,
         index,
     })
 }
 
-/// Refreshes the gauges and flips readiness once the watches have synced.
-async fn refresh(
+/// Refreshes the gauges and flips readiness once the watches have synced, until shutdown
+/// (which takes readiness down: `App`).
+fn refresh(
     index: index::SharedIndex,
     policy: assign::Policy,
     metrics: metrics::Metrics,
-    readiness: admin::Readiness,
-    shutdown: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(GAUGE_REFRESH);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => {
-                readiness.set(false);
-                return;
+    app: &App,
+) -> impl Future<Output = ()> + Send + use<> {
+    let (readiness, shutdown) = (app.readiness(), app.shutdown());
+    async move {
+        let mut tick = tokio::time::interval(GAUGE_REFRESH);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
             }
-            _ = tick.tick() => {}
+            let index = index::read(&index);
+            let synced = index.synced().ready(!policy.assume_ready);
+            if synced != readiness.is_ready() {
+                info!(synced, "watch caches synced");
+                readiness.set(synced);
+            }
+            metrics.observe(&index, &policy.config(&index));
         }
-        let index = index::read(&index);
-        let synced = index.synced.ready(!policy.assume_ready);
-        if synced != readiness.is_ready() {
-            info!(synced, "watch caches synced");
-            readiness.set(synced);
-        }
-        metrics.observe(&index, &policy.config(&index));
     }
 }
 

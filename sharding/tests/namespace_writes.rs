@@ -52,8 +52,8 @@ fn resolver() -> (Resolver, Handle<Request<Body>, Response<Body>>) {
     let index = Index::shared();
     {
         let mut index = index::write(&index);
-        index.synced.releases = true;
-        index.synced.namespaces = true;
+        index.releases.set_synced();
+        index.namespaces.set_synced();
     }
     let policy = Policy {
         shards: 3,

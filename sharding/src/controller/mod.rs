@@ -9,15 +9,13 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::events::{Recorder, Reporter};
 use placement::plan::Policy;
-use tokio::sync::watch as channel;
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
 
 use crate::{Pin, index, watch};
-use runtime::{lease, logging::LogArgs, shutdown as signals};
+use runtime::app::App;
+use runtime::{lease, logging::ShardControllerLogArgs};
 
 pub mod metrics;
 pub mod relabel;
@@ -112,7 +110,7 @@ struct Settings {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     api_timeout: Duration,
     #[command(flatten)]
-    log: LogArgs,
+    log: ShardControllerLogArgs,
 }
 
 impl Args {
@@ -134,86 +132,65 @@ impl Args {
         log.init()?;
         lease_timing.check()?;
         let identity = identity.unwrap_or_else(|| lease::default_identity("shard-controller"));
-        let shutdown = CancellationToken::new();
+        let mut app = App::new("shard controller").with_signals();
+        let flux_namespace = placement.flux_namespace.clone();
+        let register = metrics::Metrics::register;
         let crate::Started {
             client,
             metrics,
-            readiness,
             index,
-        } = crate::start(
-            admin_listen,
-            metrics::Metrics::register,
-            Some(placement.flux_namespace.as_str()),
-            &shutdown,
-        )
-        .await?;
-        let (leader_tx, leader) = channel::channel(false);
-        let election = (!dry_run).then(|| {
-            let elector = lease::Elector::new(
-                kube::Api::<Lease>::namespaced(client.clone(), &lease_namespace),
-                lease_name,
-                identity.clone(),
-                lease_timing,
-            );
-            tokio::spawn(
-                lease::run(elector, leader_tx, shutdown.clone())
-                    .instrument(info_span!("lease", %identity)),
-            )
+        } = crate::start(&mut app, admin_listen, register, Some(&flux_namespace)).await?;
+        let election = (!dry_run).then(|| lease::Election {
+            namespace: lease_namespace,
+            name: lease_name,
+            identity: identity.clone(),
+            timing: lease_timing,
         });
+        let leader = lease::elect(&mut app, client.clone(), election);
         let reporter = Reporter {
             controller: CONTROLLER_NAME.into(),
             instance: Some(identity.clone()),
         };
+        let relabeler =
+            relabel::Relabeler::new(client.clone(), watch::helmrelease_resource(), api_timeout);
+        let settings = sync::Settings {
+            policy: placement.policy(),
+            moves_per_sync: moves_per_sync as usize,
+            cooldown,
+            dry_run,
+        };
+        let recorder = Recorder::new(client, reporter);
         let mut controller = sync::Controller::new(
             index.clone(),
-            relabel::Relabeler::new(client.clone(), watch::helmrelease_resource(), api_timeout),
-            Recorder::new(client, reporter),
-            sync::Settings {
-                policy: placement.policy(),
-                moves_per_sync: moves_per_sync as usize,
-                cooldown,
-                dry_run,
-            },
+            relabeler,
+            recorder,
+            settings,
             metrics.clone(),
-            placement.flux_namespace.clone(),
+            flux_namespace,
         );
-        tokio::spawn(signals::cancel_on_signal(shutdown.clone()));
         info!(%identity, shards = placement.shards, dry_run, "running the shard controller");
 
-        let mut tick = tokio::time::interval(sync_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut leadership = leader.clone();
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tick.tick() => {}
-                // A change of leadership acts at once, not at the next tick: a new leader syncs
-                // (a successor rescues without a sync interval's wait) and the gauge never reports
-                // a lead that moved. In a dry run nothing sends: the branch is simply off.
-                Ok(()) = leadership.changed() => {}
-            }
-            let leading = *leader.borrow();
-            metrics.leader.set(i64::from(leading));
-            if !index::read(&index).synced.ready(true) {
-                continue;
-            }
-            readiness.set(true);
-            let now = tokio::time::Instant::now();
-            if dry_run || leading {
-                controller
-                    .sync(now, &leader)
-                    .instrument(info_span!("sync"))
-                    .await;
-            } else {
-                controller.observe(now);
-            }
-        }
-        readiness.set(false);
-        if let Some(election) = election {
-            // Lets the lease task release the lease before the process exits.
-            let _ = election.await;
-        }
-        Ok(())
+        let readiness = app.readiness();
+        let paced = lease::paced(
+            sync_interval,
+            leader.clone(),
+            app.shutdown(),
+            async |leading| {
+                metrics.leader.set(i64::from(leading));
+                if !index::read(&index).synced().ready(true) {
+                    return;
+                }
+                readiness.set(true);
+                let now = tokio::time::Instant::now();
+                if dry_run || leading {
+                    let sync = controller.sync(now, &leader);
+                    sync.instrument(info_span!("sync")).await;
+                } else {
+                    controller.observe(now);
+                }
+            },
+        );
+        app.run(paced, lease::DRAIN_DEADLINE).await
     }
 }
 

@@ -46,13 +46,16 @@ impl Args {
             .await
             .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
         let index = index::Index::shared();
+        // Owns the watches: dropped (and they with it) once the lists are in.
+        let mut watches = runtime::app::App::new("shards plan");
         watch::spawn(
+            &mut watches,
             client,
             index.clone(),
             Some(args.placement.flux_namespace.as_str()),
         );
         tokio::time::timeout(LIST_TIMEOUT, async {
-            while !index::read(&index).synced.ready(true) {
+            while !index::read(&index).synced().ready(true) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -60,6 +63,7 @@ impl Args {
         .with_context(|| {
             format!("the HelmRelease, Namespace and Deployment lists did not arrive within {LIST_TIMEOUT:?}")
         })?;
+        drop(watches);
         let snapshot = Snapshot::take(&index);
         let policy = args.placement.policy();
         let down = if args.drain_unready {
