@@ -83,7 +83,7 @@ pub struct Totals {
     pub tenants: u64,
     /// HelmReleases attributed to tenants.
     pub tenant_releases: u64,
-    /// HelmReleases carrying the shard key at all (what autosizing counts, §2.6).
+    /// HelmReleases carrying the shard key at all (what autosizing counts, docs/design.md §S6).
     pub keyed_releases: u64,
 }
 
