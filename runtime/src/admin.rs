@@ -31,16 +31,11 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt as _;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
 
-use crate::conn;
+use crate::{conn, http1};
 
 /// The admin port's connection limits: kubelet probes and a few scrapers.
 pub const LIMITS: conn::Limits = conn::Limits {
@@ -119,33 +114,11 @@ pub async fn serve_with(
             readiness,
         })
         .merge(extra);
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
-    let mut incoming = conn::incoming(listener, LIMITS, shutdown.clone(), |tcp, _| async {
+    let incoming = conn::incoming(listener, LIMITS, shutdown.clone(), |tcp, _| async {
         Some(tcp)
     });
-    let graceful = GracefulShutdown::new();
-    loop {
-        let conn = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            conn = incoming.next() => match conn {
-                Some(Ok(conn)) => conn,
-                Some(Err(_)) => continue,
-                None => break,
-            },
-        };
-        let remote = conn.remote_addr();
-        let service = TowerToHyperService::new(app.clone());
-        let served = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
-        tokio::spawn(async move {
-            if let Err(error) = served.await {
-                debug!(%error, %remote, "admin connection closed");
-            }
-        });
-    }
-    // Open requests are answered at once (no handler waits); header reads are bounded above.
-    graceful.shutdown().await;
+    // Open requests are answered at once (no handler waits); header reads are bounded.
+    http1::serve(incoming, app, HEADER_TIMEOUT, shutdown, "admin").await;
     Ok(())
 }
 

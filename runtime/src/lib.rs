@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod app;
 pub mod conn;
+pub mod http1;
 pub mod identity;
 pub mod lease;
 pub mod logging;

@@ -69,6 +69,13 @@ async fn main() -> anyhow::Result<()> {
     let incoming = tls.incoming(socket, limits, shutdown.clone());
     let router = Router::new().route(sharding::server::PATH, post(allow));
     tokio::spawn(runtime::shutdown::cancel_on_signal(shutdown.clone()));
-    sharding::server::serve(incoming, router, HEADER_READ_TIMEOUT, shutdown).await;
+    runtime::http1::serve(
+        incoming,
+        router,
+        HEADER_READ_TIMEOUT,
+        shutdown,
+        "noop webhook",
+    )
+    .await;
     Ok(())
 }

@@ -208,7 +208,13 @@ impl Args {
         let incoming = tls.incoming(socket, limits, app.shutdown());
         info!(%local, shards, max_connections, "serving the shard-placement webhook");
         let router = server::router(webhook);
-        let server = server::serve(incoming, router, header_read_timeout, app.shutdown());
+        let server = runtime::http1::serve(
+            incoming,
+            router,
+            header_read_timeout,
+            app.shutdown(),
+            "webhook",
+        );
         // Readiness goes down as the token is cancelled; in-flight reviews then get their
         // admission deadline, plus a second to write the answer.
         let drain = admission_deadline + DRAIN_SLACK;

@@ -1,7 +1,6 @@
-//! The HTTPS shell: POST `/mutate-helmrelease-shard` → [`admit`] → resolve → [`Pending::finish`].
+//! The webhook's routes (served over HTTPS by [`runtime::http1::serve`]): POST `/mutate-helmrelease-shard` → [`admit`] → resolve → [`Pending::finish`].
 //! A body that is not an AdmissionReview gets 400, one too large 413, one sent too slowly 408;
 //! any other path or method gets 404.
-use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,20 +10,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use futures::StreamExt;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::time::timeout;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::assign::Resolver;
 use crate::metrics::Metrics;
 use crate::mutate::{Admit, Outcome, Reason, admit};
 use crate::review::AdmissionReview;
-use runtime::tls::TlsConn;
 
 /// The webhook path (docs/design.md S1).
 pub const PATH: &str = "/mutate-helmrelease-shard";
@@ -47,43 +39,6 @@ pub fn router(webhook: Webhook) -> Router {
         .route(PATH, post(review).fallback(not_found))
         .fallback(not_found)
         .with_state(webhook)
-}
-
-/// Serves `router` over HTTP/1.1 on the accepted TLS connections until `shutdown`, then waits
-/// for open requests to finish (the caller bounds that wait). Headers must arrive within
-/// `header_read_timeout`, which also closes keep-alive connections idle that long.
-pub async fn serve(
-    mut incoming: ReceiverStream<io::Result<TlsConn>>,
-    router: Router,
-    header_read_timeout: Duration,
-    shutdown: CancellationToken,
-) {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
-    let graceful = GracefulShutdown::new();
-    loop {
-        let conn = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            conn = incoming.next() => match conn {
-                Some(Ok(conn)) => conn,
-                Some(Err(error)) => {
-                    warn!(%error, "accept failed");
-                    continue;
-                }
-                None => break,
-            },
-        };
-        let remote = conn.remote_addr();
-        let service = TowerToHyperService::new(router.clone());
-        let served = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
-        tokio::spawn(async move {
-            if let Err(error) = served.await {
-                debug!(%error, %remote, "connection closed");
-            }
-        });
-    }
-    graceful.shutdown().await;
 }
 
 async fn not_found(State(webhook): State<Webhook>, body: Body) -> impl IntoResponse {

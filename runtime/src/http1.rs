@@ -1,0 +1,57 @@
+//! Serving an axum `Router` over HTTP/1.1 on [`conn`]'s tracked connections: the admin port's
+//! plain TCP and the webhook's TLS alike.
+use std::io;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::conn::Tracked;
+
+/// Serves `router` on the connections `incoming` yields until `shutdown`, then waits for open
+/// requests to finish (the caller bounds that wait). Headers must arrive within
+/// `header_read_timeout`, which also closes keep-alive connections idle that long. `server`
+/// names the port in the logs.
+pub async fn serve<S>(
+    mut incoming: ReceiverStream<io::Result<Tracked<S>>>,
+    router: Router,
+    header_read_timeout: Duration,
+    shutdown: CancellationToken,
+    server: &'static str,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let conn = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            conn = incoming.next() => match conn {
+                Some(Ok(conn)) => conn,
+                Some(Err(error)) => {
+                    warn!(%error, server, "accept failed");
+                    continue;
+                }
+                None => break,
+            },
+        };
+        let remote = conn.remote_addr();
+        let service = TowerToHyperService::new(router.clone());
+        let served = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
+        tokio::spawn(async move {
+            if let Err(error) = served.await {
+                debug!(%error, %remote, server, "connection closed");
+            }
+        });
+    }
+    graceful.shutdown().await;
+}
