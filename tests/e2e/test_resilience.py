@@ -531,15 +531,44 @@ def previous_chart(tmp: Path) -> Path:
     return tmp / "charts/cozy-autoscaling"
 
 
-def keda_errors(rig, tenants) -> float:
-    """Failed scaler calls KEDA's operator counted for the tenants' ScaledObjects (scale loop and
-    HPA requests). KEDA creates each series at 0 with its first call, so a missing one is a
-    mistake of this test, not a clean record."""
-    samples = promtext.scrape(rig.keda.operator_metrics)
-    name = "keda_scaler_detail_errors_total"
-    missing = [t.ns for t in tenants if not promtext.select(samples, name, namespace=t.ns)]
-    assert not missing, f"KEDA's operator has no {name} for {missing}"
-    return sum(promtext.total(samples, name, namespace=t.ns) for t in tenants)
+class KedaErrors(Poller):
+    """Failed scaler calls KEDA's operator counts for the tenants' ScaledObjects (scale loop and
+    HPA requests), summed as per-series increases over a scrape a second: a series KEDA drops
+    and recreates (its scaler cache rebuilt after an error) restarts at 0, so a difference of
+    two totals can go negative. KEDA creates each series at 0 with its first call, so a missing
+    one at the start is a mistake of this test, not a clean record."""
+
+    NAME = "keda_scaler_detail_errors_total"
+
+    def __init__(self, rig, tenants):
+        self.rig, self.namespaces = rig, {t.ns for t in tenants}
+        self.last = self._scrape()
+        missing = self.namespaces - {labels[0] for labels in self.last}
+        assert not missing, f"KEDA's operator has no {self.NAME} for {sorted(missing)}"
+        self.increase = 0.0
+        super().__init__("keda-errors", 1.0)
+
+    def _scrape(self) -> dict[tuple, float]:
+        samples = promtext.scrape(self.rig.keda.operator_metrics)
+        return {(labels["namespace"], *sorted(labels.items())): value
+                for labels, value in promtext.select(samples, self.NAME)
+                if labels.get("namespace") in self.namespaces}
+
+    def poll(self) -> None:
+        try:
+            now = self._scrape()
+        except requests.RequestException:
+            return  # the next scrape's totals still hold every increase but a reset's
+        for series, value in now.items():
+            before = self.last.get(series, 0.0)
+            self.increase += value - before if value >= before else value
+        self.last = now
+
+    def stop(self) -> float:
+        """Stops polling after a last scrape; the increase over the whole run."""
+        super().stop()
+        self.poll()
+        return self.increase
 
 
 class TenantCreator(Poller):
@@ -618,7 +647,7 @@ def test_package_upgrade_under_load(rig, package, scaler, flux, watcher, matrix,
     parallel(lambda t: t.scaled_to(4, start, timeout=90), tenants)
     wait_until(lambda: len(controllers.leaders()) == 1, timeout=60, interval=POLL,
                what="one shard-controller leader before the upgrade")
-    errors, start = keda_errors(rig, tenants), time.monotonic()
+    errors, start = KedaErrors(rig, tenants), time.monotonic()
     creator, leaders = TenantCreator(rig, "tenant-upg-"), LeaderSampler(controllers)
 
     def roll(previous: bool = False) -> None:
@@ -642,7 +671,7 @@ def test_package_upgrade_under_load(rig, package, scaler, flux, watcher, matrix,
     finally:
         creator.stop()
     took = parallel(lambda t: t.scaled_to(5, start, timeout=90), tenants)
-    failed_calls = keda_errors(rig, tenants) - errors
+    failed_calls = errors.stop()
     changes = {t.ns: [s.value for s in t.changes(start)] for t in tenants}
     bound = 2 * FAILED_CALLS_PER_ROLL * len(tenants)
     shards = {f"shard{i}" for i in range(secured.SHARDS)}
