@@ -4,7 +4,7 @@ For each binary in turn, against one real VictoriaMetrics holding --n clusters' 
 `scaler serve` (default flags but --max-cached-objects --n, so the whole fleet is held;
 --refresh-interval 15s), ask every ScaledObject once with ghz (cold fill), then poll the whole fleet
 like KEDA (--polls calls per ScaledObject per refresh interval) for --windows intervals, then leave
-it idle (refresh ticks only) for two intervals. VmRSS is sampled every 5 s throughout (the largest
+it idle (refresh ticks only) for two intervals. VmRSS, VmHWM (so the phase of the peak shows) and the thread count are sampled every 5 s throughout (the largest
 per phase: start, fill, polling, idle), VmHWM at the end, and the process's CPU seconds (user +
 system) per phase. One binary under two labels, one with --env, measures an allocator setting.
 Give the baseline binary first (for example the previous commit's
@@ -40,6 +40,12 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def threads(pid: int) -> int:
+    """Threads of a live process: the blocking pool's threads each hold allocator pages."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+
+
 def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str) -> dict:
     os.environ["SCALER_BIN"] = os.path.abspath(binary)
     # The whole fleet held: a smaller --max-cached-objects would measure evictions, not the fleet.
@@ -51,7 +57,8 @@ def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str) 
 
         def sample():
             samples.append({"phase": phase[0], "s": round(time.time() - started),
-                            "rss_mib": round(rss_kib(pid) / 1024, 1)})
+                            "rss_mib": round(rss_kib(pid) / 1024, 1),
+                            "hwm_mib": round(hwm_kib(pid) / 1024, 1), "threads": threads(pid)})
 
         def sampler():
             while not done.wait(SAMPLE):
@@ -85,6 +92,7 @@ def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str) 
                 "polling_errors": steady["errors"],
                 "rss_max_mib": {k: max(v) for k, v in by_phase.items()},
                 "hwm_mib": round(hwm_kib(pid) / 1024, 1),
+                "threads_max": max(s["threads"] for s in samples),
                 "cpu_s": {k: round(v, 2) for k, v in cpu.items()}, "rss": samples, "loadavg": loadavg()}
     finally:
         scaler.stop()

@@ -8,6 +8,9 @@ once, over two connections with KEDA's 3 s deadline, and count VictoriaMetrics' 
 that first refresh interval; then one steady refresh tick's. The client is test_restart.py's
 (Python, about 1,000 calls a second at most on this machine, so past that it is the client that
 is measured), or with --ghz a Go one (ghz: one worker per ScaledObject, all started at once).
+With --spread S (ghz only) the calls come at an even rate over S seconds instead, as KEDA's
+scale loops ask after a scaler restart: each loop keeps its own phase of the polling interval, so
+the fleet's first calls arrive spread over it, not at one instant.
 
   PYTHONPATH=tests/lib $COZY_TOOLS/venv/bin/python tests/scaler/bench/restart.py \
     --scaler target/release/scaler --sizes 1000,10000
@@ -37,15 +40,20 @@ def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
                     *flags, refresh=f"{args.refresh}s").start()
     try:
         started = time.monotonic()
-        if args.ghz:
-            run = ghz(args.ghz, scaler.address, args.requests, total=n, concurrency=n, connections=2,
-                      timeout=f"{DEADLINE:g}s")
+        if args.ghz and args.spread:
+            # Enough workers that none is free only because the scaler is slow to answer.
+            run = ghz(args.ghz, scaler.address, args.requests, total=n, rps=n / args.spread,
+                      concurrency=min(n, 4000), connections=args.connections, timeout=f"{DEADLINE:g}s")
+            answers = None
+        elif args.ghz:
+            run = ghz(args.ghz, scaler.address, args.requests, total=n, concurrency=n,
+                      connections=args.connections, timeout=f"{DEADLINE:g}s")
             answers = None
         else:
             answers = asyncio.run(burst(scaler.address, n, so))
         burst_s = time.monotonic() - started
         # The rest of the first refresh interval after the start (its first tick has nothing due).
-        time.sleep(max(0.0, args.refresh - (time.monotonic() - started)))
+        time.sleep(max(0.0, max(args.refresh, args.spread) - (time.monotonic() - started)))
         first = vm.query_requests() - q0
         t = ticks(scaler)
         wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
@@ -66,7 +74,8 @@ def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
             answered = {"client": "python", "codes": codes,
                         "answer_p50_s": round(late[len(late) // 2], 3), "answer_max_s": round(late[-1], 3),
                         "answers_past_deadline": sum(1 for x in late if x >= DEADLINE)}
-        return {"part": "start burst", "scaledobjects": n, "mode": mode, "flags": " ".join(flags) or "(defaults)",
+        return {"part": "start burst", "scaledobjects": n, "mode": mode, "spread_s": args.spread,
+                "connections": args.connections, "flags": " ".join(flags) or "(defaults)",
                 "queries_first_refresh": first, "queries_steady_tick": steady,
                 "ratio_first_over_steady": round(first / steady, 2) if steady else None,
                 "burst_s": round(burst_s, 2), **answered, "loadavg": loadavg()}
@@ -83,7 +92,13 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--ghz", help="burst with ghz (tests/scaler/bench/setup.sh) instead of the Python client")
     ap.add_argument("--max-streams", type=int, help="--max-streams-per-connection for every mode")
+    ap.add_argument("--spread", type=float, default=0,
+                    help="seconds over which the calls come at an even rate (ghz only; 0: all at once)")
+    ap.add_argument("--connections", type=int, default=2,
+                    help="client connections (KEDA holds one to a scaler address)")
     args = ap.parse_args()
+    if args.spread and not args.ghz:
+        ap.error("--spread needs --ghz")
     os.environ["SCALER_BIN"] = os.path.abspath(args.scaler)
     figures = [{"cpus": os.cpu_count(), "loadavg_start": loadavg(), "scaler": args.scaler}]
     print(json.dumps(figures[-1]), flush=True)
