@@ -44,6 +44,10 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_COLD_BATCH_WINDOW: Duration = Duration::from_secs(1);
 /// Largest request header block: gRPC requests carry a few hundred bytes of headers.
 const MAX_HEADER_LIST_SIZE: u32 = 64 * 1024;
+/// Most queries one refresh-tick call runs at once: a call's answers and new evaluations are
+/// all in memory until it ends, so this bounds what a tick adds to the fleet's live set
+/// (16 × `--observe-batch-size` keys), while cold keys still find half the query slots free.
+const TICK_QUERIES: usize = 16;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -124,8 +128,11 @@ pub struct Args {
     /// dead peers.
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
-    /// Most concurrent HTTP/2 streams (rpcs, StreamIsActive streams) on one connection.
-    #[arg(long, default_value = "128")]
+    /// Most concurrent HTTP/2 streams (rpcs, StreamIsActive streams) on one connection. KEDA
+    /// sends every ScaledObject's calls over one connection, so this bounds how many of a
+    /// restart's cold calls the scaler sees at once, and how many external-push ScaledObjects
+    /// (one open stream each) one KEDA can have.
+    #[arg(long, default_value = "1024")]
     pub max_streams_per_connection: u32,
     /// PEM certificate chain: serve gRPC over TLS (ALPN h2). Reloaded when the file changes.
     #[arg(long, requires = "tls_key", env = "SCALER_TLS_CERT")]
@@ -336,8 +343,9 @@ impl Args {
             metrics: metrics.clone(),
             convergence_deadline: self.convergence_deadline,
             batch_size: self.observe_batch_size,
-            // Half the query slots at most: cold keys' queries always find one free.
-            concurrency: (self.max_concurrent_queries / 2).max(1),
+            // Half the query slots at most, so cold keys' queries always find one free; and a
+            // tick's call holds all its answers at once, so at most TICK_QUERIES of them.
+            concurrency: (self.max_concurrent_queries / 2).clamp(1, TICK_QUERIES),
         };
         let timing = Timing {
             refresh: self.refresh_interval,

@@ -227,7 +227,8 @@ def test_an_idle_live_client_survives_the_idle_timeout(start_scaler, fake):
 
 def test_streams_per_connection_are_capped(start_scaler, fake):
     backend = fake("answer", answer=answer(instances=3, load=4))
-    scaler, keda = start_scaler(backend.url, "--stream-heartbeat", "60s")
+    # Below the default (1,024), so that 1,000 streams show the cap.
+    scaler, keda = start_scaler(backend.url, "--stream-heartbeat", "60s", "--max-streams-per-connection", "128")
     ref = keda.ref("tenant-a", "pg", metadata())
     streams = [keda.stub.StreamIsActive(ref, timeout=30) for _ in range(1000)]
     try:
