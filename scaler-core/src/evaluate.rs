@@ -130,8 +130,19 @@ pub struct Evaluation {
     pub policy: Policy,
     pub observation: Observation,
     pub decision: Decision,
-    /// One-sentence explanation of the decision.
-    pub summary: String,
+}
+
+impl Evaluation {
+    /// One-sentence explanation of the decision. Made when asked, not held: a scaler keeps an
+    /// evaluation per ScaledObject, and the sentence is most of its heap.
+    pub fn summary(&self) -> String {
+        summary(
+            &self.decision,
+            &self.policy,
+            &self.observation,
+            self.quota.as_ref(),
+        )
+    }
 }
 
 /// What an evaluation needs besides the answers: where they came from, defaults, the clock.
@@ -174,7 +185,6 @@ pub fn evaluate(
     let fit = snapshot.and_then(|s| quota::tightest(&s.quotas, &s.cluster.cost));
     let observation = observation(config, inputs, parts, current, redis, fit.as_ref(), facts);
     let decision = decision::decide(&policy, &observation);
-    let summary = summary(&decision, &policy, &observation, fit.as_ref());
     let load = parts.get(part::LOAD).copied();
     Ok(Evaluation {
         namespace: namespace.to_owned(),
@@ -192,7 +202,6 @@ pub fn evaluate(
         current_source,
         quorum_source,
         schedule,
-        summary,
         policy,
         observation,
         decision,
@@ -575,9 +584,10 @@ mod tests {
         );
         assert_eq!(e.warming_replicas, Some(1));
         assert!(
-            e.summary.starts_with("ReadConnectionUsage 120 / target 50"),
+            e.summary()
+                .starts_with("ReadConnectionUsage 120 / target 50"),
             "{}",
-            e.summary
+            e.summary()
         );
         assert!(matches!(
             evaluate("ns", &cfg, &inputs("metrics"), &answer(1.0), None),
@@ -680,9 +690,9 @@ mod tests {
             (3, Reason::QuotaUnreadable)
         );
         assert!(
-            e.summary.contains("cannot be read") && e.summary.contains("ResourceQuota tenant"),
+            e.summary().contains("cannot be read") && e.summary().contains("ResourceQuota tenant"),
             "{}",
-            e.summary
+            e.summary()
         );
         // Scale-in is not held by it: load 0 still goes down to the floor.
         let e = evaluate(

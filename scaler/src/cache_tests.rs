@@ -165,6 +165,27 @@ async fn a_tick_refreshes_every_due_key_in_one_evaluation() {
 }
 
 #[tokio::test]
+async fn a_refresh_reuses_the_evaluation_nobody_holds_and_never_changes_a_held_one() {
+    let fake = Fake::default();
+    let cache = cache(&fake, 100, 1_000);
+    let first = cache.get(key("a")).await.unwrap();
+    let at = Arc::as_ptr(&first);
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(cache.refresh_due().await, 1);
+    let second = cache.get(key("a")).await.unwrap();
+    // Nobody held the first: the second is written into its allocation.
+    assert_eq!((Arc::as_ptr(&second), second.observation.load), (at, 2.0));
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(cache.refresh_due().await, 1);
+    // A caller held the second through the refresh: it still reads what it was given.
+    assert_eq!(second.observation.load, 2.0);
+    let third = cache.get(key("a")).await.unwrap();
+    assert_eq!(third.observation.load, 3.0);
+    assert!(!Arc::ptr_eq(&second, &third));
+}
+
+#[tokio::test]
 async fn a_large_tick_is_split_into_calls_of_at_most_keys_per_call() {
     let fake = Fake {
         per_call: Some(3),

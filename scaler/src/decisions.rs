@@ -105,7 +105,7 @@ pub fn entry(snapshot: &Snapshot, now: SystemTime) -> Entry {
         desired: decision.map(|d| d.desired),
         recommended: decision.map(|d| d.recommended),
         reason: decision.map(|d| d.reason.as_str().to_owned()),
-        summary: good.map(|(_, e)| cut(&e.summary, MAX_MESSAGE_BYTES)),
+        summary: good.map(|(_, e)| cut(&e.summary(), MAX_MESSAGE_BYTES)),
         last_success: good.map(|(at, _)| rfc3339(*at)),
         last_evaluation: snapshot.attempt.as_ref().map(|(at, _)| rfc3339(*at)),
         last_error,

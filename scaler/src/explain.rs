@@ -101,6 +101,8 @@ pub struct Args {
 struct Report<'a> {
     #[serde(flatten)]
     evaluation: &'a Evaluation,
+    /// [`Evaluation::summary`].
+    summary: String,
     /// What GetMetrics would return (desired × target).
     metric_name: String,
     metric_value: f64,
@@ -212,6 +214,7 @@ impl Args {
             .expect("Evaluate answers every key")?;
         let report = Report {
             evaluation: &evaluation,
+            summary: evaluation.summary(),
             metric_name: config.metric_name(),
             metric_value: f64::from(evaluation.decision.desired) * config.target,
             query: promql::decision_query(
@@ -273,7 +276,7 @@ fn decision_section(s: &mut String, report: &Report<'_>) {
         d.desired, d.reason
     );
     let _ = writeln!(s, "  recommended           {}", d.recommended);
-    let _ = writeln!(s, "  why                   {}", e.summary);
+    let _ = writeln!(s, "  why                   {}", e.summary());
     let _ = writeln!(
         s,
         "  GetMetrics            {} = {} (= desired × target; the HPA computes ceil(value / target))",
