@@ -282,6 +282,12 @@ def test_the_redis_decision_moves_the_redisfailover_2_4_2_and_brakes_on_a_full_s
     assert hpa_active(rig, name), "the hold is the brake's answer, not a metric failure"
     rig.feeder.set_redis(NS, name, syncing=frozenset())
     timed("2 -> 4 after the full sync ended", lambda: target_replicas(rig, name) == 4, 120)
+    # At rest first: helm renders the live count, so a count that moves between its lookup and
+    # its server-side apply conflicts with the HPA's or the adapter's field, which is a race
+    # with a scale, not the routine upgrade this checks.
+    wait_until(lambda: rig.kube.get(SA, "ScaleAdapter", name, NS)["spec"]["replicas"] == 4, timeout=30,
+               interval=POLL, what="the adapter's /scale at 4")
+    hold(rig, name, 10, 4)
     # A routine upgrade (replicas: 2 in values) renders the live count: nothing moves.
     helm.upgrade_install(name, chart, NS, values)
     hold(rig, name, 2 * MIN_WRITE, 4)
