@@ -134,7 +134,7 @@ pub struct Evaluation {
 
 impl Evaluation {
     /// One-sentence explanation of the decision. Made when asked, not held: a scaler keeps an
-    /// evaluation per ScaledObject, and the sentence is most of its heap.
+    /// evaluation per ScaledObject, and the sentence was the longest of its strings.
     pub fn summary(&self) -> String {
         summary(
             &self.decision,
