@@ -4,8 +4,9 @@ For each binary in turn, against one real VictoriaMetrics holding --n clusters' 
 `scaler serve` (default flags but --max-cached-objects --n, so the whole fleet is held;
 --refresh-interval 15s), ask every ScaledObject once with ghz (cold fill), then poll the whole fleet
 like KEDA (--polls calls per ScaledObject per refresh interval) for --windows intervals, then leave
-it idle (refresh ticks only) for two intervals. VmRSS, VmHWM (so the phase of the peak shows) and the thread count are sampled every 5 s throughout (the largest
-per phase: start, fill, polling, idle), VmHWM at the end, and the process's CPU seconds (user +
+it idle (refresh ticks only) for two intervals. VmRSS, VmHWM (so the phase of the peak shows)
+and the thread count are sampled every 5 s throughout (the largest per phase: start, fill,
+polling, idle), VmHWM at the end, and the process's CPU seconds (user +
 system) per phase. One binary under two labels, one with --env, measures an allocator setting.
 Give the baseline binary first (for example the previous commit's
 release build, copied aside) and the candidate after it: both run in the same VictoriaMetrics, on the

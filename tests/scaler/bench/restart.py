@@ -40,13 +40,12 @@ def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
                     *flags, refresh=f"{args.refresh}s").start()
     try:
         started = time.monotonic()
-        if args.ghz and args.spread:
-            # Enough workers that none is free only because the scaler is slow to answer.
-            run = ghz(args.ghz, scaler.address, args.requests, total=n, rps=n / args.spread,
-                      concurrency=min(n, 4000), connections=args.connections, timeout=f"{DEADLINE:g}s")
-            answers = None
-        elif args.ghz:
-            run = ghz(args.ghz, scaler.address, args.requests, total=n, concurrency=n,
+        if args.ghz:
+            # At once: one worker per ScaledObject. Spread: enough workers that none is free only
+            # because the scaler is slow to answer.
+            run = ghz(args.ghz, scaler.address, args.requests, total=n,
+                      rps=n / args.spread if args.spread else None,
+                      concurrency=min(n, 4000) if args.spread else n,
                       connections=args.connections, timeout=f"{DEADLINE:g}s")
             answers = None
         else:
