@@ -291,14 +291,15 @@ mod tests {
                 .all(|a| a.as_ref().is_ok_and(|p| p[&pg()]["instances"] == 2.0))
         );
         assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), 2);
-        // Waiting for a slot counts toward the timeout: the third query cannot finish in 150 ms.
-        let c = client(&url, 150, 1);
-        let answers = futures::future::join_all((0..3).map(|_| c.query("q"))).await;
-        assert!(answers[0].is_ok());
+        // Waiting for a slot counts toward the timeout: one slot, 100 ms a query, so the eleventh
+        // cannot finish within 1 s, while the first has ten times its need (a loaded machine).
+        let c = client(&url, 1_000, 1);
+        let answers = futures::future::join_all((0..11).map(|_| c.query("q"))).await;
+        assert!(answers[0].is_ok(), "{:?}", answers[0]);
         assert!(
-            answers
-                .iter()
-                .any(|a| matches!(a, Err(QueryError::Timeout(_))))
+            matches!(answers[10], Err(QueryError::Timeout(_))),
+            "{:?}",
+            answers[10]
         );
     }
 

@@ -201,9 +201,18 @@ class Flip:
         wait_until(self.count, timeout=30, interval=POLL, what=f"{self.ns} Cluster after '{name}'")
         if after:
             after()
-        wait_until(lambda: self.settled(start), timeout=60, interval=POLL,
-                   what=f"{self.ns}: a settled count after '{name}'")
+        try:
+            wait_until(lambda: self.settled(start), timeout=60, interval=POLL,
+                       what=f"{self.ns}: a settled count after '{name}'")
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}; spec.instances since the step began: "
+                               f"{self.history(start)}") from None
         self.cells[name] = summarise(self.rig.cnpg.samples(self.ns, RELEASE), start, why)
+
+    def history(self, since: float) -> str:
+        """Every spec.instances value seen since `since`: seconds into the step, value, owners."""
+        return ", ".join(f"+{s.t - since:.1f}s {s.value} by {'+'.join(s.owners) or '-'}"
+                         for s in self.rig.cnpg.samples(self.ns, RELEASE) if s.t >= since) or "none"
 
     def hpa_raises_to_4(self) -> None:
         self.rig.feeder.set(self.ns, RELEASE, connections=WANTS_4)
