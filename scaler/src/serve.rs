@@ -44,6 +44,11 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_COLD_BATCH_WINDOW: Duration = Duration::from_secs(1);
 /// Largest request header block: gRPC requests carry a few hundred bytes of headers.
 const MAX_HEADER_LIST_SIZE: u32 = 64 * 1024;
+/// Largest request message, on every service: a ScaledObject's reference and trigger metadata
+/// are a few KiB at most (a `schedules` value at most 4). tonic's default, 4 MiB, reserves a
+/// buffer of the size a message's 5-byte prefix declares, so one connection's streams could hold
+/// GiBs; a longer message is refused (`OUT_OF_RANGE`, naming the limit) before its body is read.
+const MAX_REQUEST_BYTES: usize = 64 * 1024;
 /// Most queries one refresh-tick call runs at once: a call's answers and new evaluations are
 /// all in memory until it ends, so this bounds what a tick adds to the fleet's live set
 /// (16 × `--observe-batch-size` keys), while cold keys still find half the query slots free.
@@ -263,8 +268,10 @@ impl Args {
         };
         let router = self
             .grpc_server()
-            .add_service(health_service)
-            .add_service(ExternalScalerServer::new(scaler));
+            .add_service(health_service.max_decoding_message_size(MAX_REQUEST_BYTES))
+            .add_service(
+                ExternalScalerServer::new(scaler).max_decoding_message_size(MAX_REQUEST_BYTES),
+            );
         let limits = conn::Limits {
             max_connections: self.max_connections,
             max_connections_per_peer: self.max_connections_per_peer,

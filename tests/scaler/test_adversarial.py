@@ -142,20 +142,57 @@ def test_huge_names_are_refused_small_and_cost_nothing(start_scaler, fake):
     record_figure("20 requests with a 3 MiB namespace", code=errors[0].code().name,
                   reply_bytes=len(errors[0].details() or ""), rss_growth_mib=round(grown / 1024),
                   log_bytes=logged, backend_queries=backend.requests)
-    assert {e.code() for e in errors} == {grpc.StatusCode.INVALID_ARGUMENT}
-    assert "scaledObjectRef.namespace" in errors[0].details()
+    # Past the 64 KiB request limit: refused before the message is read, the limit named.
+    assert {e.code() for e in errors} == {grpc.StatusCode.OUT_OF_RANGE}
+    assert "the limit is: 65536 bytes" in errors[0].details()
     assert len(errors[0].details()) < 400
     assert backend.requests == 0, "an invalid name reached the backend"
     assert logged < 64 * 1024 and grown < 30 * 1024
 
 
+def test_many_oversized_requests_on_one_connection_hold_no_memory(start_scaler, fake):
+    """100 requests of 3 MiB at once on one connection: each is refused on its length prefix.
+    Under tonic's default 4 MiB limit each was read whole and parsed (peak RSS +300 MiB here):
+    one connection's 1,024 streams could hold 4 GiB."""
+    backend = fake("answer", answer=answer(instances=3, load=4))
+    scaler, keda = start_scaler(backend.url)
+    ref = keda.ref("tenant-" + "a" * (3 * MIB), "pg", metadata())
+    request = keda.pb2.GetMetricsRequest(scaledObjectRef=ref, metricName="cnpg-pg-readconnections")
+    peak_before = hwm_kib(scaler.proc.pid)
+    t0 = time.monotonic()
+    calls = [keda.stub.GetMetrics.future(request, timeout=30) for _ in range(100)]
+    codes = [code_of(call.result) for call in calls]
+    took = time.monotonic() - t0
+    grown = hwm_kib(scaler.proc.pid) - peak_before
+    record_figure("100 requests of 3 MiB at once on one connection", codes=sorted({c.name for c in codes}),
+                  seconds=round(took, 2), peak_rss_growth_mib=round(grown / 1024),
+                  backend_queries=backend.requests)
+    assert set(codes) == {grpc.StatusCode.OUT_OF_RANGE}
+    assert grown < 40 * 1024, f"peak RSS grew {grown // 1024} MiB"
+    assert backend.requests == 0
+    assert keda.spec(keda.ref("tenant-a", "pg", metadata())).metricSpecs, "the connection still serves"
+    # The health service has the same limit: a HealthCheckRequest (field 1, the service name) of 3 MiB.
+    service = b"s" * (3 * MIB)
+    check = keda.channel.unary_unary("/grpc.health.v1.Health/Check")
+    health = b"\x0a" + varint(len(service)) + service
+    assert code_of(lambda: check(health, timeout=10)) == grpc.StatusCode.OUT_OF_RANGE
+
+
+def varint(n: int) -> bytes:
+    out = b""
+    while n > 0x7F:
+        out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+    return out + bytes([n])
+
+
 def test_long_names_do_not_bloat_metrics(start_scaler, fake):
     backend = fake("answer", answer=answer(instances=3, load=4))
     scaler, keda = start_scaler(backend.url)
-    codes = {code_of(lambda i=i: get_metrics(keda, name=f"so{i}-" + "b" * (64 * 1024), cluster="pg"))
+    # 60 KiB: under the request limit, so the names reach validation.
+    codes = {code_of(lambda i=i: get_metrics(keda, name=f"so{i}-" + "b" * (60 * 1024), cluster="pg"))
              for i in range(200)}
     size = len(requests.get(scaler.admin + "/metrics", timeout=10).content)
-    record_figure("200 ScaledObject names of 64 KiB", codes=sorted(c.name for c in codes), metrics_bytes=size)
+    record_figure("200 ScaledObject names of 60 KiB", codes=sorted(c.name for c in codes), metrics_bytes=size)
     assert codes == {grpc.StatusCode.INVALID_ARGUMENT}
     assert size < 64 * 1024, f"/metrics is {size} bytes"
 
