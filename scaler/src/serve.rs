@@ -10,6 +10,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
+use tower::layer::util::{Identity, Stack};
+use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::info;
 
 use crate::backend;
@@ -49,6 +51,8 @@ const MAX_HEADER_LIST_SIZE: u32 = 64 * 1024;
 /// buffer of the size a message's 5-byte prefix declares, so one connection's streams could hold
 /// GiBs; a longer message is refused (`OUT_OF_RANGE`, naming the limit) before its body is read.
 const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// The layers around every service: the in-flight bound over all connections.
+type Layers = Stack<GlobalConcurrencyLimitLayer, Identity>;
 /// Most queries one refresh-tick call runs at once: a call's answers and new evaluations are
 /// all in memory until it ends, so this bounds what a tick adds to the fleet's live set
 /// (16 × `--observe-batch-size` keys), while cold keys still find half the query slots free.
@@ -139,6 +143,11 @@ pub struct Args {
     /// (one open stream each) one KEDA can have.
     #[arg(long, default_value = "1024")]
     pub max_streams_per_connection: u32,
+    /// Most rpcs in flight over all connections; past it a new rpc is refused at once with
+    /// RESOURCE_EXHAUSTED (KEDA asks again at its next poll). Bounds what a flood of slow rpcs
+    /// spread over many connections holds. A streaming rpc counts until its stream starts.
+    #[arg(long, default_value = "4096")]
+    pub max_in_flight_rpcs: usize,
     /// PEM certificate chain: serve gRPC over TLS (ALPN h2). Reloaded when the file changes.
     #[arg(long, requires = "tls_key", env = "SCALER_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -300,8 +309,9 @@ impl Args {
             self.max_connections > 0
                 && self.max_connections_per_peer > 0
                 && self.max_streams_per_connection > 0
+                && self.max_in_flight_rpcs > 0
                 && !self.handshake_timeout.is_zero(),
-            "--max-connections, --max-connections-per-peer, --max-streams-per-connection and --handshake-timeout must be above 0"
+            "--max-connections, --max-connections-per-peer, --max-streams-per-connection, --max-in-flight-rpcs and --handshake-timeout must be above 0"
         );
         anyhow::ensure!(
             self.cold_batch_window <= MAX_COLD_BATCH_WINDOW,
@@ -365,14 +375,17 @@ impl Args {
     }
 
     /// tonic's server with the keep-alive, stream and header limits of the flags.
-    fn grpc_server(&self) -> Server {
+    fn grpc_server(&self) -> Server<Layers> {
         let builder = Server::builder()
+            // Sheds what the limits below cannot take at once instead of queueing it.
+            .load_shed(true)
             .http2_keepalive_interval(Some(self.idle_timeout / KEEPALIVE_DIVISOR))
             .http2_keepalive_timeout(Some(self.idle_timeout / KEEPALIVE_DIVISOR))
             .max_concurrent_streams(self.max_streams_per_connection)
             .concurrency_limit_per_connection(self.max_streams_per_connection as usize)
             .http2_max_header_list_size(MAX_HEADER_LIST_SIZE)
-            .timeout(RPC_TIMEOUT);
+            .timeout(RPC_TIMEOUT)
+            .layer(GlobalConcurrencyLimitLayer::new(self.max_in_flight_rpcs));
         match self.max_connection_age {
             Some(age) => builder.max_connection_age(age),
             None => builder,
@@ -406,7 +419,7 @@ async fn ready_when_synced(
 
 /// Serves gRPC on `listener` (over TLS when `tls` is set) until `shutdown`.
 async fn serve_grpc(
-    router: tonic::transport::server::Router,
+    router: tonic::transport::server::Router<Layers>,
     listener: TcpListener,
     limits: conn::Limits,
     tls: Option<tls::Reloading>,

@@ -178,6 +178,40 @@ def test_many_oversized_requests_on_one_connection_hold_no_memory(start_scaler, 
     assert code_of(lambda: check(health, timeout=10)) == grpc.StatusCode.OUT_OF_RANGE
 
 
+def test_rpcs_in_flight_over_all_connections_are_bounded(start_scaler, fake):
+    """`--max-in-flight-rpcs 32`, and 4 connections each sending 24 rpcs for new ScaledObjects
+    while the backend takes 2 s to answer: 32 are taken, the other 64 refused at once with
+    RESOURCE_EXHAUSTED; once the backend has answered, rpcs are taken again. Without the bound
+    every connection may hold `--max-streams-per-connection` of them, so a flood spread over
+    `--max-connections` holds a million."""
+    backend = fake("answer", answer=answer(instances=3, load=4), delay=2.0)
+    scaler, keda = start_scaler(backend.url, "--max-in-flight-rpcs", "32", "--query-timeout", "5s")
+    clients = [Keda(scaler.address) for _ in range(4)]
+    try:
+        ended: dict[int, float] = {}
+        t0 = time.monotonic()
+        calls = []
+        for i, client in enumerate(clients):
+            for j in range(24):
+                ref = client.ref("tenant-a", f"so-{i}-{j}", metadata())
+                request = client.pb2.GetMetricsRequest(scaledObjectRef=ref, metricName="cnpg-pg-readconnections")
+                call = client.stub.GetMetrics.future(request, timeout=10)
+                call.add_done_callback(lambda _, n=len(calls): ended.setdefault(n, time.monotonic() - t0))
+                calls.append(call)
+        codes = [code_of(call.result) for call in calls]
+        refused = [n for n, c in enumerate(codes) if c == grpc.StatusCode.RESOURCE_EXHAUSTED]
+        record_figure("96 slow rpcs on 4 connections, --max-in-flight-rpcs 32",
+                      refused=len(refused), ok=codes.count(grpc.StatusCode.OK),
+                      refused_within_s=round(max(ended[n] for n in refused), 2) if refused else None)
+        assert set(codes) == {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}, codes
+        assert len(refused) == 64, f"{len(refused)} refused"
+        assert max(ended[n] for n in refused) < 1.5, "a refusal waited for the backend"
+        assert code_of(lambda: get_metrics(keda, name="so-0-0")) == grpc.StatusCode.OK
+    finally:
+        for client in clients:
+            client.close()
+
+
 def varint(n: int) -> bytes:
     out = b""
     while n > 0x7F:
