@@ -74,9 +74,11 @@ class Keda:
     def spec(self, ref, timeout=5.0):
         return self.stub.GetMetricSpec(ref, timeout=timeout)
 
+    def metrics_request(self, ref, metric_name):
+        return self.pb2.GetMetricsRequest(scaledObjectRef=ref, metricName=metric_name)
+
     def metrics(self, ref, metric_name, timeout=5.0):
-        req = self.pb2.GetMetricsRequest(scaledObjectRef=ref, metricName=metric_name)
-        return self.stub.GetMetrics(req, timeout=timeout)
+        return self.stub.GetMetrics(self.metrics_request(ref, metric_name), timeout=timeout)
 
     def is_active(self, ref, timeout=5.0):
         return self.stub.IsActive(ref, timeout=timeout).result

@@ -73,7 +73,7 @@ def test_a_call_cancelled_by_the_client_is_counted_as_cancelled(vm, start_scaler
     try:
         scaler, keda = start_scaler(slow.url, refresh="1m")
         ref = keda.ref("tenant-a", "cancelled", metadata("pg"))
-        req = keda.pb2.GetMetricsRequest(scaledObjectRef=ref, metricName="cnpg-pg-readconnections")
+        req = keda.metrics_request(ref, "cnpg-pg-readconnections")
         call = keda.stub.GetMetrics.future(req, timeout=10)
         wait_until(lambda: slow.in_flight == 1, 5, 0.02, "the query at the backend")
         call.cancel()
