@@ -21,6 +21,9 @@
 //!    5 min is above `maxReplicationLagSeconds`; for Redis, a replica's link is down, a replica
 //!    is in a full sync, or (threshold > 0) its offset lag is above `maxReplicationLagBytes`.
 //!    Each engine reads only its own unit: a byte offset never meets a seconds threshold.
+//!    Unknown is never fine: a replica whose lag is unknown counts as lagging, and write activity
+//!    that is unknown (no rate yet: a series younger than two samples, or none) counts as
+//!    writing. Only a primary known to be idle releases a lagging replica's brake.
 //!
 //! Precedence, strongest first: dry-run > stuck > brake > scale-in hold > quota > schedule >
 //! quorum > minReplicas/maxReplicas. The stuck hold wins over the scale-in hold: the instances it
@@ -166,11 +169,16 @@ pub struct Observation {
     pub load: f64,
     /// The loads of `Policy::extra`, slot by slot (0 where there is no signal).
     pub extra_loads: [f64; MAX_EXTRA_SIGNALS],
-    /// Largest replica lag over the last 5 minutes, in seconds; `None` without lag series.
+    /// Largest replica lag over the last 5 minutes, in seconds; `None` when no replica lags
+    /// (or none has a lag series: see `lag_unknown`).
     pub max_lag_seconds: Option<f64>,
+    /// Some replica's lag is unknown: CNPG, a replica without a lag series; Redis (with a byte
+    /// threshold), replicas but none of the master's per-replica offsets.
+    pub lag_unknown: bool,
     /// Whether the primary wrote recently: CNPG `rate(cnpg_collector_wal_bytes[5m]) > 0`, Redis
-    /// its replication offset advancing faster than its own pings to replicas.
-    pub primary_writing: bool,
+    /// its replication offset advancing faster than its own pings to replicas. `None`: unknown
+    /// (no rate: the series is missing or younger than two samples).
+    pub primary_writing: Option<bool>,
     /// Redis replication health; `None` for CNPG.
     pub redis: Option<RedisReplication>,
     /// `None` without a Kubernetes topology or without a ResourceQuota that limits instances.
@@ -253,11 +261,14 @@ fn within_cycle(t: f64, hold: f64, retry: f64, attempt: u32) -> Option<Convergen
 pub enum Brake {
     /// Threshold is 0 (CNPG; the Redis brake is never off).
     Off,
-    /// Lag is at or below the threshold (or unknown); for Redis, every link up and no full sync.
+    /// Every replica's lag is known and at or below the threshold; for Redis, every link up and
+    /// no full sync.
     Clear,
-    /// Unhealthy replication but the primary is idle: the known false alarm.
+    /// Unhealthy (or unknown) replication but the primary is known to be idle: the known false
+    /// alarm.
     IdleLag,
-    /// Unhealthy replication while the primary writes: hold.
+    /// Unhealthy (or unknown) replication while the primary writes or its writes are unknown:
+    /// hold.
     Engaged,
 }
 
@@ -496,7 +507,7 @@ fn dry_run(policy: &Policy, hold: u32) -> Option<Step> {
 
 /// The brake's state: each engine compares only its own measurement with its own threshold.
 fn brake(policy: &Policy, obs: &Observation) -> Brake {
-    let (on, unhealthy) = match policy.engine {
+    let (on, lagging) = match policy.engine {
         Engine::Cnpg => (
             policy.max_lag_seconds > 0.0,
             obs.max_lag_seconds
@@ -514,11 +525,21 @@ fn brake(policy: &Policy, obs: &Observation) -> Brake {
             }),
         ),
     };
-    match (on, unhealthy, obs.primary_writing) {
+    match (on, lagging || obs.lag_unknown, obs.primary_writing) {
         (false, _, _) => Brake::Off,
         (true, false, _) => Brake::Clear,
-        (true, true, false) => Brake::IdleLag,
-        (true, true, true) => Brake::Engaged,
+        (true, true, Some(false)) => Brake::IdleLag,
+        // Writing, or not known to be idle.
+        (true, true, Some(true) | None) => Brake::Engaged,
+    }
+}
+
+/// What the primary's write activity is, in a brake sentence: unknown never reads as idle.
+fn writes(obs: &Observation, writing: &str) -> String {
+    match obs.primary_writing {
+        Some(true) => writing.to_owned(),
+        Some(false) => "is idle".to_owned(),
+        None => "may be writing (its write rate is unknown: no rate yet)".to_owned(),
     }
 }
 
@@ -566,22 +587,33 @@ impl Decision {
             Reason::Brake => match (policy.engine, obs.redis) {
                 (Engine::Redis, Some(r)) => format!(
                     "replication brake: {} replica link(s) down, {} in a full sync, offset lag {} \
-                     bytes (threshold {}) while the master writes; holding {} (recommended {})",
+                     bytes (threshold {}) while the master {}; holding {} (recommended {})",
                     r.links_down,
                     r.syncing,
-                    r.max_lag_bytes.map_or("unknown".into(), |b| b.to_string()),
+                    r.max_lag_bytes
+                        .filter(|_| !obs.lag_unknown)
+                        .map_or("unknown".into(), |b| b.to_string()),
                     if policy.max_lag_bytes > 0.0 {
                         policy.max_lag_bytes.to_string()
                     } else {
                         "off".into()
                     },
+                    writes(obs, "writes"),
                     self.desired,
                     self.recommended
                 ),
                 _ => format!(
-                    "lag brake: replica lag {:?}s > {}s while the primary writes WAL; holding {} (recommended {})",
-                    obs.max_lag_seconds.unwrap_or_default(),
-                    policy.max_lag_seconds,
+                    "lag brake: {} while the primary {}; holding {} (recommended {})",
+                    if obs.lag_unknown {
+                        "a replica's lag is unknown (no lag series)".to_owned()
+                    } else {
+                        format!(
+                            "replica lag {:?}s > {}s",
+                            obs.max_lag_seconds.unwrap_or_default(),
+                            policy.max_lag_seconds
+                        )
+                    },
+                    writes(obs, "writes WAL"),
                     self.desired,
                     self.recommended
                 ),

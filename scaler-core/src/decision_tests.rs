@@ -26,7 +26,8 @@ fn obs(current: u32, load: f64) -> Observation {
         load,
         extra_loads: [0.0; 2],
         max_lag_seconds: None,
-        primary_writing: false,
+        lag_unknown: false,
+        primary_writing: Some(false),
         redis: None,
         quota: None,
         convergence: None,
@@ -157,7 +158,7 @@ fn brake_holds_current_when_lagging_and_writing() {
     };
     let lagging = Observation {
         max_lag_seconds: Some(45.0),
-        primary_writing: true,
+        primary_writing: Some(true),
         ..obs(4, 0.0)
     };
     let d = decide(&p, &lagging);
@@ -185,7 +186,7 @@ fn lag_on_an_idle_primary_never_brakes() {
         &p,
         &Observation {
             max_lag_seconds: Some(3600.0),
-            primary_writing: false,
+            primary_writing: Some(false),
             ..obs(4, 0.0)
         },
     );
@@ -199,7 +200,7 @@ fn lag_on_an_idle_primary_never_brakes() {
 fn brake_needs_lag_strictly_above_a_nonzero_threshold() {
     let writing = |lag| Observation {
         max_lag_seconds: lag,
-        primary_writing: true,
+        primary_writing: Some(true),
         ..obs(4, 0.0)
     };
     let p = Policy {
@@ -211,6 +212,56 @@ fn brake_needs_lag_strictly_above_a_nonzero_threshold() {
     assert_eq!(decide(&policy(), &writing(Some(1e9))).brake, Brake::Off);
 }
 
+/// Unknown is never fine (issue 43): unknown write activity holds a lagging cluster as writing
+/// does, an unknown lag holds as lag over the threshold does, and only a primary known to be idle
+/// releases either.
+#[test]
+fn unknown_writes_or_lag_never_release_the_brake() {
+    let p = Policy {
+        max_lag_seconds: 30.0,
+        ..policy()
+    };
+    let case = |lag, lag_unknown, writing| {
+        let d = decide(
+            &p,
+            &Observation {
+                max_lag_seconds: lag,
+                lag_unknown,
+                primary_writing: writing,
+                ..obs(4, 10_000.0)
+            },
+        );
+        (d.desired, d.brake)
+    };
+    assert_eq!(case(Some(600.0), false, None), (4, Brake::Engaged));
+    assert_eq!(case(None, true, Some(true)), (4, Brake::Engaged));
+    assert_eq!(case(None, true, None), (4, Brake::Engaged));
+    assert_eq!(case(None, true, Some(false)), (6, Brake::IdleLag));
+    assert_eq!(case(Some(1.0), false, None), (6, Brake::Clear));
+    // The Redis brake reads the same unknowns.
+    let r = redis_obs(3, 100.0, HEALTHY, true);
+    let unknown_offsets = Observation {
+        lag_unknown: true,
+        ..r
+    };
+    assert_eq!(
+        decide(&redis_policy(1000.0), &unknown_offsets).brake,
+        Brake::Engaged
+    );
+    let down = RedisReplication {
+        links_down: 1,
+        ..HEALTHY
+    };
+    let unknown_writes = Observation {
+        primary_writing: None,
+        ..redis_obs(3, 100.0, down, true)
+    };
+    assert_eq!(
+        decide(&redis_policy(0.0), &unknown_writes).brake,
+        Brake::Engaged
+    );
+}
+
 #[test]
 fn held_count_stays_within_floor_and_ceiling() {
     let p = Policy {
@@ -220,7 +271,7 @@ fn held_count_stays_within_floor_and_ceiling() {
     };
     let lagging = |current| Observation {
         max_lag_seconds: Some(9.0),
-        primary_writing: true,
+        primary_writing: Some(true),
         ..obs(current, 0.0)
     };
     assert_eq!(decide(&p, &lagging(1)).desired, 3);
@@ -304,6 +355,7 @@ fn any_obs() -> impl Strategy<Value = Observation> {
             0u32..100,
             0.0f64..1e7,
             proptest::option::of(0.0f64..1e4),
+            proptest::option::of(any::<bool>()),
             any::<bool>(),
         ),
         proptest::option::of(0u32..100),
@@ -311,22 +363,25 @@ fn any_obs() -> impl Strategy<Value = Observation> {
         proptest::option::of((0u32..3, 0u32..3, proptest::option::of(0.0f64..1e10))),
     )
         .prop_map(
-            |((current, load, lag, writing), quota_max, convergence, redis)| Observation {
-                current,
-                load,
-                extra_loads: [0.0; 2],
-                max_lag_seconds: lag,
-                primary_writing: writing,
-                redis: redis.map(|(links_down, syncing, max_lag_bytes)| RedisReplication {
-                    links_down,
-                    syncing,
-                    max_lag_bytes,
-                }),
-                quota: quota(quota_max.unwrap_or(0)).filter(|_| quota_max.is_some()),
-                convergence: convergence.map(|(ready, not_ready_seconds)| Convergence {
-                    ready,
-                    not_ready_seconds,
-                }),
+            |((current, load, lag, writing, lag_unknown), quota_max, convergence, redis)| {
+                Observation {
+                    current,
+                    load,
+                    extra_loads: [0.0; 2],
+                    max_lag_seconds: lag,
+                    lag_unknown,
+                    primary_writing: writing,
+                    redis: redis.map(|(links_down, syncing, max_lag_bytes)| RedisReplication {
+                        links_down,
+                        syncing,
+                        max_lag_bytes,
+                    }),
+                    quota: quota(quota_max.unwrap_or(0)).filter(|_| quota_max.is_some()),
+                    convergence: convergence.map(|(ready, not_ready_seconds)| Convergence {
+                        ready,
+                        not_ready_seconds,
+                    }),
+                }
             },
         )
 }
@@ -543,7 +598,7 @@ fn precedence_dry_run_then_stuck_then_brake_then_quota() {
     };
     let o = Observation {
         max_lag_seconds: Some(10.0),
-        primary_writing: true,
+        primary_writing: Some(true),
         quota: quota(4),
         ..stuck(5, 800.0, 3, 700.0)
     };
@@ -559,7 +614,7 @@ fn precedence_dry_run_then_stuck_then_brake_then_quota() {
     };
     assert_eq!(decide(&braking, &converging).reason, Reason::Brake);
     let quiet = Observation {
-        primary_writing: false,
+        primary_writing: Some(false),
         ..converging
     };
     let d = decide(&braking, &quiet);
@@ -786,7 +841,7 @@ proptest! {
 
     #[test]
     fn idle_lag_never_brakes(p in any_policy(), o in any_obs()) {
-        let idle = Observation { primary_writing: false, ..o };
+        let idle = Observation { primary_writing: Some(false), ..o };
         let d = decide(&p, &idle);
         prop_assert_ne!(d.reason, Reason::Brake);
         prop_assert_ne!(d.brake, Brake::Engaged);
@@ -811,7 +866,7 @@ fn redis_policy(max_lag_bytes: f64) -> Policy {
 /// `current` Redis pods, `load` clients on replicas, replication health `r`, master writing or not.
 fn redis_obs(current: u32, load: f64, r: RedisReplication, writing: bool) -> Observation {
     Observation {
-        primary_writing: writing,
+        primary_writing: Some(writing),
         redis: Some(r),
         ..obs(current, load)
     }
@@ -928,7 +983,7 @@ fn a_byte_offset_is_never_compared_with_a_seconds_threshold() {
             syncing: 2,
             max_lag_bytes: Some(1e12),
         }),
-        primary_writing: true,
+        primary_writing: Some(true),
         ..obs(3, 900.0)
     };
     assert_eq!(decide(&p, &o).brake, Brake::Off);

@@ -329,11 +329,13 @@ fn observation(
         load: parts.get(part::LOAD).copied().unwrap_or(0.0),
         extra_loads,
         max_lag_seconds: parts.get(part::LAG).copied(),
+        lag_unknown: lag_unknown(config, parts),
+        // No rate (a series missing, or younger than two samples) is unknown, never idle.
         primary_writing: match config.engine {
-            Engine::Cnpg => parts.get(part::WAL).is_some_and(|rate| *rate > 0.0),
+            Engine::Cnpg => parts.get(part::WAL).map(|rate| *rate > 0.0),
             Engine::Redis => parts
                 .get(part::REPL_RATE)
-                .is_some_and(|rate| *rate > BACKGROUND_REPL_BYTES_PER_SECOND),
+                .map(|rate| *rate > BACKGROUND_REPL_BYTES_PER_SECOND),
         },
         redis,
         quota: fit.map(|f| QuotaCeiling {
@@ -349,6 +351,19 @@ fn observation(
                 // A clock behind the API server's counts as just now, never as negative.
                 .map(|since| now.saturating_sub(u64::try_from(since).unwrap_or(0)) as f64),
         }),
+    }
+}
+
+/// Whether some replica's lag is unknown to the brake: a CNPG replica without a lag series, or
+/// (with the byte threshold on) Redis replicas none of which the master reports an offset for.
+fn lag_unknown(config: &ScalerConfig, parts: &HashMap<String, f64>) -> bool {
+    match config.engine {
+        Engine::Cnpg => count(parts, part::LAG_MISSING) > 0,
+        Engine::Redis => {
+            config.max_replication_lag_bytes > 0.0
+                && count(parts, part::REPLICAS) > 0
+                && !parts.contains_key(part::LAG_BYTES)
+        }
     }
 }
 
@@ -410,7 +425,7 @@ fn redis_health(
 mod tests {
     use super::*;
     use crate::cluster::facts_from;
-    use crate::decision::Reason;
+    use crate::decision::{Brake, Reason};
     use crate::metadata::parse;
     use crate::quota::Quota;
     use serde_json::json;
@@ -620,6 +635,55 @@ mod tests {
         assert_eq!((e.decision.desired, e.decision.reason), (3, Reason::Brake));
         let e = evaluate("ns", &cfg, &inputs("metrics"), &lagging(0.0), None).unwrap();
         assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Max));
+    }
+
+    /// Issue 43: a lagging cluster whose WAL rate has no samples yet (a new series) got the load's
+    /// count on its first evaluation. Unknown write activity holds, like writing.
+    #[test]
+    fn unknown_write_activity_holds_a_lagging_cluster() {
+        let cfg = config(&[("maxReplicationLagSeconds", "10")]);
+        let young = parts(&[("instances", 3.0), ("load", 30.0), ("lag", 600.0)]);
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &young, None).unwrap();
+        assert_eq!(e.observation.primary_writing, None);
+        assert_eq!(
+            (e.decision.desired, e.decision.reason, e.decision.brake),
+            (3, Reason::Brake, Brake::Engaged)
+        );
+        assert!(
+            e.summary().contains("write rate is unknown"),
+            "{}",
+            e.summary()
+        );
+        // Healthy lag needs no write gate: unknown writes alone hold nothing.
+        let healthy = parts(&[("instances", 3.0), ("load", 30.0), ("lag", 1.0)]);
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &healthy, None).unwrap();
+        assert_eq!((e.decision.desired, e.decision.brake), (6, Brake::Clear));
+    }
+
+    /// A replica without a lag series is not a replica without lag: it holds while the primary
+    /// writes (or may), and only a primary known to be idle releases it.
+    #[test]
+    fn a_replica_without_a_lag_series_counts_as_lagging() {
+        let cfg = config(&[("maxReplicationLagSeconds", "10")]);
+        let answer = |wal: Option<f64>| {
+            let mut p = parts(&[("instances", 3.0), ("load", 30.0), ("lag_missing", 1.0)]);
+            if let Some(wal) = wal {
+                p.insert("wal".into(), wal);
+            }
+            p
+        };
+        for wal in [Some(1000.0), None] {
+            let e = evaluate("ns", &cfg, &inputs("metrics"), &answer(wal), None).unwrap();
+            assert!(e.observation.lag_unknown);
+            assert_eq!(
+                (e.decision.desired, e.decision.reason),
+                (3, Reason::Brake),
+                "{wal:?}"
+            );
+            assert!(e.summary().contains("lag is unknown"), "{}", e.summary());
+        }
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &answer(Some(0.0)), None).unwrap();
+        assert_eq!((e.decision.desired, e.decision.brake), (6, Brake::IdleLag));
     }
 
     #[test]
@@ -837,7 +901,7 @@ mod tests {
                 max_lag_bytes: Some(425.0)
             })
         );
-        assert!(e.observation.primary_writing);
+        assert_eq!(e.observation.primary_writing, Some(true));
         let mut down = redis_answer(22.0, 27_000.0);
         down.insert("links_down".into(), 1.0);
         let e = evaluate("ns", &cfg, &inputs("metrics"), &down, None).unwrap();
@@ -845,7 +909,42 @@ mod tests {
         // Three sentinels' hellos and the pings (about 180 B/s, tests/liveredis) are not writes.
         down.insert("repl_rate".into(), 180.0);
         let e = evaluate("ns", &cfg, &inputs("metrics"), &down, None).unwrap();
-        assert!(!e.observation.primary_writing);
+        assert_eq!(e.observation.primary_writing, Some(false));
+        assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Load));
+    }
+
+    /// Issue 43: with no master write-rate series the master counted as idle, and with no offset
+    /// series the byte-lag brake was off. Both unknowns now hold a replica that is down or lags.
+    #[test]
+    fn redis_unknown_writes_or_offsets_never_release_the_brake() {
+        let cfg = redis_config(&[]);
+        let mut down = redis_answer(22.0, 27_000.0);
+        down.insert("links_down".into(), 1.0);
+        down.remove("repl_rate");
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &down, None).unwrap();
+        assert_eq!(e.observation.primary_writing, None);
+        assert_eq!((e.decision.desired, e.decision.reason), (3, Reason::Brake));
+        assert!(
+            e.summary().contains("write rate is unknown"),
+            "{}",
+            e.summary()
+        );
+        let cfg = redis_config(&[("maxReplicationLagBytes", "1000")]);
+        let mut no_offsets = redis_answer(22.0, 27_000.0);
+        no_offsets.remove("lag_bytes");
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &no_offsets, None).unwrap();
+        assert!(e.observation.lag_unknown);
+        assert_eq!((e.decision.desired, e.decision.reason), (3, Reason::Brake));
+        // Without the byte threshold the offsets are not needed.
+        let e = evaluate(
+            "ns",
+            &redis_config(&[]),
+            &inputs("metrics"),
+            &no_offsets,
+            None,
+        )
+        .unwrap();
+        assert!(!e.observation.lag_unknown);
         assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Load));
     }
 

@@ -398,6 +398,11 @@ impl<'a> Keys<'a> {
                     "maxSyncReplicas",
                     "Redis replication is asynchronous: remove it (the floor keeps one replica for failover)",
                 ),
+                (
+                    "convergenceDeadlineSeconds",
+                    "the convergence hold reads a CNPG Cluster's ready count, and a RedisFailover's \
+                     is not read: remove it",
+                ),
             ],
         };
         match foreign.iter().find(|(k, _)| self.0.contains_key(*k)) {
@@ -747,6 +752,7 @@ mod tests {
         for (key, value, hint) in [
             ("maxReplicationLagSeconds", "10", "maxReplicationLagBytes"),
             ("maxSyncReplicas", "1", "asynchronous"),
+            ("convergenceDeadlineSeconds", "120", "remove it"),
         ] {
             let err = redis(&[(key, value)]).unwrap_err();
             assert!(matches!(err, MetadataError::WrongEngine { key: k, .. } if k == key));

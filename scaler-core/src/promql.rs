@@ -76,6 +76,9 @@ pub mod part {
         }
     }
     pub const LAG: &str = "lag";
+    /// With the CNPG lag brake: replicas without a lag series (absent when none). Lag that is
+    /// unknown is never healthy.
+    pub const LAG_MISSING: &str = "lag_missing";
     pub const WAL: &str = "wal";
     /// Redis (docs/redis.md): pods whose role is master.
     pub const MASTERS: &str = "masters";
@@ -92,7 +95,7 @@ pub mod part {
     /// Redis: the master's replication offset growth, in bytes per second.
     pub const REPL_RATE: &str = "repl_rate";
     /// Every part name the query can label a series with.
-    pub const ALL: [&str; 19] = [
+    pub const ALL: [&str; 20] = [
         INSTANCES,
         LOAD,
         REPLICAS,
@@ -104,6 +107,7 @@ pub mod part {
         "load_readconnectionusage",
         "load_readcommandspersecond",
         LAG,
+        LAG_MISSING,
         WAL,
         MASTERS,
         CLIENT_PODS,
@@ -317,8 +321,9 @@ impl CnpgSeries {
         ]
     }
 
-    /// The lag brake's parts: replica lag and the primary's WAL rate.
-    fn brake(&self) -> [(&'static str, String); 2] {
+    /// The lag brake's parts: replica lag, the replicas without a lag series, and the primary's
+    /// WAL rate.
+    fn brake(&self) -> [(&'static str, String); 3] {
         let (sel, replicas, primary) = (&self.sel, &self.replicas, &self.primary);
         [
             (
@@ -336,6 +341,15 @@ impl CnpgSeries {
                          unless on(namespace,pod) (label_replace(max by (namespace,application_name) \
                          (max_over_time(cnpg_pg_stat_replication_replay_diff_bytes{{{sel}}}[{WINDOW}])), \
                          \"pod\", \"$1\", \"application_name\", \"(.*)\") <= {BACKGROUND_WAL_BYTES})"
+                    ),
+                ),
+            ),
+            (
+                part::LAG_MISSING,
+                per_cluster(
+                    "count",
+                    &format!(
+                        "{replicas} unless on(namespace,pod) max by (namespace,pod) (cnpg_pg_replication_lag{{{sel}}})"
                     ),
                 ),
             ),

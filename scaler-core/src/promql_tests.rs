@@ -24,10 +24,10 @@ fn query_scopes_every_selector_to_namespace_and_cluster_pods() {
         .matches(r#"{namespace="tenant-a",pod=~"pg-[1-9][0-9]*""#)
         .count();
     assert_eq!(selectors, scoped, "{q}");
-    // Four parts, each labelled and grouped by cluster, and the standby-to-pod mapping of the
-    // replay backlog.
-    assert_eq!(q.matches("label_replace(").count(), 9);
-    assert_eq!(q.matches(" by (namespace,cluster) ").count(), 4, "{q}");
+    // Five parts (instances, load, lag, replicas without lag, WAL), each labelled and grouped by
+    // cluster, and the standby-to-pod mapping of the replay backlog.
+    assert_eq!(q.matches("label_replace(").count(), 11);
+    assert_eq!(q.matches(" by (namespace,cluster) ").count(), 5, "{q}");
     assert!(q.contains("max by (namespace,pod,datname,usename,application_name,state)"));
     assert!(q.contains(r#"usename!~"cnpg_metrics_exporter|postgres|streaming_replica""#));
     assert!(q.contains(r#"state="active""#));
@@ -51,7 +51,7 @@ fn a_batch_selects_its_namespaces_and_clusters_and_groups_by_both() {
     assert_eq!(
         q.matches(r#""cluster", "$1", "pod", "(.+)-[1-9][0-9]*")"#)
             .count(),
-        4
+        5
     );
 }
 

@@ -343,17 +343,27 @@ fn lag_lines(s: &mut String, e: &Evaluation) {
     }
     match o.max_lag_seconds {
         Some(lag) => _ = writeln!(s, "  replica lag, 5m max   {lag} s"),
-        None => _ = writeln!(s, "  replica lag, 5m max   none (no replica lag series)"),
+        None => _ = writeln!(s, "  replica lag, 5m max   none (no replica lags)"),
+    }
+    if o.lag_unknown {
+        _ = writeln!(
+            s,
+            "  replica lag known     no: a replica has no lag series (counts as lagging)"
+        );
     }
     match e.wal_bytes_per_second {
         Some(rate) => {
-            let state = if o.primary_writing { "writing" } else { "idle" };
+            let state = if o.primary_writing == Some(true) {
+                "writing"
+            } else {
+                "idle"
+            };
             _ = writeln!(s, "  primary WAL rate      {rate} B/s ({state})")
         }
         None => {
             _ = writeln!(
                 s,
-                "  primary WAL rate      none (no WAL series: counts as idle)"
+                "  primary WAL rate      unknown (no WAL rate yet: counts as writing)"
             )
         }
     }
@@ -418,12 +428,16 @@ fn brake_line(e: &Evaluation) -> String {
     let threshold = e.policy.max_lag_seconds;
     match e.decision.brake {
         Brake::Off => "off (maxReplicationLagSeconds 0)".to_owned(),
-        Brake::Clear => format!("clear (lag not above {threshold} s)"),
+        Brake::Clear => format!("clear (every replica's lag known, not above {threshold} s)"),
         Brake::IdleLag => {
-            format!("ignored: lag above {threshold} s but the primary writes no WAL")
+            format!("ignored: lag above {threshold} s (or unknown) but the primary writes no WAL")
         }
         Brake::Engaged => {
-            format!("ENGAGED: lag above {threshold} s while the primary writes WAL; holding")
+            let writes = match e.observation.primary_writing {
+                Some(true) => "the primary writes WAL",
+                _ => "the primary's WAL rate is unknown",
+            };
+            format!("ENGAGED: lag above {threshold} s (or unknown) while {writes}; holding")
         }
     }
 }

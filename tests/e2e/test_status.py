@@ -86,6 +86,20 @@ def fleet(rig, scaler):
     return rig
 
 
+def test_a_lagging_writing_cluster_started_from_nothing_never_moves(fleet):
+    """Issue 43: `braked` is created lagging 600 s behind a writing primary, with 35 sessions
+    asking for 5. On a new machine its first evaluation came before the WAL rate had two samples,
+    counted the primary as idle and served 5: the HPA moved it 2 -> 5 within a second. Unknown write
+    activity now holds: the count never leaves the floor it was created at."""
+    def hpa_read_the_metric() -> bool:
+        hpa = fleet.kube.get(HPA, "HorizontalPodAutoscaler", "keda-hpa-braked", NS) or {}
+        return bool(hpa.get("status", {}).get("currentMetrics"))
+    wait_until(hpa_read_the_metric, timeout=60, interval=POLL, what="the HPA to read the metric")
+    time.sleep(7)  # two more HPA syncs (3 s each): a count it would write has been written
+    seen = fleet.cnpg.series(NS, "braked")
+    assert seen and {v for _, v in seen} == {FLOOR}, seen
+
+
 def test_status_lists_the_mixed_fleet_with_the_right_reasons_trouble_first(fleet, scaler):
     report = status_json(fleet, scaler)
     assert report["missing"] == [], report["missing"]

@@ -191,6 +191,36 @@ def test_lag_brake_looks_at_the_last_five_minutes(vm, keda):
     assert keda.desired(keda.ref("tenant-e", "so", metadata("old-spike", **md)), 2) == 7
 
 
+def test_unknown_write_activity_or_lag_holds_a_lagging_cluster(vm, keda):
+    """Issue 43, on real VictoriaMetrics. `young`: one scrape so far, replicas 600 s behind a
+    writing primary: `rate()` of the WAL counter has nothing yet, so write activity is unknown and
+    holds (it counted as idle and served the load's 7). `nolag`: writing for ten minutes, one replica
+    without a lag series: its lag is unknown and holds. `quiet`: the same but the primary idle for
+    the whole window: released (only a primary known to be idle releases)."""
+    import time
+
+    from cnpg_series import render, render_at, replicas, Counters, WAL_ORIGIN
+
+    now = time.time()
+    young = replicas("tenant-g", "young", 6, lag=lambda age: 600.0)
+    young.pods[0].wal_bytes_per_s = 50_000
+    one_scrape = render_at([young], now, {("tenant-g", young.pod_name(p)): Counters(WAL_ORIGIN, 1.0, 60.0)
+                                          for p in young.pods})
+    nolag = replicas("tenant-g", "nolag", 6)
+    nolag.pods[0].wal_bytes_per_s = 50_000
+    quiet = replicas("tenant-g", "quiet", 6)
+    text = render([nolag, quiet], now)
+    # Replica -3 of both exports no lag series (a custom monitoring configuration, say).
+    text = "\n".join(line for line in text.splitlines()
+                      if not (line.startswith("cnpg_pg_replication_lag{") and '-3"' in line)) + "\n"
+    vm.import_and_wait(one_scrape + text, 'count(cnpg_pg_replication_in_recovery{namespace="tenant-g"})',
+                       lambda n: n == 9)
+    md = dict(target=LAG_TARGET, maxReplicationLagSeconds="30")
+    assert keda.desired(keda.ref("tenant-g", "so", metadata("young", **md)), 2) == 3
+    assert keda.desired(keda.ref("tenant-g", "so", metadata("nolag", **md)), 2) == 3
+    assert keda.desired(keda.ref("tenant-g", "so", metadata("quiet", **md)), 2) == 7
+
+
 @pytest.fixture(scope="module")
 def odd_clusters(vm):
     """tenant-x/dup: every series scraped twice (operator PodMonitor + a manual one): 4 + 4
