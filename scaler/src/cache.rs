@@ -25,9 +25,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
 use tokio::sync::{OwnedMutexGuard, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::events::{Events, transition};
 use crate::gather::{Arrival, Gathering};
@@ -50,6 +52,12 @@ pub enum ObserveError {
     Topology(#[from] TopologyError),
     #[error(transparent)]
     Evaluate(#[from] EvaluateError),
+    /// The evaluation call panicked or answered fewer keys than it was given: a bug in the
+    /// scaler, answered as one (never a hang, never a number) and retried at the next refresh.
+    #[error(
+        "the scaler's evaluation of this ScaledObject failed internally ({0}); it is retried at the next refresh"
+    )]
+    Internal(&'static str),
 }
 
 impl ObserveError {
@@ -61,6 +69,7 @@ impl ObserveError {
                 tonic::Code::DeadlineExceeded
             }
             Self::Topology(TopologyError::NotFound { .. }) => tonic::Code::NotFound,
+            Self::Internal(_) => tonic::Code::Internal,
             _ => tonic::Code::Unavailable,
         }
     }
@@ -206,9 +215,11 @@ impl<E: Evaluate> Cache<E> {
             }
             Arrival::Joined => {}
         }
+        // The sender goes without an answer only when its task was dropped (the runtime shutting
+        // down): an error, never a panic on the request path.
         answered
             .await
-            .expect("a cold evaluation answers every waiting key")
+            .unwrap_or(Err(ObserveError::Internal("its evaluation was cancelled")))
     }
 
     /// Sends gathering window `window`'s keys when it closes (unless it filled up first).
@@ -234,12 +245,38 @@ impl<E: Evaluate> Cache<E> {
         let cache = self.clone();
         tokio::spawn(async move {
             let keys: Vec<Arc<Key>> = batch.iter().map(|(key, ..)| key.clone()).collect();
-            let results = cache.evaluator.evaluate(&keys).await;
+            let results = cache.evaluate_whole(&keys).await;
             for ((key, entry, _flight, answer), result) in batch.into_iter().zip(results) {
                 let _ = answer.send(cache.record(&key, &entry, result));
             }
             lock(&cache.cold).done();
         });
+    }
+
+    /// One [`Evaluate::evaluate`] call with exactly one result per key: a panic, or an answer
+    /// short of keys, becomes an `Internal` error for each key left without one (logged), so
+    /// every waiting caller is answered and the cold-batch bookkeeping is reset.
+    async fn evaluate_whole(&self, keys: &[Arc<Key>]) -> Vec<Result<Evaluation, ObserveError>> {
+        let (mut results, cause) = match AssertUnwindSafe(self.evaluator.evaluate(keys))
+            .catch_unwind()
+            .await
+        {
+            Ok(results) => (
+                results,
+                "the evaluation answered fewer keys than it was given",
+            ),
+            Err(_) => (Vec::new(), "the evaluation panicked"),
+        };
+        if results.len() != keys.len() {
+            error!(
+                keys = keys.len(),
+                answered = results.len(),
+                "{cause}: the keys without an answer get an internal error"
+            );
+            results.truncate(keys.len());
+            results.resize_with(keys.len(), || Err(ObserveError::Internal(cause)));
+        }
+        results
     }
 
     /// One refresh tick: evaluates every due key and records each outcome, in calls of at most
@@ -266,7 +303,7 @@ impl<E: Evaluate> Cache<E> {
         while !due.is_empty() {
             let rest = due.split_off(per_call.min(due.len()));
             let keys: Vec<Arc<Key>> = due.iter().map(|(key, _, _)| key.clone()).collect();
-            let results = self.evaluator.evaluate(&keys).await;
+            let results = self.evaluate_whole(&keys).await;
             // Recorded, and their flights released, before the next call starts.
             for ((key, entry, _flight), result) in due.drain(..).zip(results) {
                 let _ = self.record(&key, &entry, result);

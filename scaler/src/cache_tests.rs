@@ -12,7 +12,12 @@ struct Fake {
     delay: Duration,
     /// `keys_per_call`; `None` = unbounded.
     per_call: Option<usize>,
+    /// A broken evaluator: `PANICS` panics, `SHORT` answers one key fewer than it was given.
+    broken: Arc<AtomicUsize>,
 }
+
+const PANICS: usize = 1;
+const SHORT: usize = 2;
 
 impl Fake {
     fn calls(&self) -> usize {
@@ -38,6 +43,9 @@ impl Evaluate for Fake {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         lock(&self.keys).push(keys.len());
         tokio::time::sleep(self.delay).await;
+        let broken = self.broken.load(Ordering::SeqCst);
+        assert_ne!(broken, PANICS, "a bug in an evaluation");
+        let keys = &keys[..keys.len() - usize::from(broken == SHORT && !keys.is_empty())];
         let failing = self.failing.load(Ordering::SeqCst);
         let inputs = scaler_core::evaluate::Inputs {
             topology: "metrics",
@@ -526,4 +534,64 @@ async fn a_decision_publishes_one_series_per_gauge_and_forgetting_drops_them() {
     let text = encode();
     assert!(!text.contains("scaledobject=\"so\""), "{text}");
     assert!(!text.contains("# TYPE scaler_decision_load"), "{text}");
+}
+
+/// Issue 40: a batch evaluation that panics, or answers fewer keys than it was given, answered
+/// every waiting caller with a panic of its own (`expect`) and never reset the cold-batch state.
+/// Now each caller gets `Internal`, and the next request is served.
+#[tokio::test]
+async fn a_batch_that_panics_or_comes_back_short_answers_every_caller_with_an_error() {
+    for broken in [PANICS, SHORT] {
+        let fake = Fake {
+            delay: Duration::from_millis(20),
+            ..Fake::default()
+        };
+        let cache = gathering(&fake, 100);
+        fake.broken.store(broken, Ordering::SeqCst);
+        // The first key goes alone; the other four gather into one batch.
+        let calls = (0..5).map(|i| {
+            let cache = cache.clone();
+            tokio::spawn(async move { cache.get(key(&format!("so-{i}"))).await })
+        });
+        let answers: Vec<_> = futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .map(|joined| joined.expect("no caller panics"))
+            .collect();
+        let codes: Vec<_> = answers
+            .iter()
+            .filter_map(|a| a.as_ref().err().map(ObserveError::code))
+            .collect();
+        match broken {
+            // Every key of every call is without an answer.
+            PANICS => assert_eq!(codes, [tonic::Code::Internal; 5], "{answers:?}"),
+            // One key per call (the lone first key's, and one of the batch's four).
+            _ => assert_eq!(codes, [tonic::Code::Internal; 2], "{answers:?}"),
+        }
+        // The cold-batch state was reset: a repaired evaluator serves the next request at once.
+        fake.broken.store(0, Ordering::SeqCst);
+        let start = Instant::now();
+        assert!(cache.get(key("next")).await.is_ok());
+        assert!(
+            start.elapsed() < Duration::from_millis(90),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+}
+
+/// A tick whose evaluation call panics records `Internal` for its keys and goes on.
+#[tokio::test]
+async fn a_tick_whose_evaluation_panics_records_an_error_and_carries_on() {
+    let fake = Fake::default();
+    let cache = cache(&fake, 50, 60);
+    assert!(cache.get(key("so")).await.is_ok());
+    fake.broken.store(PANICS, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(70)).await;
+    assert_eq!(cache.refresh_due().await, 1);
+    let answer = cache.get(key("so")).await;
+    assert_eq!(
+        answer.map(|_| ()).map_err(|e| e.code()),
+        Err(tonic::Code::Internal)
+    );
 }

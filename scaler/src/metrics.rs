@@ -83,10 +83,11 @@ pub struct ObjectLabels {
 
 /// Every code an evaluation failure is answered with ([`crate::cache::ObserveError::code`]), so
 /// [`Metrics::forget`] can drop each per-ScaledObject error series.
-pub const OBSERVE_CODES: [tonic::Code; 3] = [
+pub const OBSERVE_CODES: [tonic::Code; 4] = [
     tonic::Code::Unavailable,
     tonic::Code::DeadlineExceeded,
     tonic::Code::NotFound,
+    tonic::Code::Internal,
 ];
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
