@@ -122,7 +122,12 @@ impl App {
     }
 
     /// Serves the admin endpoints, plus the routes of `extra`, on a bound listener.
-    pub fn admin_on(&mut self, listener: TcpListener, registry: Registry, extra: Router) {
+    pub fn admin_on(&mut self, listener: TcpListener, mut registry: Registry, extra: Router) {
+        registry.register(
+            "runtime_task_panics",
+            "Per-connection and per-request tasks that panicked (each logged at error; the app's own tasks end it instead)",
+            crate::tasks::panics(),
+        );
         let serve = admin::serve_with(
             listener,
             Arc::new(registry),

@@ -24,7 +24,8 @@
 //! # use runtime::conn;
 //! # async fn run(limits: conn::Limits, shutdown: tokio_util::sync::CancellationToken) -> std::io::Result<()> {
 //! let listener = tokio::net::TcpListener::bind("0.0.0.0:6000").await?;
-//! // Each accepted socket is upgraded (TLS, say) by the closure; `None` drops it.
+//! // Each accepted socket is upgraded (TLS, say) by the closure; `None` drops it. The caller
+//! // runs the accept loop beside its server (it ends at shutdown).
 //! let incoming = conn::incoming(listener, limits, shutdown.clone(), |io, _remote| async move { Some(io) });
 //! # drop(incoming); Ok(()) }
 //! ```
@@ -45,6 +46,8 @@ use tokio::time::{Instant, Sleep};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::{debug, info, warn};
+
+use crate::tasks::Owned;
 
 /// Accepted connections waiting for the server to pick them up; it drains them as fast as it
 /// spawns connection tasks.
@@ -252,16 +255,26 @@ impl Drop for Guarded {
     }
 }
 
+/// The accept loop of [`incoming`]: the caller owns it (runs it beside its server), so a panic
+/// in it is never silent. It ends when `shutdown` is cancelled.
+pub type AcceptLoop = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What [`incoming`] returns: the connections, and the loop that accepts them.
+pub struct Incoming<S> {
+    pub connections: ReceiverStream<io::Result<Tracked<S>>>,
+    pub accept: AcceptLoop,
+}
+
 /// Accepts from `listener` under `limits`, runs `upgrade` (a TLS handshake, or nothing) for each
-/// connection in its own task so a slow one never stalls the accept loop, and yields those it
-/// returns, wrapped in a [`Tracked`] that follows their requests. The stream ends when
-/// `shutdown` is cancelled.
+/// connection in a task of its own (owned by the accept loop, [`crate::tasks`]) so a slow one
+/// never stalls the loop, and yields those it returns, wrapped in a [`Tracked`] that follows
+/// their requests. The stream ends when the returned accept loop does: at `shutdown`.
 pub fn incoming<S, F, Fut>(
     listener: TcpListener,
     limits: Limits,
     shutdown: CancellationToken,
     upgrade: F,
-) -> ReceiverStream<io::Result<Tracked<S>>>
+) -> Incoming<S>
 where
     S: Send + 'static,
     F: Fn(Guarded, SocketAddr) -> Fut + Send + 'static,
@@ -273,7 +286,9 @@ where
         limits,
         epoch: Instant::now(),
     });
-    tokio::spawn(async move {
+    let accept = Box::pin(async move {
+        // Handshakes in progress are dropped with the loop (bounded by the handshake timeout).
+        let mut upgrading = Owned::new("connection upgrades");
         loop {
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -293,7 +308,7 @@ where
             let local = conn.tcp.local_addr().ok();
             let slot = conn.slot.clone();
             let (tx, upgraded, shared) = (tx.clone(), upgrade(conn, remote), shared.clone());
-            tokio::spawn(async move {
+            upgrading.spawn(async move {
                 if let Some(inner) = upgraded.await {
                     let tracked = Tracked::new(inner, slot, shared, remote, local);
                     let _ = tx.send(Ok(tracked)).await;
@@ -301,7 +316,10 @@ where
             });
         }
     });
-    ReceiverStream::new(rx)
+    Incoming {
+        connections: ReceiverStream::new(rx),
+        accept,
+    }
 }
 
 fn admit(shared: &Arc<Shared>, tcp: TcpStream, remote: SocketAddr) -> Option<Guarded> {

@@ -131,7 +131,8 @@ async fn listen(limits: Limits) -> (SocketAddr, ReceiverStream<io::Result<Tracke
     let incoming = incoming(listener, limits, CancellationToken::new(), |io, _| async {
         Some(io)
     });
-    (addr, incoming)
+    tokio::spawn(incoming.accept);
+    (addr, incoming.connections)
 }
 
 /// Reads until the server closes or errors; the error kind, or `None` on a clean end.

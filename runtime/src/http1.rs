@@ -1,6 +1,5 @@
 //! Serving an axum `Router` over HTTP/1.1 on [`conn`]'s tracked connections: the admin port's
 //! plain TCP and the webhook's TLS alike.
-use std::io;
 use std::time::Duration;
 
 use axum::Router;
@@ -9,18 +8,18 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::conn::Tracked;
+use crate::conn::Incoming;
+use crate::tasks::Owned;
 
-/// Serves `router` on the connections `incoming` yields until `shutdown`, then waits for open
-/// requests to finish (the caller bounds that wait). Headers must arrive within
-/// `header_read_timeout`, which also closes keep-alive connections idle that long. `server`
-/// names the port in the logs.
+/// Serves `router` on the connections `incoming` yields (running its accept loop beside) until
+/// `shutdown`, then waits for open requests to finish (the caller bounds that wait). Headers must
+/// arrive within `header_read_timeout`, which also closes keep-alive connections idle that long.
+/// `server` names the port in the logs. Each connection's task is owned by this loop.
 pub async fn serve<S>(
-    mut incoming: ReceiverStream<io::Result<Tracked<S>>>,
+    incoming: Incoming<S>,
     router: Router,
     header_read_timeout: Duration,
     shutdown: CancellationToken,
@@ -32,10 +31,16 @@ pub async fn serve<S>(
     http.timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout);
     let graceful = GracefulShutdown::new();
+    let Incoming {
+        mut connections,
+        accept,
+    } = incoming;
+    let accepting = tokio::spawn(accept);
+    let mut serving = Owned::new("HTTP/1.1 connections");
     loop {
         let conn = tokio::select! {
             _ = shutdown.cancelled() => break,
-            conn = incoming.next() => match conn {
+            conn = connections.next() => match conn {
                 Some(Ok(conn)) => conn,
                 Some(Err(error)) => {
                     warn!(%error, server, "accept failed");
@@ -47,11 +52,17 @@ pub async fn serve<S>(
         let remote = conn.remote_addr();
         let service = TowerToHyperService::new(router.clone());
         let served = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
-        tokio::spawn(async move {
+        serving.spawn(async move {
             if let Err(error) = served.await {
                 debug!(%error, %remote, server, "connection closed");
             }
         });
     }
     graceful.shutdown().await;
+    serving.join_all().await;
+    if let Err(failure) = accepting.await
+        && failure.is_panic()
+    {
+        std::panic::resume_unwind(failure.into_panic());
+    }
 }

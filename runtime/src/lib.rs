@@ -14,6 +14,7 @@ pub mod logging;
 #[cfg(feature = "testing")]
 pub mod mock;
 pub mod shutdown;
+pub mod tasks;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;

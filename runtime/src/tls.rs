@@ -5,8 +5,10 @@
 //! # use runtime::{conn, tls};
 //! # async fn run(limits: conn::Limits, shutdown: tokio_util::sync::CancellationToken) -> Result<(), Box<dyn std::error::Error>> {
 //! let files = tls::TlsFiles { cert: PathBuf::from("/tls/tls.crt"), key: PathBuf::from("/tls/tls.key"), client: None };
-//! // Fails now, with the file named, if the certificate or key do not load.
-//! let tls = tls::Reloading::spawn(files, tls::ALPN_GRPC, shutdown.clone())?;
+//! // Fails now, with the file named, if the certificate or key do not load. The caller owns the
+//! // reload poller (an app's task set runs it).
+//! let (tls, poller) = tls::Reloading::load(files, tls::ALPN_GRPC, shutdown.clone())?;
+//! tokio::spawn(poller);
 //! let listener = tokio::net::TcpListener::bind("0.0.0.0:6000").await?;
 //! // For tonic's `serve_with_incoming_shutdown`: `TlsConn` implements its `Connected`. For
 //! // hyper-util (the webhook): wrap each `TlsConn` in `hyper_util::rt::TokioIo`.
@@ -42,7 +44,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -117,6 +118,9 @@ pub enum TlsError {
     },
 }
 
+/// The reload task of a [`Reloading`]: its owner runs it until shutdown.
+pub type Poller = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// A TLS server config that follows its files on disk.
 #[derive(Clone)]
 pub struct Reloading {
@@ -124,23 +128,23 @@ pub struct Reloading {
 }
 
 impl Reloading {
-    /// Loads the files now (failing with the file named if they do not load) and spawns the
-    /// reload task, which stops when `shutdown` is cancelled.
-    pub fn spawn(
+    /// Loads the files now (failing with the file named if they do not load); returns the config
+    /// and its reload poller, which the caller runs (it stops when `shutdown` is cancelled).
+    pub fn load(
         files: TlsFiles,
         alpn: &[&[u8]],
         shutdown: CancellationToken,
-    ) -> Result<Self, TlsError> {
-        Self::spawn_polling(files, alpn, RELOAD_POLL, shutdown)
+    ) -> Result<(Self, Poller), TlsError> {
+        Self::load_polling(files, alpn, RELOAD_POLL, shutdown)
     }
 
-    /// [`Reloading::spawn`] with a custom poll interval (tests use a short one).
-    pub fn spawn_polling(
+    /// [`Reloading::load`] with a custom poll interval (tests use a short one).
+    pub fn load_polling(
         files: TlsFiles,
         alpn: &[&[u8]],
         poll: Duration,
         shutdown: CancellationToken,
-    ) -> Result<Self, TlsError> {
+    ) -> Result<(Self, Poller), TlsError> {
         let alpn: Vec<Vec<u8>> = alpn.iter().map(|p| p.to_vec()).collect();
         let contents = Contents::read(&files)?;
         let config = contents.build(&files, &alpn)?;
@@ -148,10 +152,10 @@ impl Reloading {
             current: Arc::new(RwLock::new(Arc::new(config))),
         };
         let reloader = this.clone();
-        tokio::spawn(async move {
+        let poller = Box::pin(async move {
             reloader.watch(files, alpn, contents, poll, shutdown).await;
         });
-        Ok(this)
+        Ok((this, poller))
     }
 
     /// The config new connections get right now.
@@ -164,13 +168,14 @@ impl Reloading {
     }
 
     /// Accepts TCP connections from `listener` under `limits` (see [`conn`]) and yields those
-    /// that completed a TLS handshake. The stream ends when `shutdown` is cancelled.
+    /// that completed a TLS handshake, with the accept loop the caller runs ([`conn::incoming`]).
+    /// The stream ends when `shutdown` is cancelled.
     pub fn incoming(
         &self,
         listener: TcpListener,
         limits: conn::Limits,
         shutdown: CancellationToken,
-    ) -> ReceiverStream<io::Result<TlsConn>> {
+    ) -> conn::Incoming<TlsStream<Guarded>> {
         let this = self.clone();
         conn::incoming(listener, limits, shutdown, move |tcp, remote| {
             let acceptor = TlsAcceptor::from(this.config());

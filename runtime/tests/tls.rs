@@ -9,6 +9,26 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+/// [`Reloading::load`], its poller running on the test's runtime.
+fn load(
+    files: TlsFiles,
+    alpn: &[&[u8]],
+    shutdown: CancellationToken,
+) -> Result<Reloading, runtime::tls::TlsError> {
+    load_polling(files, alpn, runtime::tls::RELOAD_POLL, shutdown)
+}
+
+fn load_polling(
+    files: TlsFiles,
+    alpn: &[&[u8]],
+    poll: Duration,
+    shutdown: CancellationToken,
+) -> Result<Reloading, runtime::tls::TlsError> {
+    let (tls, poller) = Reloading::load_polling(files, alpn, poll, shutdown)?;
+    tokio::spawn(poller);
+    Ok(tls)
+}
+
 /// Starts a TLS echo-once server: for each connection, writes "hi" then closes.
 async fn serve(tls: &Reloading, shutdown: CancellationToken) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -20,7 +40,9 @@ async fn serve(tls: &Reloading, shutdown: CancellationToken) -> std::net::Socket
         idle_timeout: Duration::from_secs(60),
         protocol: runtime::conn::Protocol::Http1,
     };
-    let mut incoming = tls.incoming(listener, limits, shutdown);
+    let incoming = tls.incoming(listener, limits, shutdown);
+    tokio::spawn(incoming.accept);
+    let mut incoming = incoming.connections;
     tokio::spawn(async move {
         while let Some(Ok(mut conn)) = incoming.next().await {
             tokio::spawn(async move {
@@ -73,7 +95,7 @@ async fn broken_files_fail_at_startup_naming_the_file() {
             key: dir.path("tls.key"),
             client: None,
         };
-        Reloading::spawn(files, ALPN_GRPC, CancellationToken::new())
+        load(files, ALPN_GRPC, CancellationToken::new())
             .err()
             .unwrap()
             .to_string()
@@ -99,7 +121,7 @@ async fn negotiates_the_configured_alpn() {
             &b"http/1.1"[..],
         ),
     ] {
-        let tls = Reloading::spawn(files.clone(), server_alpn, shutdown.clone()).unwrap();
+        let tls = load(files.clone(), server_alpn, shutdown.clone()).unwrap();
         let addr = serve(&tls, shutdown.clone()).await;
         let stream = tls_connect(&connector(&ca.pem(), None, client_alpn), addr)
             .await
@@ -107,7 +129,7 @@ async fn negotiates_the_configured_alpn() {
         assert_eq!(stream.get_ref().1.alpn_protocol(), Some(want));
     }
     // A gRPC-only server refuses a client that cannot speak h2.
-    let tls = Reloading::spawn(files, ALPN_GRPC, shutdown.clone()).unwrap();
+    let tls = load(files, ALPN_GRPC, shutdown.clone()).unwrap();
     let addr = serve(&tls, shutdown.clone()).await;
     assert!(
         tls_connect(&connector(&ca.pem(), None, &[b"http/1.1"]), addr)
@@ -124,7 +146,7 @@ async fn mtls_requires_a_client_certificate_from_the_ca() {
     let ca = Ca::new();
     let files = server_files(&dir, &ca, true);
     let shutdown = CancellationToken::new();
-    let tls = Reloading::spawn(files, ALPN_GRPC, shutdown.clone()).unwrap();
+    let tls = load(files, ALPN_GRPC, shutdown.clone()).unwrap();
     let addr = serve(&tls, shutdown.clone()).await;
 
     let client = ca.leaf();
@@ -166,7 +188,7 @@ async fn only_the_accepted_identities_from_a_live_client_ca_get_in() {
         identities: vec!["keda-operator".into()],
     });
     // Nothing published yet: refused at startup, naming the source.
-    let error = Reloading::spawn(files.clone(), ALPN_GRPC, CancellationToken::new())
+    let error = load(files.clone(), ALPN_GRPC, CancellationToken::new())
         .err()
         .unwrap()
         .to_string();
@@ -178,7 +200,7 @@ async fn only_the_accepted_identities_from_a_live_client_ca_get_in() {
     publish.send_replace(Some(keda_ca.pem().into_bytes()));
     let shutdown = CancellationToken::new();
     let poll = Duration::from_millis(50);
-    let tls = Reloading::spawn_polling(files, ALPN_GRPC, poll, shutdown.clone()).unwrap();
+    let tls = load_polling(files, ALPN_GRPC, poll, shutdown.clone()).unwrap();
     let addr = serve(&tls, shutdown.clone()).await;
     assert!(admitted(addr, &server_ca, &keda_ca.client("keda-operator")).await);
     // Same CA, another name: the hole an issuer shared with others would open.
@@ -210,7 +232,7 @@ async fn reloads_new_files_and_keeps_the_old_config_when_they_are_broken() {
     let files = server_files(&dir, &ca, false);
     let cert_a = std::fs::read_to_string(&files.cert).unwrap();
     let shutdown = CancellationToken::new();
-    let tls = Reloading::spawn_polling(
+    let tls = load_polling(
         files,
         ALPN_GRPC,
         Duration::from_millis(100),
@@ -284,7 +306,7 @@ fn a_blocking_certificate_read_freezes_nothing_and_keeps_the_old_pair() {
             .unwrap();
         rt.block_on(async move {
             let shutdown = CancellationToken::new();
-            let tls = Reloading::spawn_polling(
+            let tls = load_polling(
                 files,
                 ALPN_GRPC,
                 Duration::from_millis(100),

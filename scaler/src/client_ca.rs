@@ -57,15 +57,16 @@ fn bundle(secret: &Secret) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Watches the Secret until `shutdown`, keeping the returned [`ClientCa`] current; waits up to
-/// `wait` for its first read, so a missing Secret or missing RBAC fails the start with both named.
-/// A later deletion keeps the last CA (cert-manager re-creates the Secret).
+/// Watches the Secret until its first read (at most `wait`, so a missing Secret or missing RBAC
+/// fails the start with both named) and returns the [`ClientCa`] with the rest of the watch,
+/// which the caller runs until `shutdown` (an app's task set) to keep it current. A later
+/// deletion keeps the last CA (cert-manager re-creates the Secret).
 pub async fn watch_secret(
     client: kube::Client,
     secret: SecretRef,
     wait: Duration,
     shutdown: CancellationToken,
-) -> anyhow::Result<ClientCa> {
+) -> anyhow::Result<(ClientCa, impl Future<Output = ()> + Send + 'static)> {
     let (publish, pem) = watch::channel(None::<Vec<u8>>);
     let api: Api<Secret> = Api::namespaced(client, &secret.namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", secret.name));
@@ -75,7 +76,7 @@ pub async fn watch_secret(
         .applied_objects()
         .boxed();
     let what = source.clone();
-    tokio::spawn(async move {
+    let mut watching = Box::pin(async move {
         loop {
             let event = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -104,7 +105,14 @@ pub async fn watch_secret(
         }
     });
     let mut first = pem.clone();
-    tokio::time::timeout(wait, first.wait_for(Option::is_some))
+    // Driven here until the first read; the caller runs the rest.
+    let read = async {
+        tokio::select! {
+            read = first.wait_for(Option::is_some) => read.map(drop).map_err(drop),
+            () = &mut watching => Err(()),
+        }
+    };
+    tokio::time::timeout(wait, read)
         .await
         .map_err(|_| {
             anyhow::anyhow!(
@@ -113,8 +121,8 @@ pub async fn watch_secret(
                 humantime::format_duration(wait)
             )
         })?
-        .map_err(|_| anyhow::anyhow!("--tls-client-ca-secret {secret}: the watch stopped"))?;
-    Ok(ClientCa::Live { source, pem })
+        .map_err(|()| anyhow::anyhow!("--tls-client-ca-secret {secret}: the watch stopped"))?;
+    Ok((ClientCa::Live { source, pem }, watching))
 }
 
 #[cfg(test)]

@@ -183,11 +183,16 @@ pub struct Events {
 }
 
 impl Events {
-    /// Starts the publisher; `capacity` bounds the rate limiter's objects.
-    pub fn spawn(client: kube::Client, capacity: usize, shutdown: CancellationToken) -> Self {
+    /// The queue and its publisher, which the caller runs until `shutdown` (an app's task set,
+    /// so a panic in it is never silent); `capacity` bounds the rate limiter's objects.
+    pub fn new(
+        client: kube::Client,
+        capacity: usize,
+        shutdown: CancellationToken,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(publish(client, rx, Limiter::new(capacity), shutdown));
-        Self { tx }
+        let publisher = publish(client, rx, Limiter::new(capacity), shutdown);
+        (Self { tx }, publisher)
     }
 
     /// Queues `notice` for the ScaledObject `namespace/name`; dropped when the queue is full.

@@ -2,7 +2,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -19,6 +21,31 @@ use crate::proto::{
     MetricValue, ScaledObjectRef,
 };
 use scaler_core::metadata::MetadataError;
+
+/// One StreamIsActive stream's state: it answers `true` every `tick` while the key evaluates.
+struct Heartbeat<E> {
+    cache: Arc<Cache<E>>,
+    key: Key,
+    tick: tokio::time::Interval,
+    shutdown: CancellationToken,
+    _open: OpenStream,
+}
+
+/// Counts an open stream in `scaler_active_streams` for as long as it lives.
+struct OpenStream(Gauge);
+
+impl OpenStream {
+    fn new(metrics: &Metrics) -> Self {
+        metrics.active_streams.inc();
+        Self(metrics.active_streams.clone())
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
 
 /// Everything an rpc can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -173,7 +200,7 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
         .await
     }
 
-    type StreamIsActiveStream = ReceiverStream<Result<IsActiveResponse, Status>>;
+    type StreamIsActiveStream = BoxStream<'static, Result<IsActiveResponse, Status>>;
 
     async fn stream_is_active(
         &self,
@@ -188,42 +215,31 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
             )
             .await?
             .into_inner();
-        // One slot: KEDA reads each message before the next matters.
-        let (tx, rx) = mpsc::channel(1);
-        let (cache, metrics, shutdown, heartbeat) = (
-            self.cache.clone(),
-            self.metrics.clone(),
-            self.shutdown.clone(),
-            self.heartbeat,
-        );
-        tokio::spawn(async move {
-            metrics.active_streams.inc();
-            let mut tick = tokio::time::interval(heartbeat);
+        // The stream is its own state, polled by the connection that serves it: no task of its
+        // own, so nothing outlives the client, and a panic is the connection's.
+        let heartbeat = Heartbeat {
+            cache: self.cache.clone(),
+            key,
+            tick: tokio::time::interval(self.heartbeat),
+            shutdown: self.shutdown.clone(),
+            _open: OpenStream::new(&self.metrics),
+        };
+        let stream = futures::stream::unfold(heartbeat, |mut beat| async move {
             loop {
                 // The first tick is immediate: `true` on open.
                 tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tx.closed() => break,
-                    _ = tick.tick() => {}
+                    _ = beat.shutdown.cancelled() => return None,
+                    _ = beat.tick.tick() => {}
                 }
-                match cache.get(key.clone()).await {
-                    Ok(_) => {
-                        if tx
-                            .send(Ok(IsActiveResponse { result: true }))
-                            .await
-                            .is_err()
-                        {
-                            break;
-                        }
-                    }
+                match beat.cache.get(beat.key.clone()).await {
+                    Ok(_) => return Some((Ok(IsActiveResponse { result: true }), beat)),
                     // KEDA ignores `false`; errors surface through the polled rpcs.
                     Err(error) => debug!(%error, "StreamIsActive: no answer this tick"),
                 }
             }
-            metrics.active_streams.dec();
-            // Dropping `tx` ends the stream with status OK, which resets KEDA's backoff.
+            // Ending the stream ends it with status OK, which resets KEDA's backoff.
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(stream.boxed()))
     }
 
     async fn get_metric_spec(

@@ -180,23 +180,22 @@ pub struct Args {
 
 impl Args {
     /// Who may call, from --tls-client-ca / --tls-client-ca-secret and --tls-client-identity.
-    async fn client_auth(
-        &self,
-        shutdown: &CancellationToken,
-    ) -> anyhow::Result<Option<tls::ClientAuth>> {
+    async fn client_auth(&self, app: &mut App) -> anyhow::Result<Option<tls::ClientAuth>> {
         let ca = match (&self.tls_client_ca, &self.tls_client_ca_secret) {
             (Some(path), _) => tls::ClientCa::File(path.clone()),
             (None, Some(secret)) => {
                 let client = kube::Client::try_default().await.map_err(|e| {
                     anyhow::anyhow!("--tls-client-ca-secret: cannot build a Kubernetes client: {e}")
                 })?;
-                crate::client_ca::watch_secret(
+                let (ca, watching) = crate::client_ca::watch_secret(
                     client,
                     secret.clone(),
                     CLIENT_CA_WAIT,
-                    shutdown.clone(),
+                    app.shutdown(),
                 )
-                .await?
+                .await?;
+                app.spawn("client CA watch", watching);
+                ca
             }
             (None, None) => {
                 anyhow::ensure!(
@@ -245,14 +244,15 @@ impl Args {
         self.check()?;
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let tls = self.tls(&app.shutdown()).await?;
+        let tls = self.tls(&mut app).await?;
         let client = Topology::client(self.topology).await?;
         let events = match (&client, self.events) {
-            (Some(client), true) => Some(Events::spawn(
-                client.clone(),
-                self.max_cached_objects,
-                app.shutdown(),
-            )),
+            (Some(client), true) => {
+                let (events, publisher) =
+                    Events::new(client.clone(), self.max_cached_objects, app.shutdown());
+                app.spawn("events publisher", publisher);
+                Some(events)
+            }
             _ => None,
         };
         let index = client.map(|client| ClusterIndex::spawn(&mut app, client));
@@ -328,21 +328,20 @@ impl Args {
         Ok(())
     }
 
-    /// The reloading TLS identity of --tls-cert/--tls-key, if any.
-    async fn tls(&self, shutdown: &CancellationToken) -> anyhow::Result<Option<tls::Reloading>> {
+    /// The reloading TLS identity of --tls-cert/--tls-key, if any; its reload poller (and the
+    /// client CA's watch) run in `app`'s task set.
+    async fn tls(&self, app: &mut App) -> anyhow::Result<Option<tls::Reloading>> {
         let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
             return Ok(None);
         };
         let files = tls::TlsFiles {
             cert: cert.clone(),
             key: key.clone(),
-            client: self.client_auth(shutdown).await?,
+            client: self.client_auth(app).await?,
         };
-        Ok(Some(tls::Reloading::spawn(
-            files,
-            tls::ALPN_GRPC,
-            shutdown.clone(),
-        )?))
+        let (tls, poller) = tls::Reloading::load(files, tls::ALPN_GRPC, app.shutdown())?;
+        app.spawn("TLS reload", poller);
+        Ok(Some(tls))
     }
 
     /// The decision cache over Prometheus and `topology`.
@@ -429,14 +428,17 @@ async fn serve_grpc(
         let shutdown = shutdown.clone();
         async move { shutdown.cancelled().await }
     };
+    // The accept loop runs beside the server it feeds (a panic in it is the server's).
     let served = match &tls {
         Some(tls) => {
             let incoming = tls.incoming(listener, limits, shutdown);
-            router.serve_with_incoming_shutdown(incoming, signal).await
+            let serve = router.serve_with_incoming_shutdown(incoming.connections, signal);
+            tokio::join!(serve, incoming.accept).0
         }
         None => {
             let incoming = conn::incoming(listener, limits, shutdown, |tcp, _| async { Some(tcp) });
-            router.serve_with_incoming_shutdown(incoming, signal).await
+            let serve = router.serve_with_incoming_shutdown(incoming.connections, signal);
+            tokio::join!(serve, incoming.accept).0
         }
     };
     served.context("gRPC server failed")

@@ -54,8 +54,9 @@ async fn main() -> anyhow::Result<()> {
         key: args.tls_key,
         client: None,
     };
-    let tls = tls::Reloading::spawn(files, &[b"http/1.1"], shutdown.clone())
+    let (tls, poller) = tls::Reloading::load(files, &[b"http/1.1"], shutdown.clone())
         .context("loading the certificate")?;
+    tokio::spawn(poller);
     let socket = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding --listen {}", args.listen))?;

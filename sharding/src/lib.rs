@@ -163,8 +163,9 @@ impl Args {
             key: tls_key,
             client,
         };
-        let tls = tls::Reloading::spawn(files, ALPN_HTTP1, app.shutdown())
+        let (tls, poller) = tls::Reloading::load(files, ALPN_HTTP1, app.shutdown())
             .context("loading the webhook certificate")?;
+        app.spawn("TLS reload", poller);
         let flux_ns = (!assume_shards_ready).then_some(flux_namespace.as_str());
         let register = metrics::Metrics::register;
         let Started {
