@@ -11,6 +11,8 @@ pub const LABEL_MAX: usize = 63;
 pub const SUBDOMAIN_MAX: usize = 253;
 /// How many characters of an untrusted value an error message repeats.
 pub const ECHO_MAX: usize = 64;
+/// How many values of an untrusted list an error message repeats.
+pub const LIST_MAX: usize = 5;
 
 /// What a namespace must look like, for error messages.
 pub const NAMESPACE_RULE: &str = "a Kubernetes namespace name: a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)";
@@ -45,6 +47,22 @@ pub fn echo(value: &str) -> String {
     out.push('"');
     if chars.next().is_some() {
         let _ = write!(out, "… ({} bytes)", value.len());
+    }
+    out
+}
+
+/// The first [`LIST_MAX`] of `values`, each [`echo`]ed, and how many there are when that is
+/// not all of them: a list of untrusted names (a file's ScaledObjects) in an error message, its
+/// length bounded however long the list.
+pub fn echo_list<S: AsRef<str>>(values: &[S]) -> String {
+    let shown: Vec<String> = values
+        .iter()
+        .take(LIST_MAX)
+        .map(|v| echo(v.as_ref()))
+        .collect();
+    let mut out = shown.join(", ");
+    if values.len() > LIST_MAX {
+        let _ = write!(out, " and {} more", values.len() - LIST_MAX);
     }
     out
 }
@@ -93,5 +111,15 @@ mod tests {
         let e = echo(&huge);
         assert!(e.len() < 100, "{e}");
         assert!(e.ends_with("… (3145728 bytes)"), "{e}");
+    }
+
+    #[test]
+    fn echo_list_is_bounded() {
+        assert_eq!(echo_list(&["a", "b\n"]), r#""a", "b\n""#);
+        let many: Vec<String> = (0..40_000).map(|i| format!("{i:0>200}")).collect();
+        let e = echo_list(&many);
+        assert!(e.len() < 600, "{} bytes", e.len());
+        assert!(e.starts_with(&echo(&many[0])), "{e}");
+        assert!(e.ends_with(" and 39995 more"), "{e}");
     }
 }
