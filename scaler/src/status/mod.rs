@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use serde::Serialize;
 
 use crate::decisions::{self, Page};
 use crate::scaledobject::{self, AddressMatch};
@@ -64,13 +63,6 @@ pub struct Args {
     pub log: LogArgs,
 }
 
-/// The machine-readable output: the rows and what could not be read.
-#[derive(Serialize)]
-struct Report<'a> {
-    missing: Vec<String>,
-    items: &'a [table::Row],
-}
-
 impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
         self.log.init()?;
@@ -108,20 +100,8 @@ impl Args {
                 }
                 print!("{}", table::text(&rows, self.output == Output::Wide));
             }
-            Output::Json => {
-                let report = Report {
-                    missing,
-                    items: &rows,
-                };
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            }
-            Output::Yaml => {
-                let report = Report {
-                    missing,
-                    items: &rows,
-                };
-                print!("{}", serde_norway::to_string(&report)?);
-            }
+            Output::Json => println!("{}", table::json(&rows, &missing)?),
+            Output::Yaml => print!("{}", table::yaml(&rows, &missing)?),
         }
         Ok(())
     }

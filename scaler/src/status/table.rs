@@ -177,7 +177,41 @@ pub fn rows(inputs: &Inputs) -> Vec<Row> {
     rows.sort_by(|a, b| {
         (a.severity, &a.namespace, &a.name).cmp(&(b.severity, &b.namespace, &b.name))
     });
-    rows
+    rows.into_iter().map(escaped).collect()
+}
+
+/// Longest name, reason or address a row holds (a DNS subdomain's bound), in characters.
+const FIELD_MAX: usize = names::SUBDOMAIN_MAX;
+/// Longest error text a row holds, in characters (the scaler cuts its own at 512 bytes).
+const ERROR_MAX: usize = 512;
+
+/// `row` with every text escaped and bounded ([`names::escape`]): the ScaledObject's address
+/// and metadata are the tenant's, the decisions and the API's answers whoever serves them, and
+/// every output (the table, JSON, YAML) may end on a terminal.
+fn escaped(row: Row) -> Row {
+    let field = |s: String| names::escape(&s, FIELD_MAX);
+    Row {
+        namespace: field(row.namespace),
+        name: field(row.name),
+        cluster: row.cluster.map(field),
+        reason: field(row.reason),
+        scaler_address: row.scaler_address.map(field),
+        hpa: row.hpa.map(|h| HpaState {
+            name: field(h.name),
+            conditions: h
+                .conditions
+                .into_iter()
+                .map(|c| Condition {
+                    kind: field(c.kind),
+                    status: field(c.status),
+                    reason: c.reason.map(field),
+                })
+                .collect(),
+            ..h
+        }),
+        last_error: row.last_error.map(|e| names::escape(&e, ERROR_MAX)),
+        ..row
+    }
 }
 
 fn object_row(
@@ -273,25 +307,27 @@ fn decision_row(
     }
 }
 
-/// One line per missing source, naming it, why, and which columns it leaves empty.
+/// One line per missing source, naming it, why (the error escaped and bounded: it may hold the
+/// API server's or the decision source's text), and which columns it leaves empty.
 pub fn missing(inputs: &Inputs) -> Vec<String> {
     let mut notes = Vec::new();
-    if let Err(e) = &inputs.objects {
+    let escape = |e: &String| names::escape(e, ERROR_MAX);
+    if let Err(e) = inputs.objects.as_ref().map_err(escape) {
         notes.push(format!(
             "ScaledObjects: cannot list them ({e}); listing the scaler's decisions only"
         ));
     }
-    if let Err(e) = &inputs.clusters {
+    if let Err(e) = inputs.clusters.as_ref().map_err(escape) {
         notes.push(format!(
             "Clusters: cannot list them ({e}); CURRENT comes from decisions only"
         ));
     }
-    if let Err(e) = &inputs.hpas {
+    if let Err(e) = inputs.hpas.as_ref().map_err(escape) {
         notes.push(format!(
             "HPAs: cannot list them ({e}); HPA columns are empty"
         ));
     }
-    match &inputs.decisions {
+    match inputs.decisions.as_ref().map_err(escape) {
         Err(e) => notes.push(format!(
             "decisions: cannot read the scaler's /decisions ({e}); DESIRED, RECOMMENDED and \
              REASON are unknown (port-forward the scaler's admin port and pass --decisions-url)"
@@ -344,7 +380,7 @@ fn conditions(hpa: &HpaState, all: bool) -> String {
     }
 }
 
-/// Longest error text in the table; the JSON and YAML outputs carry it whole.
+/// Longest error text in the table; wide, JSON and YAML carry it whole (up to [`ERROR_MAX`]).
 const ERROR_WIDTH: usize = 120;
 
 /// The table, kubectl-style: columns padded to their widest cell.
@@ -384,12 +420,12 @@ pub fn text(rows: &[Row], wide: bool) -> String {
             line.push(or_dash(r.scaler_address.as_ref()));
         }
         line.push(or_dash(r.last_error_age_seconds.map(short_age)));
+        // Already escaped ([`escaped`]): a line break is `\n` here.
         let error = r.last_error.as_deref().map(|e| {
-            let flat = e.replace(['\n', '\t'], " ");
-            if wide || flat.chars().count() <= ERROR_WIDTH {
-                flat
+            if wide || e.chars().count() <= ERROR_WIDTH {
+                e.to_owned()
             } else {
-                format!("{}…", flat.chars().take(ERROR_WIDTH).collect::<String>())
+                format!("{}…", e.chars().take(ERROR_WIDTH).collect::<String>())
             }
         });
         line.push(or_dash(error));
@@ -416,6 +452,29 @@ pub fn text(rows: &[Row], wide: bool) -> String {
         }
     }
     out
+}
+
+/// The machine-readable output: the rows and what could not be read.
+#[derive(Serialize)]
+struct Report<'a> {
+    missing: &'a [String],
+    items: &'a [Row],
+}
+
+/// `-o json`: the rows and the missing sources, every text as [`rows`] and [`missing`] escaped it.
+pub fn json(rows: &[Row], missing: &[String]) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(&Report {
+        missing,
+        items: rows,
+    })
+}
+
+/// `-o yaml`, as [`json`].
+pub fn yaml(rows: &[Row], missing: &[String]) -> Result<String, serde_norway::Error> {
+    serde_norway::to_string(&Report {
+        missing,
+        items: rows,
+    })
 }
 
 #[cfg(test)]
