@@ -154,6 +154,7 @@ def test_the_whole_read_honours_the_timeout(tmp_path, api_server):
                                 "items": []}).encode()
     server = api_server(lists)
     code, out, err, seconds, _ = status(tmp_path, server, "-A", "--timeout", "2s")
+    record_figure("status: slow endless pages", seconds=seconds)
     assert code == 0, err
     for source in ("ScaledObjects", "Clusters", "HPAs"):
         assert f"{source}: cannot list them (timed out after 2s (--timeout))" in err, err
