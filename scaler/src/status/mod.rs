@@ -225,12 +225,14 @@ fn dynamic(client: kube::Client, namespace: Option<&str>, ar: &ApiResource) -> A
 fn object(o: &DynamicObject, rule: &AddressMatch) -> Option<table::Object> {
     let name = o.metadata.name.clone()?;
     let json = serde_json::to_value(o).ok()?;
-    Some(table::Object {
-        namespace: o.metadata.namespace.clone()?,
-        hpa: scaledobject::hpa_name(&json, &name),
-        trigger: scaledobject::trigger(&json, rule)?,
+    let trigger = scaledobject::trigger(&json, rule)?;
+    let hpa = scaledobject::hpa_name(&json, &name);
+    Some(table::Object::new(
+        o.metadata.namespace.clone()?,
         name,
-    })
+        &trigger,
+        hpa,
+    ))
 }
 
 fn cluster(o: &DynamicObject) -> table::Cluster {

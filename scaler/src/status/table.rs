@@ -15,14 +15,37 @@ use crate::decisions::{Entry, Page};
 use crate::scaledobject::Trigger;
 use scaler_core::metadata;
 
-/// A ScaledObject whose trigger names this scaler.
+/// A ScaledObject whose trigger names this scaler: what its row needs, the metadata parsed.
 #[derive(Debug, Clone)]
 pub struct Object {
     pub namespace: String,
     pub name: String,
-    pub trigger: Trigger,
+    /// The trigger's scalerAddress, cut just past what a row shows.
+    pub address: String,
+    /// The Cluster the metadata names, or why the metadata is invalid.
+    pub cluster: Result<String, String>,
     /// The HPA KEDA made for it.
     pub hpa: String,
+}
+
+impl Object {
+    /// Parses the trigger's metadata at once, so a list of ScaledObjects keeps no metadata
+    /// however much each holds (the tenant writes it); the texts kept are cut one character
+    /// past their bound, so [`escaped`] still marks them cut.
+    pub fn new(namespace: String, name: String, trigger: &Trigger, hpa: String) -> Self {
+        let cut = |s: &str, max: usize| s.chars().take(max + 1).collect::<String>();
+        // The same parser as serve: an error here is the INVALID_ARGUMENT KEDA gets.
+        let cluster = metadata::parse(&name, &trigger.metadata)
+            .map(|config| config.cluster)
+            .map_err(|e| cut(&e.to_string(), ERROR_MAX));
+        Object {
+            namespace,
+            name,
+            address: cut(&trigger.address, FIELD_MAX),
+            cluster,
+            hpa,
+        }
+    }
 }
 
 /// What a CNPG Cluster says.
@@ -221,10 +244,9 @@ fn object_row(
     clusters: &HashMap<(&str, &str), &Cluster>,
     inputs: &Inputs,
 ) -> Row {
-    let address = Some(object.trigger.address.clone());
-    // The same parser as serve: an error here is the INVALID_ARGUMENT KEDA gets.
-    let config = match metadata::parse(&object.name, &object.trigger.metadata) {
-        Ok(config) => config,
+    let address = Some(object.address.clone());
+    let cluster = match &object.cluster {
+        Ok(cluster) => cluster,
         Err(error) => {
             return Row {
                 namespace: object.namespace.clone(),
@@ -237,7 +259,7 @@ fn object_row(
                 severity: Severity::Broken,
                 scaler_address: address,
                 hpa,
-                last_error: Some(error.to_string()),
+                last_error: Some(error.clone()),
                 last_error_age_seconds: None,
             };
         }
@@ -246,7 +268,7 @@ fn object_row(
         Some(entry) => decision_row(entry, address, hpa, clusters),
         None => {
             let current = clusters
-                .get(&(object.namespace.as_str(), config.cluster.as_str()))
+                .get(&(object.namespace.as_str(), cluster.as_str()))
                 .and_then(|c| c.instances);
             let (reason, severity) = match inputs.decisions {
                 Ok(_) => ("no-decision", Severity::Broken),
@@ -255,7 +277,7 @@ fn object_row(
             Row {
                 namespace: object.namespace.clone(),
                 name: object.name.clone(),
-                cluster: Some(config.cluster.clone()),
+                cluster: Some(cluster.clone()),
                 current,
                 desired: None,
                 recommended: None,

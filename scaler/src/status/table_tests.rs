@@ -6,18 +6,18 @@ fn now() -> jiff::Timestamp {
 }
 
 fn object(ns: &str, name: &str, metadata: &[(&str, &str)]) -> Object {
-    Object {
-        namespace: ns.into(),
-        name: name.into(),
-        trigger: Trigger {
-            address: "cozy-autoscaling-scaler:6000".into(),
-            metadata: metadata
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        },
-        hpa: format!("keda-hpa-{name}"),
-    }
+    object_at(ns, name, "cozy-autoscaling-scaler:6000", metadata)
+}
+
+fn object_at(ns: &str, name: &str, address: &str, metadata: &[(&str, &str)]) -> Object {
+    let trigger = Trigger {
+        address: address.into(),
+        metadata: metadata
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    Object::new(ns.into(), name.into(), &trigger, format!("keda-hpa-{name}"))
 }
 
 const GOOD: &[(&str, &str)] = &[("target", "10"), ("maxReplicas", "5")];
@@ -275,11 +275,9 @@ fn every_printed_field_is_escaped_and_bounded() {
     let mut inputs = fleet();
     if let Ok(objects) = &mut inputs.objects {
         // The tenant's: the address, and metadata whose parse error repeats it.
-        objects[0].trigger.address = hostile("cozy-autoscaling-scaler.");
-        objects[2]
-            .trigger
-            .metadata
-            .insert("target".into(), hostile("ten"));
+        objects[0] = object_at("a", "healthy", &hostile("cozy-autoscaling-scaler."), GOOD);
+        let target = hostile("ten");
+        objects[2] = object("b", "invalid", &[("target", &target), ("maxReplicas", "5")]);
     }
     if let Ok(hpas) = &mut inputs.hpas {
         hpas[0].conditions[0].reason = Some(hostile("Ready"));
