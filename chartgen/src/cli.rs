@@ -68,6 +68,10 @@ struct AppArgs {
     /// capped at 64 MiB too).
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600), requires = "verify")]
     helm_timeout: u64,
+    /// With --verify: MiB of data memory one `helm template` may use (its RLIMIT_DATA, what Go's
+    /// heap counts against); a render that needs more fails its case.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(64..=65536), requires = "verify")]
+    helm_max_memory: u64,
     /// With --verify: the release name and namespace to render as.
     #[arg(long, num_args = 2, value_names = ["RELEASE", "NAMESPACE"], default_values = ["verify", "verify"], requires = "verify")]
     release: Vec<String>,
@@ -209,6 +213,7 @@ impl Cli {
                         release: &a.release[0],
                         namespace: &a.release[1],
                         timeout: std::time::Duration::from_secs(a.helm_timeout),
+                        max_memory: a.helm_max_memory << 20,
                     };
                     return app::verify::run(&target, &out, &a.helms, &a.crds);
                 }

@@ -1,7 +1,7 @@
 """chartgen against a broken environment and hostile inputs (issues 10 and 23): a rename that fails
 half way, links out of the chart, invalid and absurdly deep values and settings, FIFOs and devices
 in place of chart files, unsafe setting values, a values.yaml that would not load again, a helm
-that hangs or writes without end, an absurd shard count."""
+that hangs or writes without end, a template that renders without end, an absurd shard count."""
 import os
 import stat
 import subprocess
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from conftest import CHARTGEN, FLUX_FIXTURE, chartgen
+from conftest import CHARTGEN, FLUX_FIXTURE, HELMS, chartgen
 from test_reproducible import tree
-from testkit import upstream
+from testkit import record_figure, upstream
 
 
 def immutable(path, on):
@@ -225,3 +225,38 @@ def test_verify_caps_what_helm_writes(chart_copy, fake_helm):
                                "--crds", upstream("keda"), "--crds", upstream("cnpg"), timeout=120)
     assert code == 1 and text.count("helm wrote more than 64 MiB to stdout") == 12, text
     assert rss < 256 << 10, f"peak RSS {rss} KiB"
+
+
+def test_verify_bounds_the_memory_of_a_render_without_end(chart_copy):
+    """Real helm: a template rendering 260 MB. helm holds the whole render before it writes a byte,
+    so the output cap came too late: about 4 GB peak (the issue: 3 GB), minutes per case."""
+    assert chartgen("app", "--chart", chart_copy).returncode == 0
+    (chart_copy / "templates/big.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n"
+        "{{- range $i := until 2000000 }}\n  k{{ $i }}: \"" + "x" * 110 + "\"\n{{- end }}\n")
+    started = time.monotonic()
+    code, text, rss = peak_rss("app", "--chart", chart_copy, "--verify", "--helm", HELMS["helm4"],
+                               "--helm-max-memory", "256",
+                               "--crds", upstream("keda"), "--crds", upstream("cnpg"), timeout=600)
+    seconds = time.monotonic() - started
+    record_figure("chartgen --verify, a 260 MB render", seconds=seconds, peak_rss_mib=rss / 1024)
+    assert code == 1, text
+    # The render cases; the guard cases fail in helm before the loop runs.
+    assert text.count("helm needed more than 256 MiB of memory (--helm-max-memory)") == 5, text
+    # chartgen and helm one after the other: the larger of the two peaks (RUSAGE_CHILDREN).
+    assert rss < 448 << 10, f"peak RSS {rss} KiB"
+
+
+def test_an_error_naming_many_values_keys_is_bounded(chart_copy):
+    """A template whose Clusters render `instances` from 300 different values: the error names the
+    first five and how many more (before: every one of them, 4 KB here; the list grows with the
+    template, but chartgen's reading of such a template grows faster: 2,000 Clusters took 11 s
+    and 480 MiB, 20,000 were killed at 22 GB, so the test stays small)."""
+    (chart_copy / "templates/many.yaml").write_text("".join(
+        f"---\napiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata:\n  name: c{i}\n"
+        f"spec:\n  instances: {{{{ .Values.replicas{i} }}}}\n" for i in range(300)))
+    out = chartgen("app", "--chart", chart_copy)
+    assert out.returncode == 2 and "from several values (" in out.stderr, out.stderr[:2000]
+    assert '"replicas", "replicas0", "replicas1", "replicas2", "replicas3" and 296 more' in out.stderr, \
+        out.stderr[:2000]
+    assert len(out.stderr) < 1024, len(out.stderr)

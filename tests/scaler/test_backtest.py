@@ -504,7 +504,7 @@ def test_a_list_and_multi_document_files_pick_by_name_and_take_the_namespace(exa
     listed.write_text("apiVersion: v1\nkind: List\nitems:\n-" + first[1:] + "\n-" + other[1:] + "\n")
     common = ["--from", str(EXAMPLE_DAY), "--to", str(EXAMPLE_DAY + 3600), "--step", "60s"]
     result = backtest(example_vm.url, "--scaled-object", str(listed), *common, "-o", "csv", namespace=None)
-    assert result.returncode != 0 and "2 ScaledObjects (shop, other); choose one with --name" in result.stderr, \
+    assert result.returncode != 0 and '2 ScaledObjects ("shop", "other"); choose one with --name' in result.stderr, \
         result.stderr
     result = backtest(example_vm.url, "--scaled-object", str(listed), "--name", "shop", *common,
                       "--json", str(tmp_path / "l.json"), "-o", "csv", namespace=None)
@@ -517,7 +517,7 @@ def test_a_list_and_multi_document_files_pick_by_name_and_take_the_namespace(exa
     multi = tmp_path / "multi.yaml"
     multi.write_text(FIXTURE.read_text() + "---\n" + FIXTURE.read_text().split("---\n", 1)[1].replace("name: shop", "name: two", 1))
     result = backtest(example_vm.url, "--scaled-object", str(multi), *common, "-o", "table", namespace=None)
-    assert result.returncode != 0 and "(shop, two); choose one with --name" in result.stderr, result.stderr
+    assert result.returncode != 0 and '("shop", "two"); choose one with --name' in result.stderr, result.stderr
     result = backtest(example_vm.url, "--scaled-object", str(multi), "--name", "two", *common, "-o", "table",
                       namespace=None)
     assert result.returncode != 0 and "--namespace: required" in result.stderr, result.stderr

@@ -645,7 +645,7 @@ fn count_key(chart: &Path, templates: &Path, shape: &Shape) -> anyhow::Result<St
             "the {} templates render `{}` from several values ({}); pass --values-key with the one to scale",
             shape.kind,
             shape.field,
-            many.join(", ")
+            names::echo_list(many)
         ),
     }
 }
@@ -764,7 +764,7 @@ fn elsewhere(chart: &Path, templates: &Path, kind: &str) -> anyhow::Result<anyho
             "no template under '{}' renders a {kind}; the packaged dependencies in '{}' ({}) may. chartgen does not edit a packaged chart: run chartgen app on the source of the dependency that renders the {kind} and package it again (or unpack it into charts/<name>/ and run `chartgen app --chart` on that directory), then turn it on from this chart with `<name>.autoscaling.enabled: true` in values.yaml",
             templates.display(),
             deps.display(),
-            packaged.join(", ")
+            names::echo_list(&packaged)
         )
     })
 }

@@ -148,6 +148,8 @@ pub struct Target<'a> {
     pub namespace: &'a str,
     /// How long one `helm template` may run before it is killed.
     pub timeout: Duration,
+    /// Bytes of data memory one `helm template` may use (its RLIMIT_DATA).
+    pub max_memory: u64,
 }
 
 /// Most output kept from one `helm template` (stdout; stderr gets [`MAX_STDERR`]): far above any
@@ -163,14 +165,24 @@ struct Ran {
     stderr: String,
 }
 
-/// Runs `cmd` with its output read into at most [`MAX_OUTPUT`] bytes and killed after
-/// `timeout`; either limit fails the run with a message naming it.
-fn bounded(mut cmd: Command, timeout: Duration) -> anyhow::Result<Ran> {
+/// Runs `cmd` with its output read into at most [`MAX_OUTPUT`] bytes, its data memory limited
+/// to `max_memory` bytes and killed after `timeout`; each limit fails the run with a message
+/// naming it.
+fn bounded(mut cmd: Command, timeout: Duration, max_memory: u64) -> anyhow::Result<Ran> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
+    // helm renders every template into memory before it writes a byte, so the output cap alone
+    // let a runaway render reach gigabytes. RLIMIT_DATA (not the address space: Go reserves
+    // about a gigabyte of it at start) bounds what Go's heap can map; set on the child from
+    // here, as setting it between fork and exec would take unsafe code.
+    if let Err(e) = limit_data(child.id(), max_memory) {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("cannot limit helm's memory: {e}");
+    }
     let (tx, rx) = mpsc::channel();
     let pipes: [Box<dyn Read + Send>; 2] = [
         Box::new(child.stdout.take().expect("piped")),
@@ -221,11 +233,45 @@ fn bounded(mut cmd: Command, timeout: Duration) -> anyhow::Result<Ran> {
     let status = child.wait()?;
     let [stdout, stderr] =
         out.map(|b| String::from_utf8_lossy(&b.unwrap_or_default()).into_owned());
+    // How Go's runtime dies when a mapping fails: "fatal error: runtime: out of memory",
+    // "fatal error: out of memory allocating heap arena map", "...: cannot allocate memory".
+    let starved = ["out of memory", "cannot allocate memory"]
+        .iter()
+        .any(|why| stderr.contains(why));
+    if !status.success() && stderr.contains("fatal error: ") && starved {
+        bail!(
+            "helm needed more than {} MiB of memory (--helm-max-memory); the render is runaway",
+            max_memory >> 20
+        );
+    }
     Ok(Ran {
         success: status.success(),
         stdout,
         stderr,
     })
+}
+
+/// Sets the data-segment limit (soft and hard) of process `pid`, a child of ours.
+#[cfg(target_os = "linux")]
+fn limit_data(pid: u32, bytes: u64) -> std::io::Result<()> {
+    use rustix::process::{Pid, Resource, Rlimit, prlimit};
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| std::io::Error::other(format!("no such process id {pid}")))?;
+    let limit = Rlimit {
+        current: Some(bytes),
+        maximum: Some(bytes),
+    };
+    prlimit(Some(pid), Resource::Data, limit)?;
+    Ok(())
+}
+
+/// No prlimit outside Linux: helm's memory is bounded there only by the output cap
+/// (docs/chartgen.md says so).
+#[cfg(not(target_os = "linux"))]
+fn limit_data(_pid: u32, _bytes: u64) -> std::io::Result<()> {
+    Ok(())
 }
 
 pub fn run(
@@ -299,7 +345,8 @@ fn check(
     for s in &case.sets {
         cmd.arg("--set").arg(s);
     }
-    let out = bounded(cmd, target.timeout).with_context(|| format!("'{}'", helm.display()))?;
+    let out = bounded(cmd, target.timeout, target.max_memory)
+        .with_context(|| format!("'{}'", helm.display()))?;
     let stderr = &out.stderr;
     match case.expect {
         Expect::Fails(text) => {

@@ -7,7 +7,7 @@ use anyhow::{Context as _, bail};
 use serde::Deserialize as _;
 use serde_norway::Value;
 
-use names::echo;
+use names::{echo, echo_list};
 use scaler_core::hpa::{Behavior, BehaviorSpec};
 
 /// A rendered chart is a few KiB; refuse to parse anything far larger.
@@ -64,7 +64,7 @@ pub fn read(path: &Path, name: Option<&str>) -> anyhow::Result<ScaledObject> {
             format!(
                 "--scaled-object {shown}: no ScaledObject named {}; found: {}",
                 echo(wanted),
-                names.join(", ")
+                echo_list(&names)
             )
         })?,
         None if found.len() == 1 => 0,
@@ -74,7 +74,7 @@ pub fn read(path: &Path, name: Option<&str>) -> anyhow::Result<ScaledObject> {
         None => bail!(
             "--scaled-object {shown}: {} ScaledObjects ({}); choose one with --name",
             found.len(),
-            names.join(", ")
+            echo_list(&names)
         ),
     };
     parse(&found[index]).with_context(|| format!("--scaled-object {shown}"))
@@ -405,12 +405,12 @@ spec:
         );
         let error = read(&list, None).unwrap_err().to_string();
         assert!(
-            error.contains("2 ScaledObjects (a, b); choose one with --name"),
+            error.contains(r#"2 ScaledObjects ("a", "b"); choose one with --name"#),
             "{error}"
         );
         let error = read(&list, Some("c")).unwrap_err().to_string();
         assert!(
-            error.contains("no ScaledObject named \"c\"; found: a, b"),
+            error.contains(r#"no ScaledObject named "c"; found: "a", "b""#),
             "{error}"
         );
         let multi = dir.join("multi.yaml");
@@ -432,6 +432,28 @@ spec:
         .unwrap();
         let error = format!("{:#}", read(&bad, None).unwrap_err());
         assert!(error.contains("metadata.namespace"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_list_of_many_names_only_the_first_few_in_the_error() {
+        let dir = std::env::temp_dir().join(format!("backtest-many-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let list = dir.join("list.yaml");
+        let items: String = (0..40_000)
+            .map(|i| format!("- {{kind: ScaledObject, metadata: {{name: so-{i}}}}}\n"))
+            .collect();
+        std::fs::write(&list, format!("kind: List\nitems:\n{items}")).unwrap();
+        for name in [None, Some("absent")] {
+            let error = format!("{:#}", read(&list, name).unwrap_err());
+            // Before: every name, 309 KB for 40,000 of them.
+            assert!(error.len() < 400, "{} bytes: {error}", error.len());
+            assert!(
+                error.contains(r#""so-0", "so-1", "so-2", "so-3", "so-4" and 39995 more"#),
+                "{error}"
+            );
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

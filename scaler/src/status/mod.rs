@@ -3,19 +3,21 @@
 //!
 //! The I/O: ScaledObjects, Clusters and HPAs from the API server (the kubeconfig's client), the
 //! decisions from the scaler's admin port (`--decisions-url`, `/decisions`). Each source is read
-//! on its own; one that fails is named and its columns left empty ([`table`] builds the rows).
+//! on its own, bounded ([`list`]), all of them within one `--timeout`; one that fails is named and
+//! its columns left empty ([`table`] builds the rows).
 use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use serde::Serialize;
+use kube::api::{Api, ApiResource, DynamicObject};
+use tokio::time::Instant;
 
 use crate::decisions::{self, Page};
 use crate::scaledobject::{self, AddressMatch};
 use crate::topology::cluster_resource;
 use runtime::logging::LogArgs;
 
+pub mod list;
 pub mod table;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -57,18 +59,20 @@ pub struct Args {
     pub watch: bool,
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub watch_interval: Duration,
-    /// Bound on each read (API list, /decisions).
+    /// Bound on the whole read: every page of every list and /decisions (each --watch round
+    /// gets its own).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// Most objects read from each list (ScaledObjects, Clusters, HPAs); a longer list is an
+    /// error naming this flag.
+    #[arg(long, default_value_t = 50_000)]
+    pub max_items: usize,
+    /// Largest page of a list read, in bytes (pages of 500 objects are asked for; a real one
+    /// is a few MiB); a larger one is an error naming this flag.
+    #[arg(long, default_value_t = 16 << 20)]
+    pub max_page_bytes: usize,
     #[command(flatten)]
     pub log: LogArgs,
-}
-
-/// The machine-readable output: the rows and what could not be read.
-#[derive(Serialize)]
-struct Report<'a> {
-    missing: Vec<String>,
-    items: &'a [table::Row],
 }
 
 impl Args {
@@ -77,6 +81,10 @@ impl Args {
         anyhow::ensure!(
             !self.watch_interval.is_zero() && !self.timeout.is_zero(),
             "--watch-interval and --timeout must be above 0"
+        );
+        anyhow::ensure!(
+            self.max_items > 0 && self.max_page_bytes > 0,
+            "--max-items and --max-page-bytes must be above 0"
         );
         let client = kube::Client::try_default()
             .await
@@ -108,20 +116,8 @@ impl Args {
                 }
                 print!("{}", table::text(&rows, self.output == Output::Wide));
             }
-            Output::Json => {
-                let report = Report {
-                    missing,
-                    items: &rows,
-                };
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            }
-            Output::Yaml => {
-                let report = Report {
-                    missing,
-                    items: &rows,
-                };
-                print!("{}", serde_norway::to_string(&report)?);
-            }
+            Output::Json => println!("{}", table::json(&rows, &missing)?),
+            Output::Yaml => print!("{}", table::yaml(&rows, &missing)?),
         }
         Ok(())
     }
@@ -131,59 +127,62 @@ impl Args {
         client: Result<&kube::Client, &String>,
         namespace: Option<&str>,
     ) -> table::Inputs {
+        let deadline = Instant::now() + self.timeout;
         let rule = AddressMatch(self.scaler_address.clone());
-        let api = || client.cloned().map_err(String::clone);
+        let caps = list::Caps {
+            items: self.max_items,
+            page_bytes: self.max_page_bytes,
+        };
         let objects = async {
-            let client = api()?;
-            let mut params = ListParams::default();
-            if let Some(selector) = &self.selector {
-                params = params.labels(selector);
-            }
-            let list = self
-                .bounded(dynamic(client, namespace, &crate::scaledobject::resource()).list(&params))
-                .await?;
-            Ok(list.items.iter().filter_map(|o| object(o, &rule)).collect())
+            let client = client.map_err(String::clone)?;
+            let api = dynamic(client.clone(), namespace, &crate::scaledobject::resource());
+            let selector = self.selector.as_deref();
+            let read = list::list(client, api.resource_url(), selector, caps, |o| {
+                object(&o, &rule)
+            });
+            self.bounded(deadline, read).await
         };
         let clusters = async {
-            let client = api()?;
-            let list = self
-                .bounded(
-                    dynamic(client, namespace, &cluster_resource()).list(&ListParams::default()),
-                )
-                .await?;
-            Ok(list.items.iter().map(cluster).collect())
+            let client = client.map_err(String::clone)?;
+            let api = dynamic(client.clone(), namespace, &cluster_resource());
+            let read = list::list(client, api.resource_url(), None, caps, |o| {
+                Some(cluster(&o))
+            });
+            self.bounded(deadline, read).await
         };
         let hpas = async {
-            let client = api()?;
+            let client = client.map_err(String::clone)?;
             let api: Api<HorizontalPodAutoscaler> = match namespace {
-                Some(ns) => Api::namespaced(client, ns),
-                None => Api::all(client),
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
             };
-            let list = self.bounded(api.list(&ListParams::default())).await?;
-            Ok(list.items.iter().map(hpa).collect())
+            let read = list::list(client, api.resource_url(), None, caps, |h| Some(hpa(&h)));
+            self.bounded(deadline, read).await
         };
-        let decisions = self.decisions(namespace);
+        let decisions = self.bounded(deadline, self.decisions(namespace));
         let (objects, clusters, hpas, decisions) = tokio::join!(objects, clusters, hpas, decisions);
         table::Inputs {
             objects,
             clusters,
             hpas,
-            decisions,
+            decisions: decisions.map_err(|e| format!("{}: {e}", self.decisions_url)),
             now: jiff::Timestamp::now(),
         }
     }
 
+    /// `read` unless `deadline` (the whole run's `--timeout`) passes first.
     async fn bounded<T>(
         &self,
-        call: impl Future<Output = Result<T, kube::Error>>,
+        deadline: Instant,
+        read: impl Future<Output = Result<T, String>>,
     ) -> Result<T, String> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => result.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("timed out after {:?}", self.timeout)),
-        }
+        tokio::time::timeout_at(deadline, read)
+            .await
+            .unwrap_or_else(|_| Err(format!("timed out after {:?} (--timeout)", self.timeout)))
     }
 
-    /// GET --decisions-url (with `?namespace=`), at most [`decisions::MAX_BYTES`] and a bit read.
+    /// GET --decisions-url (with `?namespace=`), at most [`decisions::MAX_BYTES`] and a bit read
+    /// (an error's body: [`list::ERROR_BYTES`]).
     async fn decisions(&self, namespace: Option<&str>) -> Result<Page, String> {
         let read = async {
             if rustls::crypto::CryptoProvider::get_default().is_none() {
@@ -197,31 +196,22 @@ impl Args {
             if let Some(ns) = namespace {
                 request = request.query(&[("namespace", ns)]);
             }
-            let mut response = request.send().await?;
+            let response = request.send().await?;
             let status = response.status();
-            let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await? {
-                body.extend_from_slice(&chunk);
-                anyhow::ensure!(
-                    body.len() <= decisions::MAX_BYTES + 4096,
-                    "the answer is larger than {} bytes",
-                    decisions::MAX_BYTES
+            if !status.is_success() {
+                let (body, _) =
+                    list::read_capped(reqwest::Body::from(response), list::ERROR_BYTES).await?;
+                anyhow::bail!(
+                    "HTTP {status}: {}",
+                    names::echo(&String::from_utf8_lossy(&body))
                 );
             }
-            anyhow::ensure!(
-                status.is_success(),
-                "HTTP {status}: {}",
-                names::echo(&String::from_utf8_lossy(&body))
-            );
+            let cap = decisions::MAX_BYTES + 4096;
+            let (body, cut) = list::read_capped(reqwest::Body::from(response), cap).await?;
+            anyhow::ensure!(!cut, "the answer is larger than {cap} bytes");
             serde_json::from_slice::<Page>(&body).context("the answer is not a /decisions page")
         };
-        match tokio::time::timeout(self.timeout, read).await {
-            Ok(result) => result.map_err(|e| format!("{}: {e:#}", self.decisions_url)),
-            Err(_) => Err(format!(
-                "{}: timed out after {:?}",
-                self.decisions_url, self.timeout
-            )),
-        }
+        read.await.map_err(|e| format!("{e:#}"))
     }
 }
 
@@ -235,12 +225,14 @@ fn dynamic(client: kube::Client, namespace: Option<&str>, ar: &ApiResource) -> A
 fn object(o: &DynamicObject, rule: &AddressMatch) -> Option<table::Object> {
     let name = o.metadata.name.clone()?;
     let json = serde_json::to_value(o).ok()?;
-    Some(table::Object {
-        namespace: o.metadata.namespace.clone()?,
-        hpa: scaledobject::hpa_name(&json, &name),
-        trigger: scaledobject::trigger(&json, rule)?,
+    let trigger = scaledobject::trigger(&json, rule)?;
+    let hpa = scaledobject::hpa_name(&json, &name);
+    Some(table::Object::new(
+        o.metadata.namespace.clone()?,
         name,
-    })
+        &trigger,
+        hpa,
+    ))
 }
 
 fn cluster(o: &DynamicObject) -> table::Cluster {

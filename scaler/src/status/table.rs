@@ -15,14 +15,37 @@ use crate::decisions::{Entry, Page};
 use crate::scaledobject::Trigger;
 use scaler_core::metadata;
 
-/// A ScaledObject whose trigger names this scaler.
+/// A ScaledObject whose trigger names this scaler: what its row needs, the metadata parsed.
 #[derive(Debug, Clone)]
 pub struct Object {
     pub namespace: String,
     pub name: String,
-    pub trigger: Trigger,
+    /// The trigger's scalerAddress, cut just past what a row shows.
+    pub address: String,
+    /// The Cluster the metadata names, or why the metadata is invalid.
+    pub cluster: Result<String, String>,
     /// The HPA KEDA made for it.
     pub hpa: String,
+}
+
+impl Object {
+    /// Parses the trigger's metadata at once, so a list of ScaledObjects keeps no metadata
+    /// however much each holds (the tenant writes it); the texts kept are cut one character
+    /// past their bound, so [`escaped`] still marks them cut.
+    pub fn new(namespace: String, name: String, trigger: &Trigger, hpa: String) -> Self {
+        let cut = |s: &str, max: usize| s.chars().take(max + 1).collect::<String>();
+        // The same parser as serve: an error here is the INVALID_ARGUMENT KEDA gets.
+        let cluster = metadata::parse(&name, &trigger.metadata)
+            .map(|config| config.cluster)
+            .map_err(|e| cut(&e.to_string(), ERROR_MAX));
+        Object {
+            namespace,
+            name,
+            address: cut(&trigger.address, FIELD_MAX),
+            cluster,
+            hpa,
+        }
+    }
 }
 
 /// What a CNPG Cluster says.
@@ -177,7 +200,41 @@ pub fn rows(inputs: &Inputs) -> Vec<Row> {
     rows.sort_by(|a, b| {
         (a.severity, &a.namespace, &a.name).cmp(&(b.severity, &b.namespace, &b.name))
     });
-    rows
+    rows.into_iter().map(escaped).collect()
+}
+
+/// Longest name, reason or address a row holds (a DNS subdomain's bound), in characters.
+const FIELD_MAX: usize = names::SUBDOMAIN_MAX;
+/// Longest error text a row holds, in characters (the scaler cuts its own at 512 bytes).
+const ERROR_MAX: usize = 512;
+
+/// `row` with every text escaped and bounded ([`names::escape`]): the ScaledObject's address
+/// and metadata are the tenant's, the decisions and the API's answers whoever serves them, and
+/// every output (the table, JSON, YAML) may end on a terminal.
+fn escaped(row: Row) -> Row {
+    let field = |s: String| names::escape(&s, FIELD_MAX);
+    Row {
+        namespace: field(row.namespace),
+        name: field(row.name),
+        cluster: row.cluster.map(field),
+        reason: field(row.reason),
+        scaler_address: row.scaler_address.map(field),
+        hpa: row.hpa.map(|h| HpaState {
+            name: field(h.name),
+            conditions: h
+                .conditions
+                .into_iter()
+                .map(|c| Condition {
+                    kind: field(c.kind),
+                    status: field(c.status),
+                    reason: c.reason.map(field),
+                })
+                .collect(),
+            ..h
+        }),
+        last_error: row.last_error.map(|e| names::escape(&e, ERROR_MAX)),
+        ..row
+    }
 }
 
 fn object_row(
@@ -187,10 +244,9 @@ fn object_row(
     clusters: &HashMap<(&str, &str), &Cluster>,
     inputs: &Inputs,
 ) -> Row {
-    let address = Some(object.trigger.address.clone());
-    // The same parser as serve: an error here is the INVALID_ARGUMENT KEDA gets.
-    let config = match metadata::parse(&object.name, &object.trigger.metadata) {
-        Ok(config) => config,
+    let address = Some(object.address.clone());
+    let cluster = match &object.cluster {
+        Ok(cluster) => cluster,
         Err(error) => {
             return Row {
                 namespace: object.namespace.clone(),
@@ -203,7 +259,7 @@ fn object_row(
                 severity: Severity::Broken,
                 scaler_address: address,
                 hpa,
-                last_error: Some(error.to_string()),
+                last_error: Some(error.clone()),
                 last_error_age_seconds: None,
             };
         }
@@ -212,7 +268,7 @@ fn object_row(
         Some(entry) => decision_row(entry, address, hpa, clusters),
         None => {
             let current = clusters
-                .get(&(object.namespace.as_str(), config.cluster.as_str()))
+                .get(&(object.namespace.as_str(), cluster.as_str()))
                 .and_then(|c| c.instances);
             let (reason, severity) = match inputs.decisions {
                 Ok(_) => ("no-decision", Severity::Broken),
@@ -221,7 +277,7 @@ fn object_row(
             Row {
                 namespace: object.namespace.clone(),
                 name: object.name.clone(),
-                cluster: Some(config.cluster.clone()),
+                cluster: Some(cluster.clone()),
                 current,
                 desired: None,
                 recommended: None,
@@ -273,25 +329,27 @@ fn decision_row(
     }
 }
 
-/// One line per missing source, naming it, why, and which columns it leaves empty.
+/// One line per missing source, naming it, why (the error escaped and bounded: it may hold the
+/// API server's or the decision source's text), and which columns it leaves empty.
 pub fn missing(inputs: &Inputs) -> Vec<String> {
     let mut notes = Vec::new();
-    if let Err(e) = &inputs.objects {
+    let escape = |e: &String| names::escape(e, ERROR_MAX);
+    if let Err(e) = inputs.objects.as_ref().map_err(escape) {
         notes.push(format!(
             "ScaledObjects: cannot list them ({e}); listing the scaler's decisions only"
         ));
     }
-    if let Err(e) = &inputs.clusters {
+    if let Err(e) = inputs.clusters.as_ref().map_err(escape) {
         notes.push(format!(
             "Clusters: cannot list them ({e}); CURRENT comes from decisions only"
         ));
     }
-    if let Err(e) = &inputs.hpas {
+    if let Err(e) = inputs.hpas.as_ref().map_err(escape) {
         notes.push(format!(
             "HPAs: cannot list them ({e}); HPA columns are empty"
         ));
     }
-    match &inputs.decisions {
+    match inputs.decisions.as_ref().map_err(escape) {
         Err(e) => notes.push(format!(
             "decisions: cannot read the scaler's /decisions ({e}); DESIRED, RECOMMENDED and \
              REASON are unknown (port-forward the scaler's admin port and pass --decisions-url)"
@@ -344,7 +402,7 @@ fn conditions(hpa: &HpaState, all: bool) -> String {
     }
 }
 
-/// Longest error text in the table; the JSON and YAML outputs carry it whole.
+/// Longest error text in the table; wide, JSON and YAML carry it whole (up to [`ERROR_MAX`]).
 const ERROR_WIDTH: usize = 120;
 
 /// The table, kubectl-style: columns padded to their widest cell.
@@ -384,12 +442,12 @@ pub fn text(rows: &[Row], wide: bool) -> String {
             line.push(or_dash(r.scaler_address.as_ref()));
         }
         line.push(or_dash(r.last_error_age_seconds.map(short_age)));
+        // Already escaped ([`escaped`]): a line break is `\n` here.
         let error = r.last_error.as_deref().map(|e| {
-            let flat = e.replace(['\n', '\t'], " ");
-            if wide || flat.chars().count() <= ERROR_WIDTH {
-                flat
+            if wide || e.chars().count() <= ERROR_WIDTH {
+                e.to_owned()
             } else {
-                format!("{}…", flat.chars().take(ERROR_WIDTH).collect::<String>())
+                format!("{}…", e.chars().take(ERROR_WIDTH).collect::<String>())
             }
         });
         line.push(or_dash(error));
@@ -416,6 +474,29 @@ pub fn text(rows: &[Row], wide: bool) -> String {
         }
     }
     out
+}
+
+/// The machine-readable output: the rows and what could not be read.
+#[derive(Serialize)]
+struct Report<'a> {
+    missing: &'a [String],
+    items: &'a [Row],
+}
+
+/// `-o json`: the rows and the missing sources, every text as [`rows`] and [`missing`] escaped it.
+pub fn json(rows: &[Row], missing: &[String]) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(&Report {
+        missing,
+        items: rows,
+    })
+}
+
+/// `-o yaml`, as [`json`].
+pub fn yaml(rows: &[Row], missing: &[String]) -> Result<String, serde_norway::Error> {
+    serde_norway::to_string(&Report {
+        missing,
+        items: rows,
+    })
 }
 
 #[cfg(test)]

@@ -6,18 +6,18 @@ fn now() -> jiff::Timestamp {
 }
 
 fn object(ns: &str, name: &str, metadata: &[(&str, &str)]) -> Object {
-    Object {
-        namespace: ns.into(),
-        name: name.into(),
-        trigger: Trigger {
-            address: "cozy-autoscaling-scaler:6000".into(),
-            metadata: metadata
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        },
-        hpa: format!("keda-hpa-{name}"),
-    }
+    object_at(ns, name, "cozy-autoscaling-scaler:6000", metadata)
+}
+
+fn object_at(ns: &str, name: &str, address: &str, metadata: &[(&str, &str)]) -> Object {
+    let trigger = Trigger {
+        address: address.into(),
+        metadata: metadata
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    Object::new(ns.into(), name.into(), &trigger, format!("keda-hpa-{name}"))
 }
 
 const GOOD: &[(&str, &str)] = &[("target", "10"), ("maxReplicas", "5")];
@@ -229,7 +229,7 @@ fn a_truncated_page_is_reported() {
 fn the_table_has_a_header_aligned_columns_and_cut_errors() {
     let mut inputs = fleet();
     if let Ok(page) = &mut inputs.decisions {
-        page.entries[2].last_error.as_mut().unwrap().message = format!("x\n{}", "y".repeat(500));
+        page.entries[2].last_error.as_mut().unwrap().message = format!("x\n{}", "y".repeat(400));
     }
     let rows = rows(&inputs);
     let table = text(&rows, false);
@@ -244,7 +244,7 @@ fn the_table_has_a_header_aligned_columns_and_cut_errors() {
     let wide = text(&rows, true);
     assert!(wide.contains("SCALER") && wide.contains("cozy-autoscaling-scaler:6000"));
     assert!(wide.contains("AbleToScale=True(ReadyForNewScale)"));
-    assert!(wide.contains(&"y".repeat(500)));
+    assert!(wide.contains(&format!(r"x\n{}", "y".repeat(400))));
 }
 
 #[test]
@@ -258,5 +258,62 @@ fn ages_read_like_kubectl() {
         (172_800, "2d"),
     ] {
         assert_eq!(short_age(s), want);
+    }
+}
+
+/// What a terminal acts on: C0 controls but the line break, DEL, C1 controls (0x9b is a CSI),
+/// and the bidirectional overrides.
+fn steering(text: &str) -> Option<char> {
+    text.chars()
+        .find(|&c| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c))
+}
+
+#[test]
+fn every_printed_field_is_escaped_and_bounded() {
+    const CSI: &str = "\u{1b}[2J\u{1b}]0;pwned\u{7}\u{9b}31m\u{202e}\r\n";
+    let hostile = |s: &str| format!("{s}{CSI}{}", "z".repeat(100_000));
+    let mut inputs = fleet();
+    if let Ok(objects) = &mut inputs.objects {
+        // The tenant's: the address, and metadata whose parse error repeats it.
+        objects[0] = object_at("a", "healthy", &hostile("cozy-autoscaling-scaler."), GOOD);
+        let target = hostile("ten");
+        objects[2] = object("b", "invalid", &[("target", &target), ("maxReplicas", "5")]);
+    }
+    if let Ok(hpas) = &mut inputs.hpas {
+        hpas[0].conditions[0].reason = Some(hostile("Ready"));
+        hpas[0].conditions[1].kind = hostile("ScalingActive");
+    }
+    if let Ok(page) = &mut inputs.decisions {
+        page.entries[0].reason = Some(hostile("load"));
+        page.entries[2].last_error.as_mut().unwrap().message = hostile("down");
+        page.entries[2].last_error.as_mut().unwrap().code = hostile("Unavailable");
+        page.entries[5].namespace = hostile("z");
+        page.entries[5].cluster = hostile("gone");
+    }
+    inputs.clusters = Err(hostile("the API server said"));
+    let mut without_objects = fleet();
+    without_objects.objects = Err(hostile("forbidden"));
+    without_objects.decisions = inputs.decisions.clone();
+    for inputs in [inputs, without_objects] {
+        let rows = rows(&inputs);
+        let notes = missing(&inputs);
+        for (output, printed) in [
+            ("text", text(&rows, false)),
+            ("wide", text(&rows, true)),
+            ("json", json(&rows, &notes).unwrap()),
+            ("yaml", yaml(&rows, &notes).unwrap()),
+            ("warnings", notes.join("\n")),
+        ] {
+            assert_eq!(steering(&printed), None, "{output}: {printed}");
+            // Before: the 100,000 characters of each field, whole.
+            assert!(
+                printed.len() < 32 << 10,
+                "{output}: {} bytes",
+                printed.len()
+            );
+            if output != "text" {
+                assert!(printed.contains(r"u{1b}[2J"), "{output}: {printed}");
+            }
+        }
     }
 }
