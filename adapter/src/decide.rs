@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::path::ReadError;
+use crate::path::{COUNTS, ReadError};
 
 /// Why the target could not be read, or the adapter cannot act on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +128,19 @@ pub fn decide(input: &Input) -> Decision {
     if desired == current {
         return hold(true, "Synced", format!("the target has {current}"));
     }
+    // The API server's schema (minimum 0) refuses a negative count today; the adapter does
+    // not rely on it: a count it cannot stand behind is never written.
+    if !COUNTS.contains(&desired) {
+        return hold(
+            false,
+            "InvalidCount",
+            format!(
+                "spec.replicas {desired} is outside {}..={}: not written; set a count in range (the target keeps {current})",
+                COUNTS.start(),
+                COUNTS.end()
+            ),
+        );
+    }
     if input.paused {
         return hold(
             false,
@@ -195,6 +208,32 @@ mod tests {
         assert_eq!(
             decide(&input(Some(0), false, Ok(3))).action,
             Action::Write(0)
+        );
+    }
+
+    #[test]
+    fn a_count_out_of_range_is_never_written_and_named() {
+        for desired in [-1, -5, i32::MIN] {
+            for paused in [false, true] {
+                let d = decide(&input(Some(desired), paused, Ok(2)));
+                assert_eq!(d.action, Action::Nothing, "{desired}");
+                assert_eq!(d.replicas, Some(2));
+                assert_eq!(
+                    (d.verdict.synced, d.verdict.reason),
+                    (false, "InvalidCount")
+                );
+                assert!(
+                    d.verdict
+                        .message
+                        .contains(&format!("spec.replicas {desired} ")),
+                    "{}",
+                    d.verdict.message
+                );
+            }
+        }
+        assert_eq!(
+            decide(&input(Some(i32::MAX), false, Ok(2))).action,
+            Action::Write(i32::MAX)
         );
     }
 
@@ -284,7 +323,7 @@ mod tests {
         /// differs, and the interval has passed; and it writes spec.replicas.
         #[test]
         fn writes_only_when_allowed(
-            desired in proptest::option::of(0..10i32),
+            desired in proptest::option::of(-3..10i32),
             paused: bool,
             current in proptest::option::of(0..10i32),
             last in proptest::option::of(-100..200i64),
@@ -300,7 +339,7 @@ mod tests {
             let d = decide(&i);
             let allowed = !paused
                 && current.is_some()
-                && desired.is_some()
+                && desired.is_some_and(|d| d >= 0)
                 && desired != current
                 && last.is_none_or(|l| 100 - l >= 30);
             proptest::prop_assert_eq!(matches!(d.action, Action::Write(_)), allowed);

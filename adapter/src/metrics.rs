@@ -22,6 +22,7 @@ const REASONS: &[&str] = &[
     "NotANumber",
     "Forbidden",
     "ApiError",
+    "InvalidCount",
     "Paused",
     "Paced",
     "Writing",

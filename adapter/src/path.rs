@@ -69,6 +69,9 @@ impl fmt::Display for ReplicasPath {
     }
 }
 
+/// The counts the adapter reads and writes: a count outside is never written, whatever asks.
+pub const COUNTS: std::ops::RangeInclusive<i32> = 0..=i32::MAX;
+
 /// Why the target's count could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
@@ -95,7 +98,7 @@ impl ReplicasPath {
         };
         number
             .and_then(|n| i32::try_from(n).ok())
-            .filter(|n| *n >= 0)
+            .filter(|n| COUNTS.contains(n))
             .ok_or_else(|| ReadError::NotANumber {
                 path: self.to_string(),
                 found: describe(at),
