@@ -15,6 +15,8 @@ pub enum Blocked {
     Conflict(String),
     /// The target object does not exist.
     TargetMissing,
+    /// The target changed, or was deleted and created again, between its read and the write.
+    TargetChanged,
     /// The target kind is not served by the API server.
     KindUnknown(String),
     /// The path is absent or holds no count.
@@ -31,6 +33,7 @@ impl Blocked {
             Blocked::InvalidSpec(_) => "InvalidSpec",
             Blocked::Conflict(_) => "Conflict",
             Blocked::TargetMissing => "TargetMissing",
+            Blocked::TargetChanged => "TargetChanged",
             Blocked::KindUnknown(_) => "KindUnknown",
             Blocked::Read(ReadError::Missing(_)) => "PathMissing",
             Blocked::Read(ReadError::NotANumber { .. }) => "NotANumber",
@@ -46,6 +49,7 @@ impl Blocked {
                 "the ScaleAdapter {other} already drives this target; delete one of the two"
             ),
             Blocked::TargetMissing => "the target does not exist in this namespace".into(),
+            Blocked::TargetChanged => "the target changed (or was deleted and created again) between its read and the write: nothing was written; the next sync reads it again".into(),
             Blocked::KindUnknown(m) => m.clone(),
             Blocked::Read(e) => e.to_string(),
             Blocked::Forbidden(m) => format!(
@@ -74,7 +78,7 @@ pub struct Input {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     Nothing,
-    /// Server-side apply this count into the target.
+    /// Patch this count into the target.
     Write(i32),
 }
 
@@ -291,6 +295,7 @@ mod tests {
             (Blocked::InvalidSpec("bad path".into()), "InvalidSpec"),
             (Blocked::Conflict("other".into()), "Conflict"),
             (Blocked::TargetMissing, "TargetMissing"),
+            (Blocked::TargetChanged, "TargetChanged"),
             (Blocked::KindUnknown("no kind".into()), "KindUnknown"),
             (
                 Blocked::Read(ReadError::Missing("/spec/redis".into())),

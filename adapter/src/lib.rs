@@ -1,7 +1,8 @@
 //! `scaler scale-adapter`: the ScaleAdapter controller (docs/scale-adapter.md). A ScaleAdapter
 //! gives a target without a `/scale` subresource (a RedisFailover) one: the HPA or `kubectl
 //! scale` sets the adapter's `spec.replicas`, and the leader (a Lease, `runtime::lease`) writes
-//! it into the target at `replicasPath` with server-side apply, paced, never while paused.
+//! it into the target at `replicasPath` with a merge patch conditional on the version read (never
+//! creating a target), paced, never while paused.
 //!
 //! `crd` is the API, `path` the pointer, `target` the checks before any call, `decide` and
 //! `status` the pure decision, `sync` the I/O, `metrics` the gauges.

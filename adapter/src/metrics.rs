@@ -17,6 +17,7 @@ const REASONS: &[&str] = &[
     "InvalidSpec",
     "Conflict",
     "TargetMissing",
+    "TargetChanged",
     "KindUnknown",
     "PathMissing",
     "NotANumber",

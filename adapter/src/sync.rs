@@ -1,5 +1,6 @@
 //! One sync of every adapter (the I/O around [`crate::decide`]): read each target, decide,
-//! server-side apply the count under [`FIELD_MANAGER`], write the status when it changed. Each
+//! patch the count under [`FIELD_MANAGER`] (a merge patch conditional on the version read, which
+//! never creates a target), write the status when it changed. Each
 //! API call has a deadline and at most `concurrency` adapters are in flight, so a slow API
 //! server or many adapters cannot stall or flood it.
 use std::collections::{BTreeMap, HashMap};
@@ -31,6 +32,13 @@ pub struct Settings {
     pub min_interval: Duration,
     pub api_timeout: Duration,
     pub concurrency: usize,
+}
+
+/// A target as read: where it is, and the version a write is conditional on.
+struct Read {
+    api: Api<DynamicObject>,
+    target: Target,
+    resource_version: String,
 }
 
 pub struct Syncer {
@@ -135,8 +143,8 @@ impl Syncer {
         let mut replicas = decision.replicas;
         let mut verdict = decision.verdict;
         let mut last_write = last_write;
-        if let (Action::Write(n), Ok((_, (api, target)))) = (&decision.action, &current) {
-            match self.write(api, target, &adapter.spec.target_ref, *n).await {
+        if let (Action::Write(n), Ok((_, read))) = (&decision.action, &current) {
+            match self.write(read, &adapter.spec.target_ref.name, *n).await {
                 Ok(written) => {
                     self.writes.lock().await.insert(key, now);
                     last_write = Some(now);
@@ -184,16 +192,24 @@ impl Syncer {
         namespace: &str,
         adapter: &ScaleAdapter,
         target: &Target,
-    ) -> Result<(i32, (Api<DynamicObject>, Target)), Blocked> {
+    ) -> Result<(i32, Read), Blocked> {
         let resource = self.resolve(&target.gvk).await?;
         let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource);
         let object = self
             .call(api.get_opt(&adapter.spec.target_ref.name))
             .await?
             .ok_or(Blocked::TargetMissing)?;
+        let resource_version = object
+            .resource_version()
+            .ok_or_else(|| Blocked::Api("the target was read without a resourceVersion".into()))?;
         let value = serde_json::to_value(&object).map_err(|e| Blocked::Api(e.to_string()))?;
         let count = target.path.read(&value).map_err(Blocked::Read)?;
-        Ok((count, (api, target.clone())))
+        let read = Read {
+            api,
+            target: target.clone(),
+            resource_version,
+        };
+        Ok((count, read))
     }
 
     async fn resolve(&self, gvk: &GroupVersionKind) -> Result<ApiResource, Blocked> {
@@ -223,28 +239,25 @@ impl Syncer {
         Ok(resource)
     }
 
-    /// Applies the count; returns the count the answer holds.
-    async fn write(
-        &self,
-        api: &Api<DynamicObject>,
-        target: &Target,
-        reference: &crate::crd::TargetRef,
-        replicas: i32,
-    ) -> Result<i32, Blocked> {
-        let patch = target.path.apply_patch(
-            &reference.api_version,
-            &reference.kind,
-            &reference.name,
-            replicas,
-        );
-        // force: the adapter is the declared owner of this one field (as the HPA is of a
-        // Deployment's replicas); a chart still setting it would flip it back (docs/scale-adapter.md).
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+    /// Patches the count into the target as read; returns the count the answer holds. A target
+    /// deleted since (404) is `TargetMissing`, one changed or recreated (409) `TargetChanged`:
+    /// a server-side apply would have created a skeleton target in the first case.
+    async fn write(&self, read: &Read, name: &str, replicas: i32) -> Result<i32, Blocked> {
+        let patch = read
+            .target
+            .path
+            .merge_patch(&read.resource_version, replicas);
+        // An update takes the field over from whoever set it (as the HPA owns a Deployment's
+        // replicas); a chart still setting it would flip it back (docs/scale-adapter.md).
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
         let written = self
-            .call(api.patch(&reference.name, &params, &Patch::Apply(&patch)))
+            .call(read.api.patch(name, &params, &Patch::Merge(&patch)))
             .await?;
         let value = serde_json::to_value(&written).map_err(|e| Blocked::Api(e.to_string()))?;
-        target.path.read(&value).map_err(Blocked::Read)
+        read.target.path.read(&value).map_err(Blocked::Read)
     }
 
     async fn write_status(
@@ -269,7 +282,8 @@ impl Syncer {
         }
     }
 
-    /// One API call with the deadline; 404 is `TargetMissing` (callers rename it), 403 `Forbidden`.
+    /// One API call with the deadline; 404 is `TargetMissing` (callers rename it), 403
+    /// `Forbidden`, 409 (a precondition failed) `TargetChanged`.
     async fn call<T>(
         &self,
         call: impl Future<Output = Result<T, kube::Error>>,
@@ -280,6 +294,7 @@ impl Syncer {
                 Err(Blocked::Forbidden(names::echo(&s.message)))
             }
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(Blocked::TargetMissing),
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => Err(Blocked::TargetChanged),
             Ok(Err(kube::Error::Discovery(e))) => Err(Blocked::KindUnknown(e.to_string())),
             Ok(Err(e)) => Err(Blocked::Api(names::echo(&e.to_string()))),
             Err(_) => Err(Blocked::Api(format!(
@@ -289,3 +304,7 @@ impl Syncer {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "sync_tests.rs"]
+mod tests;

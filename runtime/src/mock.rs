@@ -22,6 +22,8 @@ pub fn client() -> (Client, ApiServer) {
 pub struct Sent {
     pub method: String,
     pub path: String,
+    /// The `Content-Type` header (a patch's kind: merge, JSON or apply), empty when absent.
+    pub content_type: String,
     pub body: Value,
 }
 
@@ -33,6 +35,12 @@ impl ApiServer {
         let sent = Sent {
             method: request.method().to_string(),
             path: request.uri().path().to_owned(),
+            content_type: request
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
             body: {
                 let bytes = request.into_body().collect_bytes().await.unwrap();
                 if bytes.is_empty() {

@@ -228,6 +228,39 @@ def test_failures_are_explained_in_conditions(rig, adapter_proc):
         rig.kube.delete(SA, "ScaleAdapter", name, NS)
 
 
+def test_a_write_never_creates_or_overwrites_a_raced_target(rig):
+    """What the adapter's write relies on, on the real API server. The race itself (the target
+    deleted between the adapter's read and its write) is scripted in adapter/src/sync_tests.rs;
+    here the write it sends, a JSON merge patch carrying the resourceVersion it read, neither
+    creates a deleted target (404) nor writes over one created again under its name (409). The
+    server-side apply it sent before creates a skeleton target (issue 43 item 4)."""
+    rig.kube.ensure_namespace(NS)
+    rig.kube.apply(redis_failover("raced", NS, 2))
+    read = rig.kube.get(RF, "RedisFailover", "raced", NS)["metadata"]["resourceVersion"]
+    write = {"metadata": {"resourceVersion": read}, "spec": {"redis": {"replicas": 4}}}
+    rig.kube.delete(RF, "RedisFailover", "raced", NS)
+    wait_until(lambda: rig.kube.get(RF, "RedisFailover", "raced", NS) is None, timeout=30, interval=POLL,
+               what="the target deleted")
+    with pytest.raises(ApiError) as missing:
+        rig.kube.merge_patch(RF, "RedisFailover", "raced", write, NS)
+    assert missing.value.status == 404
+    assert rig.kube.get(RF, "RedisFailover", "raced", NS) is None, "the write created the target"
+    rig.kube.apply(redis_failover("raced", NS, 2))
+    with pytest.raises(ApiError) as changed:
+        rig.kube.merge_patch(RF, "RedisFailover", "raced", write, NS)
+    assert changed.value.status == 409
+    assert target_replicas(rig, "raced") == 2
+    rig.kube.delete(RF, "RedisFailover", "raced", NS)
+    wait_until(lambda: rig.kube.get(RF, "RedisFailover", "raced", NS) is None, timeout=30, interval=POLL,
+               what="the target deleted again")
+    # Before: the apply body (the count alone) made a skeleton RedisFailover.
+    rig.kube.apply({"apiVersion": RF, "kind": "RedisFailover", "metadata": {"name": "raced", "namespace": NS},
+                    "spec": {"redis": {"replicas": 4}}}, manager=MANAGER)
+    skeleton = rig.kube.get(RF, "RedisFailover", "raced", NS)
+    assert skeleton["spec"] == {"redis": {"replicas": 4}}
+    rig.kube.delete(RF, "RedisFailover", "raced", NS)
+
+
 def chartgen_redis_chart(rig) -> Path:
     """tests/chartgen/fixtures/redis after `chartgen app` (the ScaleAdapter, the ScaledObject and
     the live count of spec.redis.replicas), in the rig's directory."""

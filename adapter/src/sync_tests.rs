@@ -1,0 +1,145 @@
+//! One sync against the scripted API server (`runtime::mock`): the requests the adapter sends,
+//! in order, and what it reports.
+use serde_json::{Value, json};
+
+use super::*;
+use crate::crd::{ScaleAdapterSpec, TargetRef};
+use runtime::mock::{self, ApiServer};
+
+const NS: &str = "tenant";
+const DISCOVERY: &str = "/apis/databases.spotahome.com/v1";
+
+fn target_path(name: &str) -> String {
+    format!("/apis/databases.spotahome.com/v1/namespaces/{NS}/redisfailovers/{name}")
+}
+
+fn status_path(name: &str) -> String {
+    format!("/apis/autoscaling.cozystack.io/v1alpha1/namespaces/{NS}/scaleadapters/{name}/status")
+}
+
+fn syncer() -> (Syncer, ApiServer) {
+    let (client, server) = mock::client();
+    let settings = Settings {
+        min_interval: Duration::from_secs(30),
+        api_timeout: Duration::from_secs(5),
+        concurrency: 1,
+    };
+    (Syncer::new(client, settings, Metrics::default()), server)
+}
+
+/// An adapter asking for `replicas` of the RedisFailover of the same name.
+fn adapter(name: &str, replicas: i32) -> ScaleAdapter {
+    let mut a = ScaleAdapter::new(
+        name,
+        ScaleAdapterSpec {
+            target_ref: TargetRef {
+                api_version: "databases.spotahome.com/v1".into(),
+                kind: "RedisFailover".into(),
+                name: name.into(),
+            },
+            replicas_path: "/spec/redis/replicas".into(),
+            replicas: Some(replicas),
+            paused: false,
+            selector: "app=redis".into(),
+        },
+    );
+    a.metadata.namespace = Some(NS.into());
+    a
+}
+
+fn redis_failover(name: &str, resource_version: &str, replicas: i32) -> Value {
+    json!({
+        "apiVersion": "databases.spotahome.com/v1", "kind": "RedisFailover",
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": resource_version},
+        "spec": {"redis": {"replicas": replicas}},
+    })
+}
+
+/// The discovery answer for the RedisFailover kind (asked once per process).
+async fn discovery(server: &mut ApiServer) {
+    let resources = json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "databases.spotahome.com/v1",
+        "resources": [{"name": "redisfailovers", "singularName": "redisfailover", "namespaced": true,
+                       "kind": "RedisFailover", "verbs": ["get", "list", "watch", "patch"]}],
+    });
+    server.get(DISCOVERY, resources).await;
+}
+
+/// The `Synced` condition the next request (the status write of `name`) carries.
+async fn reported(server: &mut ApiServer, name: &str) -> Value {
+    let sent = server
+        .expect(
+            "PATCH",
+            &status_path(name),
+            200,
+            serde_json::to_value(adapter(name, 0)).unwrap(),
+        )
+        .await;
+    sent.body["status"]["conditions"][0].clone()
+}
+
+#[tokio::test]
+async fn a_target_deleted_or_changed_after_its_read_is_never_created_or_overwritten() {
+    for (code, reason, answer) in [
+        (404, "NotFound", "TargetMissing"),
+        (409, "Conflict", "TargetChanged"),
+    ] {
+        let (syncer, mut server) = syncer();
+        let sync = syncer.sync(vec![Arc::new(adapter("cache", 4))]);
+        mock::scripted(sync, async {
+            discovery(&mut server).await;
+            server
+                .get(&target_path("cache"), redis_failover("cache", "41", 2))
+                .await;
+            let sent = server
+                .expect(
+                    "PATCH",
+                    &target_path("cache"),
+                    code,
+                    mock::status(code, reason),
+                )
+                .await;
+            // A merge patch cannot create an object, and the API server checks the version.
+            assert_eq!(sent.content_type, "application/merge-patch+json");
+            assert_eq!(
+                sent.body,
+                json!({"metadata": {"resourceVersion": "41"}, "spec": {"redis": {"replicas": 4}}})
+            );
+            let synced = reported(&mut server, "cache").await;
+            assert_eq!(
+                (&synced["status"], &synced["reason"]),
+                (&json!("False"), &json!(answer))
+            );
+        })
+        .await;
+        server.done();
+    }
+}
+
+#[tokio::test]
+async fn a_write_reports_the_count_the_target_holds() {
+    let (syncer, mut server) = syncer();
+    let sync = syncer.sync(vec![Arc::new(adapter("cache", 4))]);
+    mock::scripted(sync, async {
+        discovery(&mut server).await;
+        server
+            .get(&target_path("cache"), redis_failover("cache", "41", 2))
+            .await;
+        server
+            .expect(
+                "PATCH",
+                &target_path("cache"),
+                200,
+                redis_failover("cache", "42", 4),
+            )
+            .await;
+        let synced = reported(&mut server, "cache").await;
+        assert_eq!(
+            (&synced["status"], &synced["reason"]),
+            (&json!("True"), &json!("Synced"))
+        );
+    })
+    .await;
+    server.done();
+    assert_eq!(syncer.metrics.writes.get(), 1);
+}
