@@ -98,11 +98,12 @@ impl Args {
             api_timeout: s.api_timeout,
             concurrency: usize::from(s.concurrency),
         };
-        let syncer = sync::Syncer::new(client, settings, metrics.clone());
+        let syncer = sync::Syncer::new(client, settings, metrics.clone(), leader.clone());
         info!(%identity, field_manager = sync::FIELD_MANAGER, "running the scale adapter");
 
         let (readiness, mut synced) = (app.readiness(), false);
         let paced = lease::paced(s.sync_interval, leader, app.shutdown(), async |leading| {
+            metrics.leader.set(i64::from(leading));
             if !synced {
                 synced = store.wait_until_ready().now_or_never_ready();
                 if !synced {
@@ -110,7 +111,6 @@ impl Args {
                 }
                 readiness.set(true);
             }
-            metrics.leader.set(i64::from(leading));
             let snapshot = store.state();
             let adapters = i64::try_from(snapshot.len()).unwrap_or(i64::MAX);
             metrics.adapters.set(adapters);

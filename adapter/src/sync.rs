@@ -14,7 +14,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 use tokio::time::timeout;
 use tracing::{info, warn};
 
@@ -45,6 +45,8 @@ pub struct Syncer {
     client: Client,
     settings: Settings,
     metrics: Metrics,
+    /// Whether this replica holds the Lease (`runtime::lease`), checked before each write.
+    leader: watch::Receiver<bool>,
     /// Resolved kinds; one discovery call per kind, retried while it fails.
     kinds: Mutex<HashMap<GroupVersionKind, ApiResource>>,
     /// When each adapter (namespace, name) last wrote, by this process.
@@ -52,18 +54,43 @@ pub struct Syncer {
 }
 
 impl Syncer {
-    pub fn new(client: Client, settings: Settings, metrics: Metrics) -> Self {
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        metrics: Metrics,
+        leader: watch::Receiver<bool>,
+    ) -> Self {
         Self {
             client,
             settings,
             metrics,
+            leader,
             kinds: Mutex::default(),
             writes: Mutex::default(),
         }
     }
 
-    /// Syncs every adapter in `adapters` (the reflector's snapshot).
+    /// Syncs every adapter in `adapters` (the reflector's snapshot) as the leader. A lead lost
+    /// meanwhile stops the sync at once (the calls in flight are dropped) and zeroes the leader
+    /// gauge; each write checks the lead first, so none starts after the loss.
     pub async fn sync(&self, adapters: Vec<Arc<ScaleAdapter>>) {
+        let mut lead = self.leader.clone();
+        tokio::select! {
+            biased;
+            // An error: the campaign ended (shutdown), which is no lead either.
+            _ = lead.wait_for(|leading| !leading) => {
+                self.metrics.leader.set(0);
+                warn!("lost the Lease: sync stopped, nothing more is written");
+            }
+            () = self.sync_all(adapters) => {}
+        }
+    }
+
+    fn leading(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    async fn sync_all(&self, adapters: Vec<Arc<ScaleAdapter>>) {
         let targets: Vec<_> = adapters.iter().map(|a| target::validate(&a.spec)).collect();
         let claims = adapters
             .iter()
@@ -144,6 +171,9 @@ impl Syncer {
         let mut verdict = decision.verdict;
         let mut last_write = last_write;
         if let (Action::Write(n), Ok((_, read))) = (&decision.action, &current) {
+            if !self.leading() {
+                return None;
+            }
             match self.write(read, &adapter.spec.target_ref.name, *n).await {
                 Ok(written) => {
                     self.writes.lock().await.insert(key, now);
@@ -266,6 +296,9 @@ impl Syncer {
         name: &str,
         next: &crate::crd::ScaleAdapterStatus,
     ) {
+        if !self.leading() {
+            return;
+        }
         let api = Api::<ScaleAdapter>::namespaced(self.client.clone(), namespace);
         let body = json!({
             "apiVersion": "autoscaling.cozystack.io/v1alpha1",

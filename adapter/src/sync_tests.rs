@@ -17,14 +17,17 @@ fn status_path(name: &str) -> String {
     format!("/apis/autoscaling.cozystack.io/v1alpha1/namespaces/{NS}/scaleadapters/{name}/status")
 }
 
-fn syncer() -> (Syncer, ApiServer) {
+/// A syncer leading as long as the returned sender says so.
+fn syncer() -> (Syncer, ApiServer, watch::Sender<bool>) {
     let (client, server) = mock::client();
+    let (lead, leader) = watch::channel(true);
     let settings = Settings {
         min_interval: Duration::from_secs(30),
         api_timeout: Duration::from_secs(5),
         concurrency: 1,
     };
-    (Syncer::new(client, settings, Metrics::default()), server)
+    let syncer = Syncer::new(client, settings, Metrics::default(), leader);
+    (syncer, server, lead)
 }
 
 /// An adapter asking for `replicas` of the RedisFailover of the same name.
@@ -84,7 +87,7 @@ async fn a_target_deleted_or_changed_after_its_read_is_never_created_or_overwrit
         (404, "NotFound", "TargetMissing"),
         (409, "Conflict", "TargetChanged"),
     ] {
-        let (syncer, mut server) = syncer();
+        let (syncer, mut server, _lead) = syncer();
         let sync = syncer.sync(vec![Arc::new(adapter("cache", 4))]);
         mock::scripted(sync, async {
             discovery(&mut server).await;
@@ -118,7 +121,7 @@ async fn a_target_deleted_or_changed_after_its_read_is_never_created_or_overwrit
 
 #[tokio::test]
 async fn a_write_reports_the_count_the_target_holds() {
-    let (syncer, mut server) = syncer();
+    let (syncer, mut server, _lead) = syncer();
     let sync = syncer.sync(vec![Arc::new(adapter("cache", 4))]);
     mock::scripted(sync, async {
         discovery(&mut server).await;
@@ -142,4 +145,53 @@ async fn a_write_reports_the_count_the_target_holds() {
     .await;
     server.done();
     assert_eq!(syncer.metrics.writes.get(), 1);
+}
+
+#[tokio::test]
+async fn a_lead_lost_mid_sync_stops_it_at_once() {
+    let (syncer, mut server, lead) = syncer();
+    syncer.metrics.leader.set(1);
+    let adapters = ["a", "b", "c"].map(|name| Arc::new(adapter(name, 4)));
+    let sync = syncer.sync(adapters.to_vec());
+    let script = async {
+        discovery(&mut server).await;
+        server
+            .get(&target_path("a"), redis_failover("a", "1", 2))
+            .await;
+        server
+            .expect("PATCH", &target_path("a"), 200, redis_failover("a", "2", 4))
+            .await;
+        reported(&mut server, "a").await;
+        // Another replica takes the Lease while b is being read: b's count is wrong, yet
+        // neither it nor its status is written, and c is not even read.
+        let (_, read_b) = server.hold("GET", &target_path("b")).await;
+        lead.send_replace(false);
+        read_b.answer(200, &redis_failover("b", "1", 2));
+    };
+    let stopped = tokio::time::timeout(Duration::from_secs(5), mock::scripted(sync, script)).await;
+    assert!(stopped.is_ok(), "the sync went on after the lead was lost");
+    server.done();
+    assert_eq!(syncer.metrics.writes.get(), 1);
+    assert_eq!(
+        syncer.metrics.leader.get(),
+        0,
+        "the leader gauge still says 1"
+    );
+}
+
+#[tokio::test]
+async fn nothing_is_written_without_the_lead() {
+    let (syncer, mut server, lead) = syncer();
+    lead.send_replace(false);
+    // The sync loop itself, without the stop: the check before each write holds on its own.
+    let sync = syncer.sync_all(vec![Arc::new(adapter("a", 4))]);
+    mock::scripted(sync, async {
+        discovery(&mut server).await;
+        server
+            .get(&target_path("a"), redis_failover("a", "1", 2))
+            .await;
+    })
+    .await;
+    server.done();
+    assert_eq!(syncer.metrics.writes.get(), 0);
 }
