@@ -14,6 +14,7 @@ struct ReasonLabels {
 
 /// Every reason an adapter can be unsynced for, so each series exists (at 0) from the start.
 const REASONS: &[&str] = &[
+    "Malformed",
     "InvalidSpec",
     "Conflict",
     "TargetMissing",

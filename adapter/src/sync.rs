@@ -19,7 +19,7 @@ use tokio::time::timeout;
 use tracing::{info, warn};
 
 use crate::crd::ScaleAdapter;
-use crate::decide::{Action, Blocked, Input, decide};
+use crate::decide::{Action, Blocked, Input, Verdict, decide};
 use crate::metrics::Metrics;
 use crate::status::{self, Report};
 use crate::target::{self, Claim, Target, TargetKey};
@@ -51,6 +51,9 @@ pub struct Syncer {
     kinds: Mutex<HashMap<GroupVersionKind, ApiResource>>,
     /// When each adapter (namespace, name) last wrote, by this process.
     writes: Mutex<HashMap<(String, String), Timestamp>>,
+    /// The decode error last logged for each adapter that does not decode: logged once per
+    /// change, not every sync.
+    malformed: Mutex<HashMap<(String, String), String>>,
 }
 
 impl Syncer {
@@ -67,13 +70,14 @@ impl Syncer {
             leader,
             kinds: Mutex::default(),
             writes: Mutex::default(),
+            malformed: Mutex::default(),
         }
     }
 
     /// Syncs every adapter in `adapters` (the reflector's snapshot) as the leader. A lead lost
     /// meanwhile stops the sync at once (the calls in flight are dropped) and zeroes the leader
     /// gauge; each write checks the lead first, so none starts after the loss.
-    pub async fn sync(&self, adapters: Vec<Arc<ScaleAdapter>>) {
+    pub async fn sync(&self, adapters: Vec<Arc<DynamicObject>>) {
         let mut lead = self.leader.clone();
         tokio::select! {
             biased;
@@ -90,7 +94,23 @@ impl Syncer {
         *self.leader.borrow()
     }
 
-    async fn sync_all(&self, adapters: Vec<Arc<ScaleAdapter>>) {
+    /// Syncs the objects that decode, and reports each one that does not on itself.
+    async fn sync_all(&self, objects: Vec<Arc<DynamicObject>>) {
+        let mut adapters = Vec::new();
+        let mut malformed = HashMap::new();
+        for object in &objects {
+            match crate::crd::decode(object) {
+                Ok(adapter) => adapters.push(adapter),
+                Err(message) => {
+                    let key = (object.namespace().unwrap_or_default(), object.name_any());
+                    malformed.insert(key, (object, message));
+                }
+            }
+        }
+        self.malformed
+            .lock()
+            .await
+            .retain(|k, _| malformed.contains_key(k));
         let targets: Vec<_> = adapters.iter().map(|a| target::validate(&a.spec)).collect();
         let claims = adapters
             .iter()
@@ -117,7 +137,7 @@ impl Syncer {
             })
             .collect();
         let losers = target::losers(claims);
-        let live: std::collections::HashSet<_> = adapters
+        let live: std::collections::HashSet<_> = objects
             .iter()
             .map(|a| (a.namespace().unwrap_or_default(), a.name_any()))
             .collect();
@@ -132,7 +152,12 @@ impl Syncer {
             .buffer_unordered(self.settings.concurrency)
             .collect()
             .await;
-        for reason in reasons.into_iter().flatten() {
+        let unread: Vec<_> = stream::iter(malformed)
+            .map(|(key, (object, message))| self.report_malformed(key, object, message))
+            .buffer_unordered(self.settings.concurrency)
+            .collect()
+            .await;
+        for reason in reasons.into_iter().chain(unread).flatten() {
             *blocked.entry(reason).or_default() += 1;
         }
         self.metrics.set_unsynced(&blocked);
@@ -181,7 +206,7 @@ impl Syncer {
                     self.metrics.writes.inc();
                     info!(%namespace, adapter = %name, target = %adapter.spec.target_ref.name, from = ?replicas, to = n, "wrote the target's count");
                     replicas = Some(written);
-                    verdict = crate::decide::Verdict {
+                    verdict = Verdict {
                         synced: written == *n,
                         reason: if written == *n {
                             "Synced"
@@ -193,7 +218,7 @@ impl Syncer {
                 }
                 Err(blocked) => {
                     warn!(%namespace, adapter = %name, reason = blocked.reason(), message = %blocked.message(), "cannot write the target");
-                    verdict = crate::decide::Verdict {
+                    verdict = Verdict {
                         synced: false,
                         reason: blocked.reason(),
                         message: blocked.message(),
@@ -201,19 +226,70 @@ impl Syncer {
                 }
             }
         }
-        let next = status::status(&Report {
-            previous: stored,
-            generation: adapter.metadata.generation,
-            replicas,
-            selector: &adapter.spec.selector,
-            verdict: &verdict,
-            last_write,
-            now,
-        });
-        if stored != Some(&next) {
-            self.write_status(&namespace, &name, &next).await;
-        }
+        self.report(
+            &namespace,
+            &name,
+            &Report {
+                previous: stored,
+                generation: adapter.metadata.generation,
+                replicas,
+                selector: Some(&adapter.spec.selector),
+                verdict: &verdict,
+                last_write,
+                now,
+            },
+        )
+        .await;
         (!verdict.synced).then_some(verdict.reason)
+    }
+
+    /// Reports an object that does not decode on itself (reason `Malformed`, the field named),
+    /// logging it once per change of its error; nothing else about it is read or written.
+    async fn report_malformed(
+        &self,
+        (namespace, name): (String, String),
+        object: &DynamicObject,
+        message: String,
+    ) -> Option<&'static str> {
+        let key = (namespace.clone(), name.clone());
+        let before = self.malformed.lock().await.insert(key, message.clone());
+        let changed = before.as_ref() != Some(&message);
+        if changed {
+            warn!(%namespace, adapter = %name, %message, "the ScaleAdapter does not decode; it is not synced");
+        }
+        // What of the stored status still decodes: the pacing and the transition time carry on.
+        let stored = object
+            .data
+            .get("status")
+            .and_then(|s| serde_json::from_value(s.clone()).ok());
+        let verdict = Verdict {
+            synced: false,
+            reason: "Malformed",
+            message,
+        };
+        self.report(
+            &namespace,
+            &name,
+            &Report {
+                previous: stored.as_ref(),
+                generation: object.metadata.generation,
+                replicas: None,
+                selector: None,
+                verdict: &verdict,
+                last_write: status::last_write(stored.as_ref()),
+                now: Timestamp::now(),
+            },
+        )
+        .await;
+        Some(verdict.reason)
+    }
+
+    /// Writes the status a report makes, when it differs from the stored one.
+    async fn report(&self, namespace: &str, name: &str, report: &Report<'_>) {
+        let next = status::status(report);
+        if report.previous != Some(&next) {
+            self.write_status(namespace, name, &next).await;
+        }
     }
 
     /// The target's count, and what is needed to write it.
@@ -299,7 +375,13 @@ impl Syncer {
         if !self.leading() {
             return;
         }
-        let api = Api::<ScaleAdapter>::namespaced(self.client.clone(), namespace);
+        // Untyped: the answer of an object that does not decode must not fail (kube logs the
+        // whole body of an answer it cannot decode).
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &ApiResource::erase::<ScaleAdapter>(&()),
+        );
         let body = json!({
             "apiVersion": "autoscaling.cozystack.io/v1alpha1",
             "kind": "ScaleAdapter",

@@ -30,8 +30,8 @@ fn syncer() -> (Syncer, ApiServer, watch::Sender<bool>) {
     (syncer, server, lead)
 }
 
-/// An adapter asking for `replicas` of the RedisFailover of the same name.
-fn adapter(name: &str, replicas: i32) -> ScaleAdapter {
+/// An adapter asking for `replicas` of the RedisFailover of the same name, as watched.
+fn adapter(name: &str, replicas: i32) -> Arc<DynamicObject> {
     let mut a = ScaleAdapter::new(
         name,
         ScaleAdapterSpec {
@@ -47,7 +47,7 @@ fn adapter(name: &str, replicas: i32) -> ScaleAdapter {
         },
     );
     a.metadata.namespace = Some(NS.into());
-    a
+    Arc::new(serde_json::from_value(serde_json::to_value(a).unwrap()).unwrap())
 }
 
 fn redis_failover(name: &str, resource_version: &str, replicas: i32) -> Value {
@@ -75,7 +75,7 @@ async fn reported(server: &mut ApiServer, name: &str) -> Value {
             "PATCH",
             &status_path(name),
             200,
-            serde_json::to_value(adapter(name, 0)).unwrap(),
+            serde_json::to_value(&*adapter(name, 0)).unwrap(),
         )
         .await;
     sent.body["status"]["conditions"][0].clone()
@@ -88,7 +88,7 @@ async fn a_target_deleted_or_changed_after_its_read_is_never_created_or_overwrit
         (409, "Conflict", "TargetChanged"),
     ] {
         let (syncer, mut server, _lead) = syncer();
-        let sync = syncer.sync(vec![Arc::new(adapter("cache", 4))]);
+        let sync = syncer.sync(vec![adapter("cache", 4)]);
         mock::scripted(sync, async {
             discovery(&mut server).await;
             server
@@ -122,7 +122,7 @@ async fn a_target_deleted_or_changed_after_its_read_is_never_created_or_overwrit
 #[tokio::test]
 async fn a_write_reports_the_count_the_target_holds() {
     let (syncer, mut server, _lead) = syncer();
-    let sync = syncer.sync(vec![Arc::new(adapter("cache", 4))]);
+    let sync = syncer.sync(vec![adapter("cache", 4)]);
     mock::scripted(sync, async {
         discovery(&mut server).await;
         server
@@ -151,7 +151,7 @@ async fn a_write_reports_the_count_the_target_holds() {
 async fn a_lead_lost_mid_sync_stops_it_at_once() {
     let (syncer, mut server, lead) = syncer();
     syncer.metrics.leader.set(1);
-    let adapters = ["a", "b", "c"].map(|name| Arc::new(adapter(name, 4)));
+    let adapters = ["a", "b", "c"].map(|name| adapter(name, 4));
     let sync = syncer.sync(adapters.to_vec());
     let script = async {
         discovery(&mut server).await;
@@ -184,7 +184,7 @@ async fn nothing_is_written_without_the_lead() {
     let (syncer, mut server, lead) = syncer();
     lead.send_replace(false);
     // The sync loop itself, without the stop: the check before each write holds on its own.
-    let sync = syncer.sync_all(vec![Arc::new(adapter("a", 4))]);
+    let sync = syncer.sync_all(vec![adapter("a", 4)]);
     mock::scripted(sync, async {
         discovery(&mut server).await;
         server
@@ -194,4 +194,81 @@ async fn nothing_is_written_without_the_lead() {
     .await;
     server.done();
     assert_eq!(syncer.metrics.writes.get(), 0);
+}
+
+/// Log lines written while the guard lives (this thread's tests only).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_adapter_that_does_not_decode_is_reported_on_itself_while_the_others_sync() {
+    let logs = Logs::default();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer({
+                let logs = logs.clone();
+                move || logs.clone()
+            })
+            .finish(),
+    );
+    let (syncer, mut server, _lead) = syncer();
+    let mut bad = (*adapter("bad", 4)).clone();
+    bad.data["spec"]["replicas"] = json!("four");
+    let mut objects = [bad, (*adapter("good", 4)).clone()];
+    // Two syncs: the second finds the statuses the first wrote and writes nothing.
+    for round in 0..2 {
+        let sync = syncer.sync(objects.iter().cloned().map(Arc::new).collect());
+        let script = async {
+            if round == 0 {
+                discovery(&mut server).await;
+            }
+            server
+                .get(&target_path("good"), redis_failover("good", "1", 4))
+                .await;
+            if round > 0 {
+                return;
+            }
+            // The adapters that decode first, then the reports of those that do not.
+            for object in objects.iter_mut().rev() {
+                let name = object.name_any();
+                let answer = serde_json::to_value(&*object).unwrap();
+                let sent = server
+                    .expect("PATCH", &status_path(&name), 200, answer)
+                    .await;
+                object.data["status"] = sent.body["status"].clone();
+            }
+        };
+        let done = tokio::time::timeout(Duration::from_secs(5), mock::scripted(sync, script));
+        assert!(
+            done.await.is_ok(),
+            "round {round}: more was sent than expected"
+        );
+    }
+    server.done();
+    let synced = |i: usize| objects[i].data["status"]["conditions"][0].clone();
+    assert_eq!(
+        (&synced(1)["status"], &synced(1)["reason"]),
+        (&json!("True"), &json!("Synced"))
+    );
+    assert_eq!(
+        (&synced(0)["status"], &synced(0)["reason"]),
+        (&json!("False"), &json!("Malformed"))
+    );
+    let message = synced(0)["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.starts_with("spec.replicas cannot be read: invalid type: string \"four\""),
+        "{message}"
+    );
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(logs.matches("does not decode").count(), 1, "{logs}");
 }
