@@ -109,6 +109,41 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
+/// Longest decode complaint reported (the field's path and serde's message, which can quote
+/// a whole string value).
+pub const DECODE_ERROR_MAX: usize = 256;
+
+/// The adapter an object holds, decoded on its own: one object that does not decode (a string
+/// where a number belongs) must not fail the list every adapter comes in. The error names the
+/// field and is bounded, control characters escaped.
+pub fn decode(object: &kube::api::DynamicObject) -> Result<ScaleAdapter, String> {
+    let value = serde_json::to_value(object).map_err(|e| bounded(&e.to_string()))?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        format!(
+            "{} cannot be read: {}; fix the field",
+            bounded(&e.path().to_string()),
+            bounded(&e.inner().to_string())
+        )
+    })
+}
+
+/// `text` cut to [`DECODE_ERROR_MAX`] characters, control characters escaped.
+fn bounded(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    for c in chars.by_ref().take(DECODE_ERROR_MAX) {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    if chars.next().is_some() {
+        out.push('…');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use kube::CustomResourceExt;
@@ -128,6 +163,45 @@ mod tests {
             chart == derived,
             "{CHART_CRD} differs from the derive: cargo run -q -p adapter --example crd > charts/cozy-autoscaling/crds/scaleadapters.yaml"
         );
+    }
+
+    fn object(spec: serde_json::Value) -> kube::api::DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "autoscaling.cozystack.io/v1alpha1", "kind": "ScaleAdapter",
+            "metadata": {"name": "cache", "namespace": "tenant"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_object_decodes_on_its_own_and_a_bad_field_is_named_bounded() {
+        let good = serde_json::json!({
+            "targetRef": {"apiVersion": "databases.spotahome.com/v1", "kind": "RedisFailover", "name": "cache"},
+            "replicasPath": "/spec/redis/replicas", "replicas": 3, "selector": "app=redis",
+        });
+        assert_eq!(
+            decode(&object(good.clone())).unwrap().spec.replicas,
+            Some(3)
+        );
+        let huge = format!("{}\n{}", "x".repeat(1 << 20), "forged line");
+        for (field, value, names) in [
+            ("replicas", serde_json::json!("three"), "spec.replicas"),
+            ("replicas", serde_json::json!(1_u64 << 31), "spec.replicas"),
+            ("paused", serde_json::json!(huge), "spec.paused"),
+            (
+                "targetRef",
+                serde_json::json!({"kind": 1}),
+                "spec.targetRef",
+            ),
+        ] {
+            let mut spec = good.clone();
+            spec[field] = value;
+            let error = decode(&object(spec)).unwrap_err();
+            assert!(error.starts_with(names), "{error}");
+            assert!(error.len() < 2 * DECODE_ERROR_MAX, "{} bytes", error.len());
+            assert!(!error.contains('\n'), "{error}");
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::path::ReadError;
+use crate::path::{COUNTS, ReadError};
 
 /// Why the target could not be read, or the adapter cannot act on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +15,8 @@ pub enum Blocked {
     Conflict(String),
     /// The target object does not exist.
     TargetMissing,
+    /// The target changed, or was deleted and created again, between its read and the write.
+    TargetChanged,
     /// The target kind is not served by the API server.
     KindUnknown(String),
     /// The path is absent or holds no count.
@@ -31,6 +33,7 @@ impl Blocked {
             Blocked::InvalidSpec(_) => "InvalidSpec",
             Blocked::Conflict(_) => "Conflict",
             Blocked::TargetMissing => "TargetMissing",
+            Blocked::TargetChanged => "TargetChanged",
             Blocked::KindUnknown(_) => "KindUnknown",
             Blocked::Read(ReadError::Missing(_)) => "PathMissing",
             Blocked::Read(ReadError::NotANumber { .. }) => "NotANumber",
@@ -46,6 +49,7 @@ impl Blocked {
                 "the ScaleAdapter {other} already drives this target; delete one of the two"
             ),
             Blocked::TargetMissing => "the target does not exist in this namespace".into(),
+            Blocked::TargetChanged => "the target changed (or was deleted and created again) between its read and the write: nothing was written; the next sync reads it again".into(),
             Blocked::KindUnknown(m) => m.clone(),
             Blocked::Read(e) => e.to_string(),
             Blocked::Forbidden(m) => format!(
@@ -74,7 +78,7 @@ pub struct Input {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     Nothing,
-    /// Server-side apply this count into the target.
+    /// Patch this count into the target.
     Write(i32),
 }
 
@@ -127,6 +131,19 @@ pub fn decide(input: &Input) -> Decision {
     };
     if desired == current {
         return hold(true, "Synced", format!("the target has {current}"));
+    }
+    // The API server's schema (minimum 0) refuses a negative count today; the adapter does
+    // not rely on it: a count it cannot stand behind is never written.
+    if !COUNTS.contains(&desired) {
+        return hold(
+            false,
+            "InvalidCount",
+            format!(
+                "spec.replicas {desired} is outside {}..={}: not written; set a count in range (the target keeps {current})",
+                COUNTS.start(),
+                COUNTS.end()
+            ),
+        );
     }
     if input.paused {
         return hold(
@@ -199,6 +216,32 @@ mod tests {
     }
 
     #[test]
+    fn a_count_out_of_range_is_never_written_and_named() {
+        for desired in [-1, -5, i32::MIN] {
+            for paused in [false, true] {
+                let d = decide(&input(Some(desired), paused, Ok(2)));
+                assert_eq!(d.action, Action::Nothing, "{desired}");
+                assert_eq!(d.replicas, Some(2));
+                assert_eq!(
+                    (d.verdict.synced, d.verdict.reason),
+                    (false, "InvalidCount")
+                );
+                assert!(
+                    d.verdict
+                        .message
+                        .contains(&format!("spec.replicas {desired} ")),
+                    "{}",
+                    d.verdict.message
+                );
+            }
+        }
+        assert_eq!(
+            decide(&input(Some(i32::MAX), false, Ok(2))).action,
+            Action::Write(i32::MAX)
+        );
+    }
+
+    #[test]
     fn no_desired_count_writes_nothing_and_reports_the_target() {
         let d = decide(&input(None, false, Ok(3)));
         assert_eq!(d.action, Action::Nothing);
@@ -252,6 +295,7 @@ mod tests {
             (Blocked::InvalidSpec("bad path".into()), "InvalidSpec"),
             (Blocked::Conflict("other".into()), "Conflict"),
             (Blocked::TargetMissing, "TargetMissing"),
+            (Blocked::TargetChanged, "TargetChanged"),
             (Blocked::KindUnknown("no kind".into()), "KindUnknown"),
             (
                 Blocked::Read(ReadError::Missing("/spec/redis".into())),
@@ -284,7 +328,7 @@ mod tests {
         /// differs, and the interval has passed; and it writes spec.replicas.
         #[test]
         fn writes_only_when_allowed(
-            desired in proptest::option::of(0..10i32),
+            desired in proptest::option::of(-3..10i32),
             paused: bool,
             current in proptest::option::of(0..10i32),
             last in proptest::option::of(-100..200i64),
@@ -300,7 +344,7 @@ mod tests {
             let d = decide(&i);
             let allowed = !paused
                 && current.is_some()
-                && desired.is_some()
+                && desired.is_some_and(|d| d >= 0)
                 && desired != current
                 && last.is_none_or(|l| 100 - l >= 30);
             proptest::prop_assert_eq!(matches!(d.action, Action::Write(_)), allowed);

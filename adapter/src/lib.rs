@@ -1,13 +1,16 @@
 //! `scaler scale-adapter`: the ScaleAdapter controller (docs/scale-adapter.md). A ScaleAdapter
 //! gives a target without a `/scale` subresource (a RedisFailover) one: the HPA or `kubectl
 //! scale` sets the adapter's `spec.replicas`, and the leader (a Lease, `runtime::lease`) writes
-//! it into the target at `replicasPath` with server-side apply, paced, never while paused.
+//! it into the target at `replicasPath` with a merge patch conditional on the version read (never
+//! creating a target), paced, never while paused.
 //!
 //! `crd` is the API, `path` the pointer, `target` the checks before any call, `decide` and
 //! `status` the pure decision, `sync` the I/O, `metrics` the gauges.
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use futures::Stream;
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::{reflector, watcher};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
@@ -77,9 +80,7 @@ impl Args {
         let metrics = metrics::Metrics::register(&mut registry);
         app.admin(s.admin_listen, registry).await?;
 
-        let (store, writer) = reflector::store::<crd::ScaleAdapter>();
-        let adapters = Api::<crd::ScaleAdapter>::all(client.clone());
-        let reflected = reflector(writer, watcher(adapters, watcher::Config::default()));
+        let (store, reflected) = watch(client.clone());
         let watch = runtime::watch::follow(reflected, app.shutdown(), |_| {});
         app.spawn(
             "ScaleAdapter watch",
@@ -97,11 +98,12 @@ impl Args {
             api_timeout: s.api_timeout,
             concurrency: usize::from(s.concurrency),
         };
-        let syncer = sync::Syncer::new(client, settings, metrics.clone());
+        let syncer = sync::Syncer::new(client, settings, metrics.clone(), leader.clone());
         info!(%identity, field_manager = sync::FIELD_MANAGER, "running the scale adapter");
 
         let (readiness, mut synced) = (app.readiness(), false);
         let paced = lease::paced(s.sync_interval, leader, app.shutdown(), async |leading| {
+            metrics.leader.set(i64::from(leading));
             if !synced {
                 synced = store.wait_until_ready().now_or_never_ready();
                 if !synced {
@@ -109,7 +111,6 @@ impl Args {
                 }
                 readiness.set(true);
             }
-            metrics.leader.set(i64::from(leading));
             let snapshot = store.state();
             let adapters = i64::try_from(snapshot.len()).unwrap_or(i64::MAX);
             metrics.adapters.set(adapters);
@@ -120,6 +121,23 @@ impl Args {
         });
         app.run(paced, lease::DRAIN_DEADLINE).await
     }
+}
+
+/// The ScaleAdapters, watched untyped: the typed watch failed the whole list on one object it
+/// could not decode (nothing synced, the controller stayed unready, and kube logged the list body
+/// at each retry). [`sync::Syncer`] decodes each object on its own and reports a bad one on it.
+pub fn watch(
+    client: Client,
+) -> (
+    reflector::Store<DynamicObject>,
+    impl Stream<Item = watcher::Result<watcher::Event<DynamicObject>>> + Send,
+) {
+    let resource = ApiResource::erase::<crd::ScaleAdapter>(&());
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let adapters = Api::<DynamicObject>::all_with(client, &resource);
+    let stream = reflector(writer, watcher(adapters, watcher::Config::default()));
+    (store, stream)
 }
 
 /// Whether a future is ready at once (the reflector's first list has arrived).
@@ -142,6 +160,54 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: Args,
+    }
+
+    /// The case: one object the typed API cannot decode in the list of all adapters.
+    #[tokio::test]
+    async fn one_bad_object_does_not_fail_the_watch() {
+        let (client, mut server) = runtime::mock::client();
+        let (store, stream) = watch(client);
+        let object = |name: &str, replicas: serde_json::Value| {
+            serde_json::json!({
+                "apiVersion": "autoscaling.cozystack.io/v1alpha1", "kind": "ScaleAdapter",
+                "metadata": {"name": name, "namespace": "tenant", "resourceVersion": "5"},
+                "spec": {"targetRef": {"apiVersion": "databases.spotahome.com/v1",
+                                       "kind": "RedisFailover", "name": name},
+                         "replicasPath": "/spec/redis/replicas", "replicas": replicas,
+                         "selector": "app=redis"},
+            })
+        };
+        let list = serde_json::json!({
+            "apiVersion": "autoscaling.cozystack.io/v1alpha1", "kind": "ScaleAdapterList",
+            "metadata": {"resourceVersion": "9"},
+            "items": [object("bad", serde_json::json!("three")), object("good", serde_json::json!(3))],
+        });
+        let listed = async {
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                match futures::StreamExt::next(&mut stream).await {
+                    Some(Ok(watcher::Event::InitDone)) => return Ok(()),
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => return Err(error.to_string()),
+                    None => return Err("the watch ended".into()),
+                }
+            }
+        };
+        let path = "/apis/autoscaling.cozystack.io/v1alpha1/scaleadapters";
+        let listed = runtime::mock::scripted(listed, async {
+            server.get(path, list).await;
+        })
+        .await;
+        assert_eq!(listed, Ok(()));
+        assert!(store.wait_until_ready().now_or_never_ready(), "unready");
+        let mut names: Vec<_> = store
+            .state()
+            .iter()
+            .map(|o| kube::ResourceExt::name_any(&**o))
+            .collect();
+        names.sort();
+        assert_eq!(names, ["bad", "good"]);
+        server.done();
     }
 
     #[test]

@@ -14,14 +14,17 @@ struct ReasonLabels {
 
 /// Every reason an adapter can be unsynced for, so each series exists (at 0) from the start.
 const REASONS: &[&str] = &[
+    "Malformed",
     "InvalidSpec",
     "Conflict",
     "TargetMissing",
+    "TargetChanged",
     "KindUnknown",
     "PathMissing",
     "NotANumber",
     "Forbidden",
     "ApiError",
+    "InvalidCount",
     "Paused",
     "Paced",
     "Writing",

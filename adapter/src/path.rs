@@ -1,6 +1,6 @@
-//! `replicasPath`: a JSON pointer to the target's count, restricted to what a server-side apply
-//! can own unambiguously: object keys (no array indices, no escapes) under `/spec`, bounded in
-//! length and depth. Reading and the apply patch are pure.
+//! `replicasPath`: a JSON pointer to the target's count, restricted to what a merge patch can set
+//! alone (it replaces an array whole): object keys (no array indices, no escapes) under `/spec`, bounded in
+//! length and depth. Reading and the patch are pure.
 use std::fmt;
 use std::str::FromStr;
 
@@ -69,6 +69,9 @@ impl fmt::Display for ReplicasPath {
     }
 }
 
+/// The counts the adapter reads and writes: a count outside is never written, whatever asks.
+pub const COUNTS: std::ops::RangeInclusive<i32> = 0..=i32::MAX;
+
 /// Why the target's count could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
@@ -95,15 +98,18 @@ impl ReplicasPath {
         };
         number
             .and_then(|n| i32::try_from(n).ok())
-            .filter(|n| *n >= 0)
+            .filter(|n| COUNTS.contains(n))
             .ok_or_else(|| ReadError::NotANumber {
                 path: self.to_string(),
                 found: describe(at),
             })
     }
 
-    /// The server-side apply body that sets only this field of the target.
-    pub fn apply_patch(&self, api_version: &str, kind: &str, name: &str, replicas: i32) -> Value {
+    /// The JSON merge patch that sets only this field of the target read at `resource_version`.
+    /// A merge patch never creates an object (only an apply does), and the API server refuses
+    /// one whose resourceVersion is not the stored one (409): a target deleted, recreated or
+    /// changed since it was read is never written.
+    pub fn merge_patch(&self, resource_version: &str, replicas: i32) -> Value {
         let mut value = json!(replicas);
         for key in self.0.iter().rev() {
             let mut object = Map::new();
@@ -113,9 +119,10 @@ impl ReplicasPath {
         let Value::Object(mut body) = value else {
             unreachable!("a path has at least one key")
         };
-        body.insert("apiVersion".into(), json!(api_version));
-        body.insert("kind".into(), json!(kind));
-        body.insert("metadata".into(), json!({ "name": name }));
+        body.insert(
+            "metadata".into(),
+            json!({ "resourceVersion": resource_version }),
+        );
         Value::Object(body)
     }
 
@@ -233,17 +240,11 @@ mod tests {
     }
 
     #[test]
-    fn the_apply_patch_sets_only_the_field() {
-        let patch = path("/spec/redis/replicas").apply_patch(
-            "databases.spotahome.com/v1",
-            "RedisFailover",
-            "cache",
-            4,
-        );
+    fn the_patch_sets_only_the_field_of_the_version_read() {
+        let patch = path("/spec/redis/replicas").merge_patch("4711", 4);
         assert_eq!(
             patch,
-            json!({"apiVersion": "databases.spotahome.com/v1", "kind": "RedisFailover",
-                   "metadata": {"name": "cache"}, "spec": {"redis": {"replicas": 4}}})
+            json!({"metadata": {"resourceVersion": "4711"}, "spec": {"redis": {"replicas": 4}}})
         );
         assert_eq!(path("/spec/redis/replicas").read(&patch), Ok(4));
     }

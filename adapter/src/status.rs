@@ -11,7 +11,8 @@ pub struct Report<'a> {
     pub previous: Option<&'a ScaleAdapterStatus>,
     pub generation: Option<i64>,
     pub replicas: Option<i32>,
-    pub selector: &'a str,
+    /// `spec.selector`; `None` when the spec cannot be read.
+    pub selector: Option<&'a str>,
     pub verdict: &'a Verdict,
     pub last_write: Option<Timestamp>,
     pub now: Timestamp,
@@ -28,7 +29,7 @@ pub fn status(r: &Report) -> ScaleAdapterStatus {
     };
     ScaleAdapterStatus {
         replicas: r.replicas,
-        selector: Some(r.selector.to_owned()),
+        selector: r.selector.map(str::to_owned),
         observed_generation: r.generation,
         last_write_time: r.last_write.map(|t| t.to_string()),
         conditions: vec![Condition {
@@ -72,7 +73,7 @@ mod tests {
             previous,
             generation: Some(3),
             replicas: Some(2),
-            selector: "app=x",
+            selector: Some("app=x"),
             verdict: v,
             last_write: Some(at(0)),
             now: at(now),

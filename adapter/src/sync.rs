@@ -1,5 +1,6 @@
 //! One sync of every adapter (the I/O around [`crate::decide`]): read each target, decide,
-//! server-side apply the count under [`FIELD_MANAGER`], write the status when it changed. Each
+//! patch the count under [`FIELD_MANAGER`] (a merge patch conditional on the version read, which
+//! never creates a target), write the status when it changed. Each
 //! API call has a deadline and at most `concurrency` adapters are in flight, so a slow API
 //! server or many adapters cannot stall or flood it.
 use std::collections::{BTreeMap, HashMap};
@@ -13,12 +14,12 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 use tokio::time::timeout;
 use tracing::{info, warn};
 
 use crate::crd::ScaleAdapter;
-use crate::decide::{Action, Blocked, Input, decide};
+use crate::decide::{Action, Blocked, Input, Verdict, decide};
 use crate::metrics::Metrics;
 use crate::status::{self, Report};
 use crate::target::{self, Claim, Target, TargetKey};
@@ -33,29 +34,83 @@ pub struct Settings {
     pub concurrency: usize,
 }
 
+/// A target as read: where it is, and the version a write is conditional on.
+struct Read {
+    api: Api<DynamicObject>,
+    target: Target,
+    resource_version: String,
+}
+
 pub struct Syncer {
     client: Client,
     settings: Settings,
     metrics: Metrics,
+    /// Whether this replica holds the Lease (`runtime::lease`), checked before each write.
+    leader: watch::Receiver<bool>,
     /// Resolved kinds; one discovery call per kind, retried while it fails.
     kinds: Mutex<HashMap<GroupVersionKind, ApiResource>>,
     /// When each adapter (namespace, name) last wrote, by this process.
     writes: Mutex<HashMap<(String, String), Timestamp>>,
+    /// The decode error last logged for each adapter that does not decode: logged once per
+    /// change, not every sync.
+    malformed: Mutex<HashMap<(String, String), String>>,
 }
 
 impl Syncer {
-    pub fn new(client: Client, settings: Settings, metrics: Metrics) -> Self {
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        metrics: Metrics,
+        leader: watch::Receiver<bool>,
+    ) -> Self {
         Self {
             client,
             settings,
             metrics,
+            leader,
             kinds: Mutex::default(),
             writes: Mutex::default(),
+            malformed: Mutex::default(),
         }
     }
 
-    /// Syncs every adapter in `adapters` (the reflector's snapshot).
-    pub async fn sync(&self, adapters: Vec<Arc<ScaleAdapter>>) {
+    /// Syncs every adapter in `adapters` (the reflector's snapshot) as the leader. A lead lost
+    /// meanwhile stops the sync at once (the calls in flight are dropped) and zeroes the leader
+    /// gauge; each write checks the lead first, so none starts after the loss.
+    pub async fn sync(&self, adapters: Vec<Arc<DynamicObject>>) {
+        let mut lead = self.leader.clone();
+        tokio::select! {
+            biased;
+            // An error: the campaign ended (shutdown), which is no lead either.
+            _ = lead.wait_for(|leading| !leading) => {
+                self.metrics.leader.set(0);
+                warn!("lost the Lease: sync stopped, nothing more is written");
+            }
+            () = self.sync_all(adapters) => {}
+        }
+    }
+
+    fn leading(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    /// Syncs the objects that decode, and reports each one that does not on itself.
+    async fn sync_all(&self, objects: Vec<Arc<DynamicObject>>) {
+        let mut adapters = Vec::new();
+        let mut malformed = HashMap::new();
+        for object in &objects {
+            match crate::crd::decode(object) {
+                Ok(adapter) => adapters.push(adapter),
+                Err(message) => {
+                    let key = (object.namespace().unwrap_or_default(), object.name_any());
+                    malformed.insert(key, (object, message));
+                }
+            }
+        }
+        self.malformed
+            .lock()
+            .await
+            .retain(|k, _| malformed.contains_key(k));
         let targets: Vec<_> = adapters.iter().map(|a| target::validate(&a.spec)).collect();
         let claims = adapters
             .iter()
@@ -82,7 +137,7 @@ impl Syncer {
             })
             .collect();
         let losers = target::losers(claims);
-        let live: std::collections::HashSet<_> = adapters
+        let live: std::collections::HashSet<_> = objects
             .iter()
             .map(|a| (a.namespace().unwrap_or_default(), a.name_any()))
             .collect();
@@ -97,7 +152,12 @@ impl Syncer {
             .buffer_unordered(self.settings.concurrency)
             .collect()
             .await;
-        for reason in reasons.into_iter().flatten() {
+        let unread: Vec<_> = stream::iter(malformed)
+            .map(|(key, (object, message))| self.report_malformed(key, object, message))
+            .buffer_unordered(self.settings.concurrency)
+            .collect()
+            .await;
+        for reason in reasons.into_iter().chain(unread).flatten() {
             *blocked.entry(reason).or_default() += 1;
         }
         self.metrics.set_unsynced(&blocked);
@@ -135,15 +195,18 @@ impl Syncer {
         let mut replicas = decision.replicas;
         let mut verdict = decision.verdict;
         let mut last_write = last_write;
-        if let (Action::Write(n), Ok((_, (api, target)))) = (&decision.action, &current) {
-            match self.write(api, target, &adapter.spec.target_ref, *n).await {
+        if let (Action::Write(n), Ok((_, read))) = (&decision.action, &current) {
+            if !self.leading() {
+                return None;
+            }
+            match self.write(read, &adapter.spec.target_ref.name, *n).await {
                 Ok(written) => {
                     self.writes.lock().await.insert(key, now);
                     last_write = Some(now);
                     self.metrics.writes.inc();
                     info!(%namespace, adapter = %name, target = %adapter.spec.target_ref.name, from = ?replicas, to = n, "wrote the target's count");
                     replicas = Some(written);
-                    verdict = crate::decide::Verdict {
+                    verdict = Verdict {
                         synced: written == *n,
                         reason: if written == *n {
                             "Synced"
@@ -155,7 +218,7 @@ impl Syncer {
                 }
                 Err(blocked) => {
                     warn!(%namespace, adapter = %name, reason = blocked.reason(), message = %blocked.message(), "cannot write the target");
-                    verdict = crate::decide::Verdict {
+                    verdict = Verdict {
                         synced: false,
                         reason: blocked.reason(),
                         message: blocked.message(),
@@ -163,19 +226,70 @@ impl Syncer {
                 }
             }
         }
-        let next = status::status(&Report {
-            previous: stored,
-            generation: adapter.metadata.generation,
-            replicas,
-            selector: &adapter.spec.selector,
-            verdict: &verdict,
-            last_write,
-            now,
-        });
-        if stored != Some(&next) {
-            self.write_status(&namespace, &name, &next).await;
-        }
+        self.report(
+            &namespace,
+            &name,
+            &Report {
+                previous: stored,
+                generation: adapter.metadata.generation,
+                replicas,
+                selector: Some(&adapter.spec.selector),
+                verdict: &verdict,
+                last_write,
+                now,
+            },
+        )
+        .await;
         (!verdict.synced).then_some(verdict.reason)
+    }
+
+    /// Reports an object that does not decode on itself (reason `Malformed`, the field named),
+    /// logging it once per change of its error; nothing else about it is read or written.
+    async fn report_malformed(
+        &self,
+        (namespace, name): (String, String),
+        object: &DynamicObject,
+        message: String,
+    ) -> Option<&'static str> {
+        let key = (namespace.clone(), name.clone());
+        let before = self.malformed.lock().await.insert(key, message.clone());
+        let changed = before.as_ref() != Some(&message);
+        if changed {
+            warn!(%namespace, adapter = %name, %message, "the ScaleAdapter does not decode; it is not synced");
+        }
+        // What of the stored status still decodes: the pacing and the transition time carry on.
+        let stored = object
+            .data
+            .get("status")
+            .and_then(|s| serde_json::from_value(s.clone()).ok());
+        let verdict = Verdict {
+            synced: false,
+            reason: "Malformed",
+            message,
+        };
+        self.report(
+            &namespace,
+            &name,
+            &Report {
+                previous: stored.as_ref(),
+                generation: object.metadata.generation,
+                replicas: None,
+                selector: None,
+                verdict: &verdict,
+                last_write: status::last_write(stored.as_ref()),
+                now: Timestamp::now(),
+            },
+        )
+        .await;
+        Some(verdict.reason)
+    }
+
+    /// Writes the status a report makes, when it differs from the stored one.
+    async fn report(&self, namespace: &str, name: &str, report: &Report<'_>) {
+        let next = status::status(report);
+        if report.previous != Some(&next) {
+            self.write_status(namespace, name, &next).await;
+        }
     }
 
     /// The target's count, and what is needed to write it.
@@ -184,16 +298,24 @@ impl Syncer {
         namespace: &str,
         adapter: &ScaleAdapter,
         target: &Target,
-    ) -> Result<(i32, (Api<DynamicObject>, Target)), Blocked> {
+    ) -> Result<(i32, Read), Blocked> {
         let resource = self.resolve(&target.gvk).await?;
         let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource);
         let object = self
             .call(api.get_opt(&adapter.spec.target_ref.name))
             .await?
             .ok_or(Blocked::TargetMissing)?;
+        let resource_version = object
+            .resource_version()
+            .ok_or_else(|| Blocked::Api("the target was read without a resourceVersion".into()))?;
         let value = serde_json::to_value(&object).map_err(|e| Blocked::Api(e.to_string()))?;
         let count = target.path.read(&value).map_err(Blocked::Read)?;
-        Ok((count, (api, target.clone())))
+        let read = Read {
+            api,
+            target: target.clone(),
+            resource_version,
+        };
+        Ok((count, read))
     }
 
     async fn resolve(&self, gvk: &GroupVersionKind) -> Result<ApiResource, Blocked> {
@@ -223,28 +345,25 @@ impl Syncer {
         Ok(resource)
     }
 
-    /// Applies the count; returns the count the answer holds.
-    async fn write(
-        &self,
-        api: &Api<DynamicObject>,
-        target: &Target,
-        reference: &crate::crd::TargetRef,
-        replicas: i32,
-    ) -> Result<i32, Blocked> {
-        let patch = target.path.apply_patch(
-            &reference.api_version,
-            &reference.kind,
-            &reference.name,
-            replicas,
-        );
-        // force: the adapter is the declared owner of this one field (as the HPA is of a
-        // Deployment's replicas); a chart still setting it would flip it back (docs/scale-adapter.md).
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+    /// Patches the count into the target as read; returns the count the answer holds. A target
+    /// deleted since (404) is `TargetMissing`, one changed or recreated (409) `TargetChanged`:
+    /// a server-side apply would have created a skeleton target in the first case.
+    async fn write(&self, read: &Read, name: &str, replicas: i32) -> Result<i32, Blocked> {
+        let patch = read
+            .target
+            .path
+            .merge_patch(&read.resource_version, replicas);
+        // An update takes the field over from whoever set it (as the HPA owns a Deployment's
+        // replicas); a chart still setting it would flip it back (docs/scale-adapter.md).
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
         let written = self
-            .call(api.patch(&reference.name, &params, &Patch::Apply(&patch)))
+            .call(read.api.patch(name, &params, &Patch::Merge(&patch)))
             .await?;
         let value = serde_json::to_value(&written).map_err(|e| Blocked::Api(e.to_string()))?;
-        target.path.read(&value).map_err(Blocked::Read)
+        read.target.path.read(&value).map_err(Blocked::Read)
     }
 
     async fn write_status(
@@ -253,7 +372,16 @@ impl Syncer {
         name: &str,
         next: &crate::crd::ScaleAdapterStatus,
     ) {
-        let api = Api::<ScaleAdapter>::namespaced(self.client.clone(), namespace);
+        if !self.leading() {
+            return;
+        }
+        // Untyped: the answer of an object that does not decode must not fail (kube logs the
+        // whole body of an answer it cannot decode).
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &ApiResource::erase::<ScaleAdapter>(&()),
+        );
         let body = json!({
             "apiVersion": "autoscaling.cozystack.io/v1alpha1",
             "kind": "ScaleAdapter",
@@ -269,7 +397,8 @@ impl Syncer {
         }
     }
 
-    /// One API call with the deadline; 404 is `TargetMissing` (callers rename it), 403 `Forbidden`.
+    /// One API call with the deadline; 404 is `TargetMissing` (callers rename it), 403
+    /// `Forbidden`, 409 (a precondition failed) `TargetChanged`.
     async fn call<T>(
         &self,
         call: impl Future<Output = Result<T, kube::Error>>,
@@ -280,6 +409,7 @@ impl Syncer {
                 Err(Blocked::Forbidden(names::echo(&s.message)))
             }
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(Blocked::TargetMissing),
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => Err(Blocked::TargetChanged),
             Ok(Err(kube::Error::Discovery(e))) => Err(Blocked::KindUnknown(e.to_string())),
             Ok(Err(e)) => Err(Blocked::Api(names::echo(&e.to_string()))),
             Err(_) => Err(Blocked::Api(format!(
@@ -289,3 +419,7 @@ impl Syncer {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "sync_tests.rs"]
+mod tests;

@@ -5,8 +5,9 @@
 //!   so clock skew between nodes does not matter.
 //! * Every write is a replace carrying the read `resourceVersion`: of two candidates taking over
 //!   an expired lease, the API server accepts one and answers 409 to the other.
-//! * The leader steps down (publishes `false`) when it could not renew for `renew_deadline`,
-//!   which is shorter than the lease duration, so it stops acting before anyone can take over.
+//! * The leader steps down (publishes `false`) `renew_deadline` after the start of its last
+//!   successful renewal, to the instant (a hanging attempt does not delay it); that is shorter
+//!   than the lease duration, so it stops acting before anyone can take over.
 //! * On shutdown the leader releases the lease (empty holder), so a successor need not wait.
 //!
 //! kube-runtime has no leader election; kube-lease-manager (which builds with kube 5) judges
@@ -208,31 +209,40 @@ impl Elector {
 }
 
 /// Campaigns for the lease until `shutdown`, publishing leadership on `leader`; releases the
-/// lease on the way out.
+/// lease on the way out. The lead is published lost `renew_deadline` after the start of the last
+/// successful attempt, to the instant, whether an attempt is in flight or the loop is pausing:
+/// a leader that checks it before each write never writes once a successor may hold the Lease.
 pub async fn run(mut elector: Elector, leader: watch::Sender<bool>, shutdown: CancellationToken) {
     let timing = elector.timing.clone();
-    let mut last_renewal: Option<Instant> = None;
+    let identity = elector.identity.clone();
+    let publish = |leading: bool| {
+        if leader.send_if_modified(|was| std::mem::replace(was, leading) != leading) {
+            info!(%identity, leading, "leadership changed");
+        }
+    };
+    let mut renewed: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        match timeout(timing.retry_period, elector.try_acquire_or_renew(now)).await {
-            Ok(Ok(true)) => last_renewal = Some(now),
-            // Someone else holds it: step down at once.
-            Ok(Ok(false)) => last_renewal = None,
-            // Transient: a leader keeps leading until the renew deadline.
-            Ok(Err(error)) => warn!(%error, "lease attempt failed"),
-            Err(_) => warn!(timeout = ?timing.retry_period, "lease attempt timed out"),
+        tokio::select! {
+            biased;
+            () = lapse(renewed, timing.renew_deadline) => renewed = None,
+            attempt = timeout(timing.retry_period, elector.try_acquire_or_renew(now)) => match attempt {
+                Ok(Ok(true)) => renewed = Some(now),
+                // Someone else holds it: step down at once.
+                Ok(Ok(false)) => renewed = None,
+                // Transient: a leader keeps leading until the renew deadline.
+                Ok(Err(error)) => warn!(%error, "lease attempt failed"),
+                Err(_) => warn!(timeout = ?timing.retry_period, "lease attempt timed out"),
+            },
         }
-        let leading = last_renewal.is_some_and(|t| now.duration_since(t) < timing.renew_deadline);
-        if !leading {
-            last_renewal = None;
-        }
-        let changed = leader.send_if_modified(|was| std::mem::replace(was, leading) != leading);
-        if changed {
-            info!(identity = %elector.identity, leading, "leadership changed");
-        }
+        publish(renewed.is_some());
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(timing.retry_period) => {}
+            () = lapse(renewed, timing.renew_deadline) => {
+                renewed = None;
+                publish(false);
+            }
         }
     }
     if leader.send_replace(false) {
@@ -241,6 +251,14 @@ pub async fn run(mut elector: Elector, leader: watch::Sender<bool>, shutdown: Ca
             Ok(Err(error)) => warn!(%error, "cannot release the lease"),
             Err(_) => warn!("releasing the lease timed out"),
         }
+    }
+}
+
+/// Resolves when a lead renewed at `renewed` lapses; never while there is none.
+async fn lapse(renewed: Option<Instant>, renew_deadline: Duration) {
+    match renewed {
+        Some(at) => tokio::time::sleep_until(at + renew_deadline).await,
+        None => std::future::pending().await,
     }
 }
 

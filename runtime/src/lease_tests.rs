@@ -233,6 +233,37 @@ async fn the_leader_steps_down_when_it_cannot_renew_by_the_deadline() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_lead_lapses_at_the_renew_deadline_while_attempts_hang() {
+    let (e, mut server) = elector("a");
+    let (tx, mut rx) = watch::channel(false);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run(e, tx, shutdown.clone()));
+    let elected = Instant::now();
+    server.get(PATH, lease("a", T0, "1", 0)).await;
+    let renewed = lease("a", "2026-01-01T00:00:01.000000Z", "2", 0);
+    server.conditional("PUT", PATH, "1", renewed).await;
+    rx.changed().await.unwrap();
+    assert!(*rx.borrow_and_update());
+    // From now on the API server never answers: each attempt runs into its 2 s timeout. The lead
+    // lapses 10 s after the start of the renewal that succeeded, not when an attempt ends.
+    let mut hung = Vec::new();
+    loop {
+        tokio::select! {
+            (_, held) = server.hold("GET", PATH) => hung.push(held),
+            changed = rx.changed() => {
+                changed.unwrap();
+                break;
+            }
+        }
+    }
+    assert!(!*rx.borrow_and_update());
+    assert_eq!(elected.elapsed(), Duration::from_secs(10));
+    shutdown.cancel();
+    drop(hung);
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn paced_steps_each_interval_and_at_once_on_a_leadership_change() {
     let (leader_tx, leader) = watch::channel(false);
     let shutdown = CancellationToken::new();

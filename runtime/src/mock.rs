@@ -7,7 +7,7 @@ use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;
 use serde_json::{Value, json};
-use tower_test::mock::{self, Handle};
+use tower_test::mock::{self, Handle, SendResponse};
 
 pub struct ApiServer(Handle<Request<Body>, Response<Body>>);
 
@@ -22,6 +22,8 @@ pub fn client() -> (Client, ApiServer) {
 pub struct Sent {
     pub method: String,
     pub path: String,
+    /// The `Content-Type` header (a patch's kind: merge, JSON or apply), empty when absent.
+    pub content_type: String,
     pub body: Value,
 }
 
@@ -29,10 +31,25 @@ impl ApiServer {
     /// Takes the next request, checks its method and path (query excluded), and answers
     /// `status` with `body`.
     pub async fn expect(&mut self, method: &str, path: &str, status: u16, body: Value) -> Sent {
+        let (sent, held) = self.hold(method, path).await;
+        held.answer(status, &body);
+        sent
+    }
+
+    /// Takes the next request and checks its method and path, leaving it unanswered: the code
+    /// under test waits on it until [`Held::answer`] (a hung API server while it lives, or a
+    /// step taken while a request is in flight).
+    pub async fn hold(&mut self, method: &str, path: &str) -> (Sent, Held) {
         let (request, respond) = self.0.next_request().await.expect("no request was sent");
         let sent = Sent {
             method: request.method().to_string(),
             path: request.uri().path().to_owned(),
+            content_type: request
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
             body: {
                 let bytes = request.into_body().collect_bytes().await.unwrap();
                 if bytes.is_empty() {
@@ -47,13 +64,7 @@ impl ApiServer {
             (method, path),
             "unexpected request {sent:?}"
         );
-        respond.send_response(
-            Response::builder()
-                .status(status)
-                .body(Body::from(serde_json::to_vec(&body).unwrap()))
-                .unwrap(),
-        );
-        sent
+        (sent, Held(respond))
     }
 
     /// A read: the next request is a GET of `path`, answered with `object`.
@@ -98,6 +109,21 @@ impl ApiServer {
                 .flatten()
                 .is_none(),
             "an unexpected request was sent"
+        );
+    }
+}
+
+/// A request taken and not answered yet (dropping it fails the request).
+pub struct Held(SendResponse<Response<Body>>);
+
+impl Held {
+    /// Answers `status` with `body`.
+    pub fn answer(self, status: u16, body: &Value) {
+        self.0.send_response(
+            Response::builder()
+                .status(status)
+                .body(Body::from(serde_json::to_vec(body).unwrap()))
+                .unwrap(),
         );
     }
 }

@@ -11,9 +11,11 @@ ScaleAdapter that `chartgen app` generates for a chart shaped like Cozystack's R
 (tests/chartgen/fixtures/redis), installed with the real helm.
 The adapter runs as the package chart's ServiceAccount with the RBAC the chart renders."""
 
+import copy
 import shutil
 import subprocess
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,7 @@ MANAGER = "cozy-scale-adapter"
 ADAPTER_NS = "cozy-scale-adapter-e2e"
 ACCOUNT = "cozy-autoscaling-scale-adapter"
 MIN_WRITE = 3  # seconds, --min-write-interval of the adapter under test
+LEASE = ("coordination.k8s.io/v1", "Lease", "cozy-scale-adapter", ADAPTER_NS)
 SELECTOR = "app.kubernetes.io/component=redis,app.kubernetes.io/part-of=redis-failover,app.kubernetes.io/name={}"
 
 
@@ -116,9 +119,9 @@ def adapter_proc(rig, package):
         env={"KUBECONFIG": str(kubeconfig)})
     wait_until(lambda: requests.get(f"http://127.0.0.1:{admin}/readyz", timeout=1).ok,
                timeout=60, interval=POLL, what="scale-adapter /readyz", proc=proc)
-    wait_until(lambda: (rig.kube.get("coordination.k8s.io/v1", "Lease", "cozy-scale-adapter", ADAPTER_NS) or {})
-               .get("spec", {}).get("holderIdentity") == "adapter-e2e",
+    wait_until(lambda: (rig.kube.get(*LEASE) or {}).get("spec", {}).get("holderIdentity") == "adapter-e2e",
                timeout=30, interval=POLL, what="the adapter to lead")
+    proc.admin = f"http://127.0.0.1:{admin}"
     yield proc
     proc.stop()
 
@@ -226,6 +229,113 @@ def test_failures_are_explained_in_conditions(rig, adapter_proc):
     assert "scaleAdapter.targets" in synced(rig, "forbidden")["message"]
     for name in ("nopath", "garbage", "missing", "forbidden"):
         rig.kube.delete(SA, "ScaleAdapter", name, NS)
+
+
+def test_a_write_never_creates_or_overwrites_a_raced_target(rig):
+    """What the adapter's write relies on, on the real API server. The race itself (the target
+    deleted between the adapter's read and its write) is scripted in adapter/src/sync_tests.rs;
+    here the write it sends, a JSON merge patch carrying the resourceVersion it read, neither
+    creates a deleted target (404) nor writes over one created again under its name (409). The
+    server-side apply it sent before creates a skeleton target (issue 43 item 4)."""
+    rig.kube.ensure_namespace(NS)
+    rig.kube.apply(redis_failover("raced", NS, 2))
+    read = rig.kube.get(RF, "RedisFailover", "raced", NS)["metadata"]["resourceVersion"]
+    write = {"metadata": {"resourceVersion": read}, "spec": {"redis": {"replicas": 4}}}
+    rig.kube.delete(RF, "RedisFailover", "raced", NS)
+    wait_until(lambda: rig.kube.get(RF, "RedisFailover", "raced", NS) is None, timeout=30, interval=POLL,
+               what="the target deleted")
+    with pytest.raises(ApiError) as missing:
+        rig.kube.merge_patch(RF, "RedisFailover", "raced", write, NS)
+    assert missing.value.status == 404
+    assert rig.kube.get(RF, "RedisFailover", "raced", NS) is None, "the write created the target"
+    rig.kube.apply(redis_failover("raced", NS, 2))
+    with pytest.raises(ApiError) as changed:
+        rig.kube.merge_patch(RF, "RedisFailover", "raced", write, NS)
+    assert changed.value.status == 409
+    assert target_replicas(rig, "raced") == 2
+    rig.kube.delete(RF, "RedisFailover", "raced", NS)
+    wait_until(lambda: rig.kube.get(RF, "RedisFailover", "raced", NS) is None, timeout=30, interval=POLL,
+               what="the target deleted again")
+    # Before: the apply body (the count alone) made a skeleton RedisFailover.
+    rig.kube.apply({"apiVersion": RF, "kind": "RedisFailover", "metadata": {"name": "raced", "namespace": NS},
+                    "spec": {"redis": {"replicas": 4}}}, manager=MANAGER)
+    skeleton = rig.kube.get(RF, "RedisFailover", "raced", NS)
+    assert skeleton["spec"] == {"redis": {"replicas": 4}}
+    rig.kube.delete(RF, "RedisFailover", "raced", NS)
+
+
+def leader_gauge(proc) -> int:
+    metrics = requests.get(f"{proc.admin}/metrics", timeout=5).text
+    return next(int(float(line.split()[1])) for line in metrics.splitlines()
+                if line.startswith("cozy_scale_adapter_leader "))
+
+
+def test_only_the_lease_holder_writes(rig, adapter_proc):
+    """Another replica holds the Lease (written as one would after an expiry, held for an hour):
+    the adapter sees it at its next renewal attempt, its leader gauge drops to 0 and it writes
+    nothing; once the Lease is free it takes it back and writes (issue 43 item 3; a lead lost in the
+    middle of a sync is adapter/src/sync_tests.rs's, the lapse at the renew deadline
+    runtime/src/lease_tests.rs's)."""
+    rig.kube.apply(redis_failover("led", NS, 2))
+    rig.kube.apply(adapter("led", "led", replicas=2))
+    wait_until(lambda: synced(rig, "led").get("reason") == "Synced", timeout=30, interval=POLL, what="led Synced")
+    assert leader_gauge(adapter_proc) == 1
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    rig.kube.merge_patch(*LEASE[:3], {"spec": {"holderIdentity": "other-replica", "renewTime": now,
+                                               "leaseDurationSeconds": 3600}}, ADAPTER_NS)
+    # --retry-period 1s: the next attempt sees the other holder.
+    wait_until(lambda: leader_gauge(adapter_proc) == 0, timeout=10, interval=POLL, what="the leader gauge at 0")
+    scale(rig, "led", 4)
+    hold(rig, "led", 3 * MIN_WRITE, 2)
+    assert synced(rig, "led").get("reason") == "Synced", "a status written without the Lease"
+    rig.kube.merge_patch(*LEASE[:3], {"spec": {"holderIdentity": None}}, ADAPTER_NS)
+    wait_until(lambda: target_replicas(rig, "led") == 4, timeout=30, interval=POLL, what="the write once leading")
+    assert leader_gauge(adapter_proc) == 1
+    assert rig.kube.get(*LEASE)["spec"]["holderIdentity"] == "adapter-e2e"
+    rig.kube.delete(SA, "ScaleAdapter", "led", NS)
+
+
+def test_a_malformed_adapter_is_reported_on_itself_while_the_others_sync(rig, adapter_proc):
+    """The issue's probe: a ScaleAdapter holding a value of the wrong type, present when the adapter
+    starts. The chart's CRD refuses one (a string or 2^31 in spec.replicas is a 422, and the /scale
+    subresource checks that path whatever the schema), so the schema of spec.paused is loosened for
+    this test, as a stale or hand-edited CRD would be, and restored after. Before: the typed list
+    failed on the object, the adapter never became ready and nothing synced (issue 43 item 5)."""
+    crds = ("apiextensions.k8s.io/v1", "CustomResourceDefinition", "scaleadapters.autoscaling.cozystack.io")
+    crd = rig.kube.get(*crds)
+    original = copy.deepcopy(crd["spec"])
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_schema["properties"]["paused"] = {"x-kubernetes-int-or-string": True}
+    rig.kube.request("PUT", rig.kube.path(*crds[:2], name=crds[2]), crd)
+    try:
+        rig.kube.apply(redis_failover("broken", NS, 2))
+        broken = adapter("broken", "broken")
+        broken["spec"]["paused"] = "yes"
+        wait_until(lambda: rig.kube.apply(broken), timeout=30, interval=POLL, what="the loosened schema served")
+        # A restart (a new pod, a rollout) lists every adapter with the bad one among them.
+        proc = rig.group.restart(adapter_proc)
+        wait_until(lambda: requests.get(f"{adapter_proc.admin}/readyz", timeout=1).ok, timeout=30, interval=POLL,
+                   what="/readyz with a malformed adapter listed", proc=proc)
+        rig.kube.apply(redis_failover("beside", NS, 2))
+        rig.kube.apply(adapter("beside", "beside", replicas=3))
+        wait_until(lambda: target_replicas(rig, "beside") == 3, timeout=30, interval=POLL,
+                   what="another adapter synced beside the malformed one")
+        wait_until(lambda: synced(rig, "broken").get("reason") == "Malformed", timeout=30, interval=POLL,
+                   what="broken: Malformed")
+        message = synced(rig, "broken")["message"]
+        assert message.startswith('spec.paused cannot be read: invalid type: string "yes"'), message
+        time.sleep(5)  # five more syncs at --sync-interval 1s: the error is logged once
+        since_restart = adapter_proc.log.read_text().rsplit("=== start", 1)[1]
+        assert since_restart.count("does not decode") == 1, since_restart
+        assert target_replicas(rig, "broken") == 2
+    finally:
+        rig.kube.delete(SA, "ScaleAdapter", "broken", NS)
+        wait_until(lambda: rig.kube.get(SA, "ScaleAdapter", "broken", NS) is None, timeout=30, interval=POLL,
+                   what="broken deleted")
+        crd = rig.kube.get(*crds)
+        crd["spec"] = original
+        rig.kube.request("PUT", rig.kube.path(*crds[:2], name=crds[2]), crd)
+    rig.kube.delete(SA, "ScaleAdapter", "beside", NS)
 
 
 def chartgen_redis_chart(rig) -> Path:
