@@ -14,7 +14,9 @@ for f in venv/bin/python helm3/helm helm4/helm \
          "upstream/keda-$KEDA_VERSION" "upstream/cnpg-$CNPG_VERSION" "upstream/redis-operator-$REDIS_OPERATOR_VERSION" \
          "upstream/helm-controller-$HELM_CONTROLLER_VERSION" "upstream/source-controller-$SOURCE_CONTROLLER_VERSION" \
          "e2e/bin/etcd-$ETCD_VERSION" "e2e/bin/kube-apiserver-$KUBE_VERSION" "e2e/bin/kube-controller-manager-$KUBE_VERSION" \
-         "e2e/bin/keda-operator-$KEDA_VERSION" "e2e/bin/keda-adapter-$KEDA_VERSION" "e2e/bin/helm-controller-$HELM_CONTROLLER_VERSION"; do
+         "e2e/bin/keda-operator-$KEDA_VERSION" "e2e/bin/keda-adapter-$KEDA_VERSION" "e2e/bin/helm-controller-$HELM_CONTROLLER_VERSION" \
+         "node/bin/kubelet-$KUBE_VERSION" "node/bin/kube-scheduler-$KUBE_VERSION" "node/bin/kube-proxy-$KUBE_VERSION" \
+         "node/bin/coredns-$COREDNS_VERSION"; do
   [[ -e "$COZY_TOOLS/$f" ]] || fail "$COZY_TOOLS/$f is missing after setup"
 done
 compgen -G "$COZY_TOOLS/grafana-check/*/grafana-check" >/dev/null || fail "grafana-check was not built"
@@ -32,7 +34,7 @@ copy=$(mktemp -d)
 trap 'rm -rf "$copy"' EXIT
 mkdir -p "$copy/tests/e2e" "$copy/tests/lib"
 cp -r tests/e2e/setup.sh tests/e2e/tools "$copy/tests/e2e/"
-cp tests/lib/versions.sh tests/lib/go.sh "$copy/tests/lib/"
+cp tests/lib/versions.sh tests/lib/go.sh tests/lib/gobuild.sh "$copy/tests/lib/"
 base=$(keys "$copy")
 [[ $(wc -l <<<"$base") == 4 ]] || fail "expected four e2e builds, got: $base"
 # mutate WHAT SED-SCRIPT FILE COMPONENT: after the edit exactly COMPONENT's key differs.
@@ -48,8 +50,8 @@ mutate() {
 mutate "KEDA version" 's/^KEDA_VERSION=.*/KEDA_VERSION=v9.9.9/' tests/lib/versions.sh keda-operator
 mutate "etcd go.sum" '1s/^/# /' tests/e2e/tools/etcd/go.sum etcd
 mutate "helm-controller go.mod" "\$a // changed" tests/e2e/tools/flux/go.mod helm-controller
-mutate "build flags" 's/^FLAGS=(-trimpath)/FLAGS=(-trimpath -race)/' tests/e2e/setup.sh etcd$'\n'kube-apiserver$'\n'keda-operator$'\n'helm-controller
-mutate "kube ldflags" 's/gitTreeState=clean/gitTreeState=dirty/' tests/e2e/setup.sh kube-apiserver
+mutate "build flags" 's/^FLAGS=(-trimpath)/FLAGS=(-trimpath -race)/' tests/lib/gobuild.sh etcd$'\n'kube-apiserver$'\n'keda-operator$'\n'helm-controller
+mutate "kube ldflags" 's/gitTreeState=clean/gitTreeState=dirty/' tests/lib/gobuild.sh kube-apiserver
 echo "check-setup: each e2e build key changes with its version, module, flags and only with them"
 
 # Another apt-get holding the package lists' lock for 3 s: apt_get waits, then succeeds.

@@ -13,3 +13,5 @@ CNPG_VERSION=v1.30.1
 # CRD only (the RedisFailover, which declares no subresources; the ScaleAdapter drives it): the
 # newest tag the module proxy serves (v1.3.0 is refused there). The operator itself is not run.
 REDIS_OPERATOR_VERSION=v1.3.0-rc1
+# The real node (tests/node): CoreDNS, the cluster's DNS pod.
+COREDNS_VERSION=v1.15.0

@@ -4,7 +4,11 @@ all on loopback.
 Services get ClusterIPs from a random 127.x.y.0/24 range: without kube-proxy the apiserver dials a
 webhook's or APIService's ClusterIP:port itself (aggregator routing off), and every 127/8 address is
 local on Linux, so a backend that binds <clusterIP>:<port> is reached exactly as in a cluster, with
-no root-only address changes and no traffic off loopback."""
+no root-only address changes and no traffic off loopback.
+
+With a `NodeNetwork` the same control plane serves a real node (tests/node): it listens inside the
+node's network namespace, advertises the node's address (so pods reach the `kubernetes` Service),
+reaches the kubelet, and runs every controller a node's pods need."""
 
 from __future__ import annotations
 
@@ -18,6 +22,13 @@ from testkit import CA, Pair, free_port, openssl, wait_until
 
 from .kube import Kube
 from .procs import POLL, Group
+
+
+@dataclass(frozen=True)
+class NodeNetwork:
+    """The addresses of a real node's network namespace."""
+    ip: str  # the node's own address: apiserver, kubelet
+    service_prefix: str  # Services get <prefix>.<n> of <prefix>.0/24; .1 is `kubernetes`, .10 DNS
 
 
 @dataclass
@@ -36,13 +47,18 @@ def service_account_keys(directory: Path) -> Pair:
 
 
 class ControlPlane:
-    def __init__(self, bins: Binaries, workdir: Path, group: Group):
+    def __init__(self, bins: Binaries, workdir: Path, group: Group, node: NodeNetwork | None = None):
         self.bins = bins
         self.dir = workdir
         self.group = group
         self.pki = workdir / "pki"
-        octets = (random.randint(100, 250), random.randint(0, 255))
-        self.service_prefix = f"127.{octets[0]}.{octets[1]}"
+        self.node = node
+        self.host = node.ip if node else "127.0.0.1"
+        if node:
+            self.service_prefix = node.service_prefix
+        else:
+            octets = (random.randint(100, 250), random.randint(0, 255))
+            self.service_prefix = f"127.{octets[0]}.{octets[1]}"
         self.service_cidr = f"{self.service_prefix}.0/24"
         self._next_ip = 10
 
@@ -71,7 +87,7 @@ class ControlPlane:
         self.front_proxy_ca = CA(self.pki, "front-proxy")
         self.serving = self.ca.issue(
             "apiserver", "kube-apiserver",
-            hosts=("127.0.0.1", "localhost", f"{self.service_prefix}.1", "kubernetes",
+            hosts=(*dict.fromkeys(("127.0.0.1", self.host)), "localhost", f"{self.service_prefix}.1", "kubernetes",
                    "kubernetes.default", "kubernetes.default.svc"))
         self.admin = self.ca.issue("admin", "e2e-admin", org="system:masters", client=True)
         self.proxy_client = self.front_proxy_ca.issue("front-proxy-client", "front-proxy-client",
@@ -94,15 +110,23 @@ class ControlPlane:
 
     def _start_apiserver(self) -> None:
         port = free_port()
-        self.server = f"https://127.0.0.1:{port}"
-        p = self.pki
+        self.server = f"https://{self.host}:{port}"
+        if self.node:
+            # Pods reach the apiserver through the `kubernetes` Service, so its Endpoints are kept;
+            # the apiserver reaches the kubelet (logs, exec) with the admin identity.
+            mode = ["--endpoint-reconciler-type", "lease",
+                    "--kubelet-client-certificate", self.admin.cert, "--kubelet-client-key", self.admin.key,
+                    "--kubelet-certificate-authority", self.ca.cert,
+                    "--enable-admission-plugins", "NodeRestriction"]
+        else:
+            # The loopback advertise address is not a valid Endpoints IP; no in-cluster clients
+            # use the kubernetes Service here, so its Endpoints are not maintained.
+            mode = ["--endpoint-reconciler-type", "none"]
         proc = self.group.start("kube-apiserver", [
             self.bins.apiserver,
             "--etcd-servers", self.etcd_url,
-            "--bind-address", "127.0.0.1", "--secure-port", port, "--advertise-address", "127.0.0.1",
-            # The loopback advertise address is not a valid Endpoints IP; no in-cluster clients
-            # use the kubernetes Service here, so its Endpoints are not maintained.
-            "--endpoint-reconciler-type", "none",
+            "--bind-address", self.host, "--secure-port", port, "--advertise-address", self.host,
+            *mode,
             "--cert-dir", self.dir / "apiserver-certs",
             "--tls-cert-file", self.serving.cert, "--tls-private-key-file", self.serving.key,
             "--client-ca-file", self.ca.cert,
@@ -145,13 +169,23 @@ current-context: e2e
 
     def _start_controller_manager(self) -> None:
         kc = self.kubeconfig
+        if self.node:
+            # Every default controller (Deployments, EndpointSlices, Jobs, service accounts, the
+            # kube-root-ca.crt ConfigMap, PersistentVolume binding): the node runs real pods.
+            controllers = ["--controllers", "*", "--root-ca-file", self.ca.cert,
+                           "--service-account-private-key-file", self.sa.key,
+                           "--cluster-signing-cert-file", self.ca.cert,
+                           "--cluster-signing-key-file", self.ca.key]
+        else:
+            # clusterrole-aggregation fills the built-in view/edit/admin roles from labelled
+            # ClusterRoles (the package's tenant read access).
+            controllers = ["--controllers",
+                           "horizontalpodautoscaling,garbagecollector,namespace,resourcequota,clusterrole-aggregation"]
         proc = self.group.start("kube-controller-manager", [
             self.bins.controller_manager,
             "--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
             "--bind-address", "127.0.0.1", "--secure-port", free_port(),
-            # clusterrole-aggregation fills the built-in view/edit/admin roles from labelled ClusterRoles
-            # (the package's tenant read access).
-            "--controllers", "horizontalpodautoscaling,garbagecollector,namespace,resourcequota,clusterrole-aggregation",
+            *controllers,
             # Fast HPA loop so scenarios take seconds, not minutes.
             "--horizontal-pod-autoscaler-sync-period", "3s",
             "--leader-elect=false", "--v=2"])

@@ -1,0 +1,63 @@
+"""The real-node rig: the e2e rig's etcd, kube-apiserver and kube-controller-manager plus a node
+(containerd, runc, CNI, kubelet, kube-proxy, kube-scheduler, CoreDNS), all inside a network and
+mount namespace the test process creates and enters (host.py), removed at the end."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from testkit import TOOLS, versions
+from rig import binary
+from rig.controlplane import Binaries, ControlPlane
+from rig.procs import Group
+
+from . import host
+from .node import NETWORK, Node, NodeBinaries
+
+
+def node_binary(name: str, version: str) -> Path:
+    path = TOOLS / "node/bin" / f"{name}-{version}"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run tests/node/setup.sh")
+    return path
+
+
+def _podbin(name: str) -> Path:
+    """The newest pause/probe build linked by tests/node/setup.sh (versioned by their sources)."""
+    found = sorted((TOOLS / "node/bin").glob(f"{name}-src-*"), key=lambda p: p.lstat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"{TOOLS}/node/bin/{name}-src-* is missing: run tests/node/setup.sh")
+    return found[-1]
+
+
+class NodeRig:
+    def __init__(self, workdir: Path, logs: Path, timings: dict[str, float]):
+        self.dir = workdir
+        self.logs = logs
+        self.group = Group(logs)
+        v = versions()
+        self.cp_bins = Binaries(binary("etcd", v["ETCD_VERSION"]), binary("kube-apiserver", v["KUBE_VERSION"]),
+                                binary("kube-controller-manager", v["KUBE_VERSION"]))
+        self.node_bins = NodeBinaries(
+            kubelet=node_binary("kubelet", v["KUBE_VERSION"]),
+            scheduler=node_binary("kube-scheduler", v["KUBE_VERSION"]),
+            proxy=node_binary("kube-proxy", v["KUBE_VERSION"]),
+            coredns=node_binary("coredns", v["COREDNS_VERSION"]),
+            pause=_podbin("pause"), probe=_podbin("probe"))
+        self.run: host.Run | None = None
+        self.timings = timings  # what -> seconds, filled by the rig and the tests
+
+    def start(self) -> "NodeRig":
+        t = time.monotonic()
+        self.run = host.start(self.dir, NETWORK.ip, (f"{NETWORK.service_prefix}.0/24",))
+        self.cp = ControlPlane(self.cp_bins, self.dir, self.group, node=NETWORK)
+        self.kube = self.cp.start()
+        self.timings["control plane"] = time.monotonic() - t
+        self.node = Node(self.cp, self.run, self.node_bins, self.dir, self.group, self.timings).start(self.kube)
+        return self
+
+    def stop(self) -> list[str]:
+        """Stops every process and removes the run's state; returns what could not be removed."""
+        self.group.stop_all()
+        return host.cleanup(self.run) if self.run else []
