@@ -4,6 +4,12 @@
 //! Bounded: at most [`MAX_ENTRIES`] entries (`?limit=` lowers it) and [`MAX_BYTES`] of body; each
 //! error message is cut to [`MAX_MESSAGE_BYTES`]. Entries are sorted by namespace and name, and
 //! a page that had to stop early says so (`truncated`, `total`); `?namespace=` narrows it.
+//!
+//! Never at the gRPC server's expense: the admin port has a thread of its own
+//! ([`runtime::admin::spawn_thread`]); the snapshot there clones `Arc`s under each lock
+//! briefly, and the sort and serialization run on that runtime's blocking thread, at the lowest
+//! CPU priority, holding no lock. At most [`MAX_READERS`] answers are made at once; a reader
+//! past them gets 503 with `Retry-After` at once.
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -13,6 +19,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
 
 use crate::cache::Evaluate;
 use crate::cache::{Cache, Snapshot};
@@ -25,6 +32,11 @@ pub const MAX_ENTRIES: usize = crate::cache::DEFAULT_CAPACITY;
 pub const MAX_BYTES: usize = 8 << 20;
 /// Longest error message kept per entry (a backend's error text can be long).
 pub const MAX_MESSAGE_BYTES: usize = 512;
+/// Most answers made at once; a reader past them gets 503 (`scaler status --watch` polls one at
+/// a time, so this is a few operators at once).
+pub const MAX_READERS: usize = 2;
+/// What a reader turned away is told to wait, in seconds.
+pub const RETRY_AFTER_SECONDS: u32 = 1;
 
 /// One ScaledObject's last decision and last error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,19 +124,24 @@ pub fn entry(snapshot: &Snapshot, now: SystemTime) -> Entry {
     }
 }
 
-/// The body: entries sorted by namespace and name, at most `max_entries` of them and at most
-/// `max_bytes` in all (an entry that would pass it is left out with every later one).
-pub fn render(mut entries: Vec<Entry>, max_entries: usize, max_bytes: usize) -> String {
-    entries.sort_unstable_by(|a, b| {
-        (&a.namespace, &a.scaled_object).cmp(&(&b.namespace, &b.scaled_object))
-    });
-    let total = entries.len();
+/// The body: `items` sorted by `order` (namespace, name), as entries, at most `max_entries` of
+/// them and at most `max_bytes` in all (an entry that would pass it is left out with every later
+/// one). Entries are made one at a time as they are written, so only the body grows.
+pub fn render<T>(
+    mut items: Vec<T>,
+    order: fn(&T) -> (&str, &str),
+    entry: impl Fn(&T) -> Entry,
+    max_entries: usize,
+    max_bytes: usize,
+) -> String {
+    items.sort_unstable_by(|a, b| order(a).cmp(&order(b)));
+    let total = items.len();
     // The envelope with the largest `total` and `truncated` it can have, so the cap holds.
     let envelope = format!("{{\"total\":{total},\"truncated\":false,\"entries\":[]}}").len();
     let mut body = String::new();
     let mut kept = 0;
-    for entry in entries.iter().take(max_entries) {
-        let json = serde_json::to_string(entry).expect("entries serialize");
+    for item in items.iter().take(max_entries) {
+        let json = serde_json::to_string(&entry(item)).expect("entries serialize");
         let separator = usize::from(kept > 0);
         if envelope + body.len() + separator + json.len() > max_bytes {
             break;
@@ -147,15 +164,35 @@ struct Params {
     limit: Option<usize>,
 }
 
-/// The `/decisions` route, for [`runtime::admin::serve_with`].
+/// The `/decisions` route, for [`runtime::admin::serve_with`] on its own thread
+/// ([`runtime::admin::spawn_thread`], which gives `spawn_blocking` its low-priority thread).
 pub fn router<E: Evaluate>(cache: Arc<Cache<E>>) -> Router {
+    let state = Decisions {
+        cache,
+        readers: Arc::new(Semaphore::new(MAX_READERS)),
+    };
     Router::new()
         .route("/decisions", get(decisions::<E>))
-        .with_state(cache)
+        .with_state(state)
+}
+
+struct Decisions<E> {
+    cache: Arc<Cache<E>>,
+    /// One permit per answer being made.
+    readers: Arc<Semaphore>,
+}
+
+impl<E> Clone for Decisions<E> {
+    fn clone(&self) -> Self {
+        Self {
+            cache: self.cache.clone(),
+            readers: self.readers.clone(),
+        }
+    }
 }
 
 async fn decisions<E: Evaluate>(
-    State(cache): State<Arc<Cache<E>>>,
+    State(state): State<Decisions<E>>,
     params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(params)) = params else {
@@ -172,18 +209,36 @@ async fn decisions<E: Evaluate>(
             names::NAMESPACE_RULE
         ));
     }
+    let Ok(permit) = state.readers.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, RETRY_AFTER_SECONDS.to_string())],
+            format!("{MAX_READERS} /decisions answers are being made; retry in {RETRY_AFTER_SECONDS} s\n"),
+        )
+            .into_response();
+    };
     let now = SystemTime::now();
-    let entries = cache
-        .snapshot(params.namespace.as_deref())
-        .iter()
-        .map(|s| entry(s, now))
-        .collect();
+    let snapshots = state.cache.snapshot(params.namespace.as_deref());
     let limit = params.limit.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES);
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        render(entries, limit, MAX_BYTES),
-    )
-        .into_response()
+    let rendered = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        render(
+            snapshots,
+            |s| (&s.key.namespace, &s.key.name),
+            |s| entry(s, now),
+            limit,
+            MAX_BYTES,
+        )
+    })
+    .await;
+    match rendered {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot render /decisions: {error}\n"),
+        )
+            .into_response(),
+    }
 }
 
 fn bad_request(message: String) -> Response {
@@ -217,6 +272,16 @@ mod tests {
 
     fn parse(body: &str) -> Page {
         serde_json::from_str(body).unwrap()
+    }
+
+    fn render(entries: Vec<Entry>, max_entries: usize, max_bytes: usize) -> String {
+        super::render(
+            entries,
+            |e| (&e.namespace, &e.scaled_object),
+            Entry::clone,
+            max_entries,
+            max_bytes,
+        )
     }
 
     #[test]

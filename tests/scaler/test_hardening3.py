@@ -2,12 +2,17 @@
 the real binary, the real VictoriaMetrics of the suite or a tiny stand-in HTTP server (named as
 such), bounded in time and loopback only, and fails on the binary before the fix. Figures go to
 $TEST_FIGURES (testkit.record_figure) for docs/scaler-tests.md."""
+import multiprocessing
+import statistics
+import time
+
 import pytest
 import requests
 
 from fake_backend import FakePrometheus
-from keda import error_of, metadata
-from testkit import wait_until
+from keda import Keda, error_of, metadata
+from scaler_proc import Scaler
+from testkit import record_figure, wait_until
 
 # --- item 2: one tenant's backend error text never reaches another ----------------------------
 
@@ -46,3 +51,115 @@ def test_a_batched_failure_tells_each_tenant_nothing_of_the_others(start_scaler,
                    5, 0.1, "the backend's text in the scaler's log")
     finally:
         backend.close()
+
+
+# --- item 1: /decisions readers against a fleet of 20,000 ------------------------------------
+
+FLEET = 20_000  # ScaledObjects held, as in the issue
+QUIET = [("tenant-a", "pg"), ("tenant-b", "pg"), ("tenant-a", "pg-archive"), ("tenant-a-dev", "pg")]
+
+
+def fill(keda: Keda, n: int):
+    """Asks once for n ScaledObjects of clusters with no series (each held with its error),
+    512 in flight at a time."""
+    pending = []
+    for i in range(n):
+        ref = keda.ref(f"fleet-{i // 100}", f"so-{i}", metadata(cluster=f"c-{i}"))
+        request = keda.metrics_request(ref, f"cnpg-c-{i}-readconnections")
+        pending.append(keda.stub.GetMetrics.future(request, timeout=60))
+        if len(pending) == 512 or i == n - 1:
+            for call in pending:
+                call.exception()
+            pending = []
+
+
+@pytest.fixture(scope="module")
+def fleet(vm, tmp_path_factory):
+    """One scaler holding FLEET + 4 ScaledObjects; no refresh tick during the module."""
+    s = Scaler(str(tmp_path_factory.mktemp("fleet")), vm.url, "--max-cached-objects", str(FLEET + 100),
+               "--staleness", "30m", "--cache-ttl", "30m", refresh="10m").start()
+    keda = Keda(s.address)
+    try:
+        refs = [keda.ref(ns, f"quiet-{cluster}", metadata(cluster=cluster)) for ns, cluster in QUIET]
+        for ref in refs:
+            keda.metrics(ref, f"cnpg-{ref.scalerMetadata['cluster']}-readconnections")
+        fill(keda, FLEET)
+        total = requests.get(f"{s.admin}/decisions", params={"limit": 0}, timeout=60).json()["total"]
+        assert total == FLEET + len(refs), total
+        yield s, keda, refs
+    finally:
+        keda.close()
+        s.stop()
+
+
+def read_back_to_back(admin: str, readers: int, on, stop, counts):
+    """In its own process: while `on` is set, `readers` threads GET /decisions back to back (as
+    `scaler status --watch` would, a 503's Retry-After honoured); `counts` gets each status."""
+    import threading
+
+    def one():
+        session = requests.Session()
+        while not stop.is_set():
+            if not on.wait(0.05):
+                continue
+            try:
+                r = session.get(f"{admin}/decisions", timeout=30)
+                counts.append(r.status_code)
+                if r.status_code == 503:
+                    time.sleep(float(r.headers.get("retry-after", "1")))
+            except requests.RequestException:
+                counts.append(0)
+
+    threads = [threading.Thread(target=one) for _ in range(readers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100)[98]
+
+
+def latencies(keda, refs, calls: int) -> list[float]:
+    out = []
+    for n in range(calls):
+        ref = refs[n % len(refs)]
+        t0 = time.perf_counter()
+        keda.metrics(ref, f"cnpg-{ref.scalerMetadata['cluster']}-readconnections")
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def test_decisions_readers_leave_get_metrics_fast(fleet):
+    scaler, keda, refs = fleet
+    spawn = multiprocessing.get_context("spawn")
+    quiet, loaded = [], []
+    with spawn.Manager() as manager:
+        on, stop, counts = manager.Event(), manager.Event(), manager.list()
+        readers = spawn.Process(target=read_back_to_back, args=(scaler.admin, 4, on, stop, counts), daemon=True)
+        readers.start()
+        try:
+            # Quiet and loaded windows interleaved, so the shared machine's own load drifts into
+            # both alike.
+            for _ in range(8):
+                quiet += latencies(keda, refs, 150)
+                on.set()
+                time.sleep(0.5)  # the readers are on
+                loaded += latencies(keda, refs, 150)
+                on.clear()
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            readers.join(40)
+            readers.kill()
+        counts = list(counts)
+    quiet_p99, loaded_p99 = p99(quiet), p99(loaded)
+    figures = dict(pages=counts.count(200), busy=counts.count(503), other=len(counts) - counts.count(200) - counts.count(503),
+                   quiet_p50_ms=statistics.median(quiet) * 1e3, quiet_p99_ms=quiet_p99 * 1e3,
+                   loaded_p50_ms=statistics.median(loaded) * 1e3, loaded_p99_ms=loaded_p99 * 1e3)
+    record_figure("decisions readers", **figures)
+    print(f"decisions readers: {figures}")
+    assert figures["pages"] >= 4 and figures["other"] == 0, figures
+    assert loaded_p99 <= 2 * quiet_p99, figures
+
