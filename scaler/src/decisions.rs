@@ -8,18 +8,21 @@
 //! Never at the gRPC server's expense: the admin port has a thread of its own
 //! ([`runtime::admin::spawn_thread`]); the snapshot there clones `Arc`s under each lock
 //! briefly, and the sort and serialization run on that runtime's blocking thread, at the lowest
-//! CPU priority, holding no lock. At most [`MAX_READERS`] answers are made at once; a reader
-//! past them gets 503 with `Retry-After` at once.
+//! CPU priority, holding no lock. At most [`MAX_READERS`] answers are made or being sent at
+//! once; a reader past them gets 503 with `Retry-After` at once. A slow reader holds one of them
+//! for at most [`ANSWER_DEADLINE`] ([`body`]): memory is bounded per reader (a page of at most
+//! [`MAX_BYTES`] and its snapshot) and in all.
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::cache::Evaluate;
 use crate::cache::{Cache, Snapshot};
@@ -32,11 +35,16 @@ pub const MAX_ENTRIES: usize = crate::cache::DEFAULT_CAPACITY;
 pub const MAX_BYTES: usize = 8 << 20;
 /// Longest error message kept per entry (a backend's error text can be long).
 pub const MAX_MESSAGE_BYTES: usize = 512;
-/// Most answers made at once; a reader past them gets 503 (`scaler status --watch` polls one at
+/// Most answers made or being sent at once; a reader past them gets 503 (`scaler status --watch` polls one at
 /// a time, so this is a few operators at once).
 pub const MAX_READERS: usize = 2;
 /// What a reader turned away is told to wait, in seconds.
 pub const RETRY_AFTER_SECONDS: u32 = 1;
+/// A reader that has not taken its whole answer within this is cut off (an 8 MiB page over a
+/// `kubectl port-forward` takes a few seconds), so its permit and page are freed.
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(30);
+/// The pieces an answer is sent in.
+const PIECE_BYTES: usize = 64 * 1024;
 
 /// One ScaledObject's last decision and last error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -221,7 +229,6 @@ async fn decisions<E: Evaluate>(
     let snapshots = state.cache.snapshot(params.namespace.as_deref());
     let limit = params.limit.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES);
     let rendered = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
         render(
             snapshots,
             |s| (&s.key.namespace, &s.key.name),
@@ -232,13 +239,40 @@ async fn decisions<E: Evaluate>(
     })
     .await;
     match rendered {
-        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Ok(page) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            body(page, permit),
+        )
+            .into_response(),
         Err(error) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("cannot render /decisions: {error}\n"),
         )
             .into_response(),
     }
+}
+
+/// An answer's body, sent in pieces. It holds the reader's permit until its last piece is taken
+/// (or the connection drops), so at most [`MAX_READERS`] pages are in memory however slowly
+/// readers read; past [`ANSWER_DEADLINE`] the next piece is an error, which closes the
+/// connection. Pieces are copies: once the page is gone, a connection keeps at most hyper's
+/// write buffer of it (about 400 KiB), and the admin port's idle timeout closes one whose
+/// reader stopped reading.
+fn body(page: String, permit: OwnedSemaphorePermit) -> axum::body::Body {
+    let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
+    let len = page.len();
+    let pieces = futures::stream::iter((0..len).step_by(PIECE_BYTES)).map(move |start| {
+        let _held = &permit;
+        if tokio::time::Instant::now() > deadline {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the /decisions reader took longer than the answer deadline",
+            ));
+        }
+        let piece = &page.as_bytes()[start..len.min(start + PIECE_BYTES)];
+        Ok(axum::body::Bytes::copy_from_slice(piece))
+    });
+    axum::body::Body::from_stream(pieces)
 }
 
 fn bad_request(message: String) -> Response {
@@ -344,6 +378,31 @@ mod tests {
         }
         assert_eq!(parse(&render(entries.clone(), 100, full)).entries.len(), 40);
         assert_eq!(parse(&render(entries, 100, full - 1)).entries.len(), 39);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_holds_its_permit_until_taken_and_cuts_off_a_reader_past_the_deadline() {
+        let readers = Arc::new(Semaphore::new(1));
+        let page = |n| "x".repeat(n * PIECE_BYTES + 1);
+        let whole = body(page(2), readers.clone().try_acquire_owned().unwrap());
+        let mut pieces = whole.into_data_stream();
+        let mut taken = 0;
+        while let Some(piece) = pieces.next().await {
+            assert_eq!(readers.available_permits(), 0, "held while pieces are left");
+            taken += piece.unwrap().len();
+        }
+        assert_eq!(taken, 2 * PIECE_BYTES + 1);
+        drop(pieces);
+        assert_eq!(readers.available_permits(), 1);
+
+        let slow = body(page(3), readers.clone().try_acquire_owned().unwrap());
+        let mut pieces = slow.into_data_stream();
+        assert_eq!(pieces.next().await.unwrap().unwrap().len(), PIECE_BYTES);
+        tokio::time::advance(ANSWER_DEADLINE + Duration::from_secs(1)).await;
+        let cut = pieces.next().await.unwrap().unwrap_err();
+        assert!(cut.to_string().contains("deadline"), "{cut}");
+        drop(pieces);
+        assert_eq!(readers.available_permits(), 1);
     }
 
     #[test]
