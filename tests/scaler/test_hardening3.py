@@ -108,7 +108,8 @@ def read_back_to_back(admin: str, readers: int, on, stop, counts):
                 if r.status_code == 503:
                     time.sleep(float(r.headers.get("retry-after", "1")))
             except requests.RequestException:
-                counts.append(0)
+                counts.append(0)  # refused a connection (past the port's caps): back off too
+                time.sleep(1)
 
     threads = [threading.Thread(target=one) for _ in range(readers)]
     for t in threads:
@@ -131,13 +132,16 @@ def latencies(keda, refs, calls: int) -> list[float]:
     return out
 
 
-def test_decisions_readers_leave_get_metrics_fast(fleet):
+# Four operators watching; and 64 at once (the issue: p95 5-7 s), past the admin port's 16
+# connections per peer, so some of those are refused a connection.
+@pytest.mark.parametrize("n_readers", [4, 64])
+def test_decisions_readers_leave_get_metrics_fast(fleet, n_readers):
     scaler, keda, refs = fleet
     spawn = multiprocessing.get_context("spawn")
     quiet, loaded = [], []
     with spawn.Manager() as manager:
         on, stop, counts = manager.Event(), manager.Event(), manager.list()
-        readers = spawn.Process(target=read_back_to_back, args=(scaler.admin, 4, on, stop, counts), daemon=True)
+        readers = spawn.Process(target=read_back_to_back, args=(scaler.admin, n_readers, on, stop, counts), daemon=True)
         readers.start()
         try:
             # Quiet and loaded windows interleaved, so the shared machine's own load drifts into
@@ -158,9 +162,12 @@ def test_decisions_readers_leave_get_metrics_fast(fleet):
     figures = dict(pages=counts.count(200), busy=counts.count(503), other=len(counts) - counts.count(200) - counts.count(503),
                    quiet_p50_ms=statistics.median(quiet) * 1e3, quiet_p99_ms=quiet_p99 * 1e3,
                    loaded_p50_ms=statistics.median(loaded) * 1e3, loaded_p99_ms=loaded_p99 * 1e3)
-    record_figure("decisions readers", **figures)
-    print(f"decisions readers: {figures}")
-    assert figures["pages"] >= 4 and figures["other"] == 0, figures
+    record_figure(f"{n_readers} decisions readers", **figures)
+    print(f"{n_readers} decisions readers: {figures}")
+    # Pages were made (at the lowest priority, so fewer when the readers' own process takes the
+    # cores) and readers past the two at once were told to wait.
+    assert figures["pages"] >= 1 and figures["busy"] > 0, figures
+    assert figures["other"] == 0 or n_readers > 16, figures
     assert loaded_p99 <= 2 * quiet_p99, figures
 
 
