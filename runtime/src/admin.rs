@@ -210,3 +210,53 @@ async fn metrics(State(state): State<AdminState>) -> Response {
             .into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    async fn fetch(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn routes_run_on_the_admin_thread_and_blocking_work_at_the_lowest_priority() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let extra = Router::new().route(
+            "/where",
+            get(|| async {
+                let thread = std::thread::current().name().unwrap_or("").to_owned();
+                let nice = tokio::task::spawn_blocking(|| {
+                    rustix::process::getpriority_process(None).unwrap()
+                })
+                .await
+                .unwrap();
+                format!("thread={thread} blocking-nice={nice}")
+            }),
+        );
+        let shutdown = CancellationToken::new();
+        let served = tokio::spawn(spawn_thread(
+            listener,
+            Arc::new(Registry::default()),
+            Readiness::default(),
+            extra,
+            shutdown.clone(),
+        ));
+        let answer = fetch(addr, "/where").await;
+        assert!(
+            answer.ends_with(&format!("thread=admin blocking-nice={BACKGROUND_NICE}")),
+            "{answer}"
+        );
+        assert!(fetch(addr, "/healthz").await.ends_with("ok\n"));
+        shutdown.cancel();
+        served.await.unwrap().unwrap();
+    }
+}
