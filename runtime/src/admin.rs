@@ -213,6 +213,7 @@ async fn metrics(State(state): State<AdminState>) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use axum::Extension;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     use super::*;
@@ -227,21 +228,36 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn routes_run_on_the_admin_thread_and_blocking_work_at_the_lowest_priority() {
+    async fn routes_run_on_the_admin_thread_blocking_work_at_the_lowest_priority_and_may_close() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let extra = Router::new().route(
-            "/where",
-            get(|| async {
-                let thread = std::thread::current().name().unwrap_or("").to_owned();
-                let nice = tokio::task::spawn_blocking(|| {
-                    rustix::process::getpriority_process(None).unwrap()
-                })
-                .await
-                .unwrap();
-                format!("thread={thread} blocking-nice={nice}")
-            }),
-        );
+        let extra = Router::new()
+            .route(
+                "/where",
+                get(|| async {
+                    let thread = std::thread::current().name().unwrap_or("").to_owned();
+                    let nice = tokio::task::spawn_blocking(|| {
+                        rustix::process::getpriority_process(None).unwrap()
+                    })
+                    .await
+                    .unwrap();
+                    format!("thread={thread} blocking-nice={nice}")
+                }),
+            )
+            .route(
+                "/stuck",
+                get(
+                    |Extension(close): Extension<http1::CloseConnection>| async move {
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            close.0.cancel();
+                        });
+                        axum::body::Body::from_stream(futures::stream::pending::<
+                            std::io::Result<String>,
+                        >())
+                    },
+                ),
+            );
         let shutdown = CancellationToken::new();
         let served = tokio::spawn(spawn_thread(
             listener,
@@ -251,6 +267,9 @@ mod tests {
             shutdown.clone(),
         ));
         let answer = fetch(addr, "/where").await;
+        // A body that never ends, and its handler closing the connection: the reader sees the end.
+        let ended = tokio::time::timeout(Duration::from_secs(10), fetch(addr, "/stuck")).await;
+        assert!(ended.unwrap().starts_with("HTTP/1.1 200"));
         assert!(
             answer.ends_with(&format!("thread=admin blocking-nice={BACKGROUND_NICE}")),
             "{answer}"

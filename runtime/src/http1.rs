@@ -3,7 +3,7 @@
 use std::io;
 use std::time::Duration;
 
-use axum::Router;
+use axum::{Extension, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -14,6 +14,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::conn::Tracked;
+
+/// In every request's extensions: cancelling it closes the connection the request came on, at
+/// once. For a response body with a deadline: hyper stops polling the body of a reader that
+/// does not read (or reads a trickle), so the body cannot end itself.
+#[derive(Clone, Debug)]
+pub struct CloseConnection(pub CancellationToken);
 
 /// Serves `router` on the connections `incoming` yields until `shutdown`, then waits for open
 /// requests to finish (the caller bounds that wait). Headers must arrive within
@@ -45,11 +51,18 @@ pub async fn serve<S>(
             },
         };
         let remote = conn.remote_addr();
-        let service = TowerToHyperService::new(router.clone());
+        let close = CancellationToken::new();
+        let service = router
+            .clone()
+            .layer(Extension(CloseConnection(close.clone())));
+        let service = TowerToHyperService::new(service);
         let served = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
         tokio::spawn(async move {
-            if let Err(error) = served.await {
-                debug!(%error, %remote, server, "connection closed");
+            tokio::select! {
+                served = served => if let Err(error) = served {
+                    debug!(%error, %remote, server, "connection closed");
+                },
+                _ = close.cancelled() => debug!(%remote, server, "connection closed by its handler"),
             }
         });
     }

@@ -15,14 +15,16 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Extension, Router};
 use futures::StreamExt as _;
+use runtime::http1::CloseConnection;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use crate::cache::Evaluate;
 use crate::cache::{Cache, Snapshot};
@@ -43,7 +45,7 @@ pub const RETRY_AFTER_SECONDS: u32 = 1;
 /// A reader that has not taken its whole answer within this is cut off (an 8 MiB page over a
 /// `kubectl port-forward` takes a few seconds), so its permit and page are freed.
 pub const ANSWER_DEADLINE: Duration = Duration::from_secs(30);
-/// The pieces an answer is sent in.
+/// The size of the pieces an answer is made and sent in.
 const PIECE_BYTES: usize = 64 * 1024;
 
 /// One ScaledObject's last decision and last error.
@@ -134,36 +136,50 @@ pub fn entry(snapshot: &Snapshot, now: SystemTime) -> Entry {
 
 /// The body: `items` sorted by `order` (namespace, name), as entries, at most `max_entries` of
 /// them and at most `max_bytes` in all (an entry that would pass it is left out with every later
-/// one). Entries are made one at a time as they are written, so only the body grows.
+/// one), in pieces of about [`PIECE_BYTES`]. Entries are made one at a time as they are written,
+/// and the pieces are never copied or grown past their size: the page takes its own length in
+/// memory, and each piece is freed once sent.
 pub fn render<T>(
     mut items: Vec<T>,
     order: fn(&T) -> (&str, &str),
     entry: impl Fn(&T) -> Entry,
     max_entries: usize,
     max_bytes: usize,
-) -> String {
+) -> Vec<Vec<u8>> {
     items.sort_unstable_by(|a, b| order(a).cmp(&order(b)));
     let total = items.len();
     // The envelope with the largest `total` and `truncated` it can have, so the cap holds.
     let envelope = format!("{{\"total\":{total},\"truncated\":false,\"entries\":[]}}").len();
-    let mut body = String::new();
-    let mut kept = 0;
+    let mut pieces = vec![Vec::with_capacity(PIECE_BYTES)];
+    let (mut written, mut kept) = (0, 0);
+    let mut json = Vec::new();
     for item in items.iter().take(max_entries) {
-        let json = serde_json::to_string(&entry(item)).expect("entries serialize");
+        json.clear();
+        serde_json::to_writer(&mut json, &entry(item)).expect("entries serialize");
         let separator = usize::from(kept > 0);
-        if envelope + body.len() + separator + json.len() > max_bytes {
+        if envelope + written + separator + json.len() > max_bytes {
             break;
         }
-        if kept > 0 {
-            body.push(',');
+        let piece = pieces.last_mut().expect("one piece at least");
+        if piece.len() + separator + json.len() > PIECE_BYTES && !piece.is_empty() {
+            pieces.push(Vec::with_capacity(PIECE_BYTES.max(json.len() + 1)));
         }
-        body.push_str(&json);
+        let piece = pieces.last_mut().expect("one piece at least");
+        if kept > 0 {
+            piece.push(b',');
+        }
+        piece.extend_from_slice(&json);
+        written += separator + json.len();
         kept += 1;
     }
-    format!(
-        "{{\"total\":{total},\"truncated\":{},\"entries\":[{body}]}}",
+    let head = format!(
+        "{{\"total\":{total},\"truncated\":{},\"entries\":[",
         kept < total
-    )
+    );
+    pieces.insert(0, head.into_bytes());
+    pieces.push(b"]}".to_vec());
+    pieces.retain(|piece| !piece.is_empty());
+    pieces
 }
 
 #[derive(Debug, Deserialize)]
@@ -201,6 +217,7 @@ impl<E> Clone for Decisions<E> {
 
 async fn decisions<E: Evaluate>(
     State(state): State<Decisions<E>>,
+    close: Option<Extension<CloseConnection>>,
     params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(params)) = params else {
@@ -241,7 +258,7 @@ async fn decisions<E: Evaluate>(
     match rendered {
         Ok(page) => (
             [(header::CONTENT_TYPE, "application/json")],
-            body(page, permit),
+            body(page, permit, close.map(|Extension(close)| close)),
         )
             .into_response(),
         Err(error) => (
@@ -252,25 +269,37 @@ async fn decisions<E: Evaluate>(
     }
 }
 
-/// An answer's body, sent in pieces. It holds the reader's permit until its last piece is taken
-/// (or the connection drops), so at most [`MAX_READERS`] pages are in memory however slowly
-/// readers read; past [`ANSWER_DEADLINE`] the next piece is an error, which closes the
-/// connection. Pieces are copies: once the page is gone, a connection keeps at most hyper's
-/// write buffer of it (about 400 KiB), and the admin port's idle timeout closes one whose
-/// reader stopped reading.
-fn body(page: String, permit: OwnedSemaphorePermit) -> axum::body::Body {
+/// An answer's body, sent in its pieces ([`render`]). It holds the reader's permit until its
+/// last piece is taken (or the connection drops), so at most [`MAX_READERS`] pages are in memory
+/// however slowly readers read. Past [`ANSWER_DEADLINE`] the connection is closed (`close`): a
+/// reader that reads nothing or a trickle is never asked for another piece, so a timer does it;
+/// a piece asked for past it is an error, which closes the connection too.
+fn body(
+    pieces: Vec<Vec<u8>>,
+    permit: OwnedSemaphorePermit,
+    close: Option<CloseConnection>,
+) -> axum::body::Body {
     let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
-    let len = page.len();
-    let pieces = futures::stream::iter((0..len).step_by(PIECE_BYTES)).map(move |start| {
-        let _held = &permit;
+    let taken = CancellationToken::new();
+    if let Some(CloseConnection(close)) = close {
+        let taken = taken.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = taken.cancelled() => {}
+                _ = tokio::time::sleep_until(deadline) => close.cancel(),
+            }
+        });
+    }
+    let taken = taken.drop_guard();
+    let pieces = futures::stream::iter(pieces).map(move |piece| {
+        let _held = (&permit, &taken);
         if tokio::time::Instant::now() > deadline {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "the /decisions reader took longer than the answer deadline",
             ));
         }
-        let piece = &page.as_bytes()[start..len.min(start + PIECE_BYTES)];
-        Ok(axum::body::Bytes::copy_from_slice(piece))
+        Ok(axum::body::Bytes::from(piece))
     });
     axum::body::Body::from_stream(pieces)
 }
@@ -309,13 +338,14 @@ mod tests {
     }
 
     fn render(entries: Vec<Entry>, max_entries: usize, max_bytes: usize) -> String {
-        super::render(
+        let pieces = super::render(
             entries,
             |e| (&e.namespace, &e.scaled_object),
             Entry::clone,
             max_entries,
             max_bytes,
-        )
+        );
+        String::from_utf8(pieces.concat()).unwrap()
     }
 
     #[test]
@@ -380,25 +410,72 @@ mod tests {
         assert_eq!(parse(&render(entries, 100, full - 1)).entries.len(), 39);
     }
 
+    #[test]
+    fn a_page_is_made_in_pieces_of_the_piece_size() {
+        let entries: Vec<_> = (0..2_000)
+            .map(|i| sample("a", &format!("pg-{i:04}"), "down"))
+            .collect();
+        let pieces = super::render(
+            entries,
+            |e| (&e.namespace, &e.scaled_object),
+            Entry::clone,
+            MAX_ENTRIES,
+            MAX_BYTES,
+        );
+        assert!(pieces.len() > 4, "{} pieces", pieces.len());
+        let envelope = 64;
+        for piece in &pieces {
+            assert!(
+                piece.len() <= PIECE_BYTES + envelope,
+                "{} bytes",
+                piece.len()
+            );
+            assert!(
+                piece.capacity() <= PIECE_BYTES + envelope,
+                "never grown past its size"
+            );
+        }
+        let page = parse(&String::from_utf8(pieces.concat()).unwrap());
+        assert_eq!((page.total, page.entries.len()), (2_000, 2_000));
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_body_holds_its_permit_until_taken_and_cuts_off_a_reader_past_the_deadline() {
+    async fn a_body_holds_its_permit_until_taken_and_closes_a_reader_past_the_deadline() {
         let readers = Arc::new(Semaphore::new(1));
-        let page = |n| "x".repeat(n * PIECE_BYTES + 1);
-        let whole = body(page(2), readers.clone().try_acquire_owned().unwrap());
+        let page = |n| vec![vec![b'x'; PIECE_BYTES]; n];
+        let closed = CancellationToken::new();
+        let close = || Some(CloseConnection(closed.clone()));
+        let whole = body(
+            page(2),
+            readers.clone().try_acquire_owned().unwrap(),
+            close(),
+        );
         let mut pieces = whole.into_data_stream();
         let mut taken = 0;
         while let Some(piece) = pieces.next().await {
             assert_eq!(readers.available_permits(), 0, "held while pieces are left");
             taken += piece.unwrap().len();
         }
-        assert_eq!(taken, 2 * PIECE_BYTES + 1);
+        assert_eq!(taken, 2 * PIECE_BYTES);
         drop(pieces);
         assert_eq!(readers.available_permits(), 1);
 
-        let slow = body(page(3), readers.clone().try_acquire_owned().unwrap());
+        tokio::time::sleep(ANSWER_DEADLINE * 2).await;
+        assert!(
+            !closed.is_cancelled(),
+            "a page taken in time leaves its connection open"
+        );
+
+        let slow = body(
+            page(3),
+            readers.clone().try_acquire_owned().unwrap(),
+            close(),
+        );
         let mut pieces = slow.into_data_stream();
         assert_eq!(pieces.next().await.unwrap().unwrap().len(), PIECE_BYTES);
-        tokio::time::advance(ANSWER_DEADLINE + Duration::from_secs(1)).await;
+        // Not asked for another piece (a reader that stopped reading): the timer closes it.
+        tokio::time::sleep(ANSWER_DEADLINE + Duration::from_secs(1)).await;
+        assert!(closed.is_cancelled());
         let cut = pieces.next().await.unwrap().unwrap_err();
         assert!(cut.to_string().contains("deadline"), "{cut}");
         drop(pieces);
