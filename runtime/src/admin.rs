@@ -6,6 +6,14 @@
 //! * `GET /metrics`: the [`Registry`] in OpenMetrics text.
 //! * whatever read-only routes the caller adds with [`serve_with`] (the scaler's `/decisions`).
 //!
+//! [`spawn_thread`] (what [`crate::app::App`] uses) serves them on a thread of its own with its
+//! own tokio runtime, so a scrape of a large registry or a caller's heavy route never takes a
+//! worker of the runtime that serves the process's main work (the scaler's gRPC). On that
+//! runtime, `tokio::task::spawn_blocking` runs on one thread at the lowest CPU priority
+//! ([`BACKGROUND_NICE`]): a route's CPU-heavy part goes there and gets a core only when the
+//! process's other threads leave one free. Such work must hold no lock the other threads take
+//! (a thread that waits for CPU while holding one would pass its wait on).
+//!
 //! Probes and scrapes need few connections: the port takes [`LIMITS`] (see [`crate::conn`]:
 //! a cap, a per-peer cap, half-sent or silent connections closed first to make room) and request
 //! headers must arrive within [`HEADER_TIMEOUT`].
@@ -24,6 +32,8 @@
 //! ```
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+
+use anyhow::Context as _;
 use std::time::Duration;
 
 use axum::Router;
@@ -47,6 +57,8 @@ pub const LIMITS: conn::Limits = conn::Limits {
 };
 /// Request headers must arrive within this.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The nice value of the admin runtime's blocking thread: the lowest CPU priority.
+pub const BACKGROUND_NICE: i32 = 19;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -96,8 +108,8 @@ pub async fn serve(
 }
 
 /// [`serve`], plus the routes of `extra`: same port, same connection limits, so the network
-/// policy that admits scrapers to /metrics covers them too. Their handlers must answer at once
-/// (shutdown does not wait for slow ones).
+/// policy that admits scrapers to /metrics covers them too. Shutdown does not wait for slow
+/// handlers.
 pub async fn serve_with(
     listener: TcpListener,
     registry: Arc<Registry>,
@@ -122,6 +134,63 @@ pub async fn serve_with(
     Ok(())
 }
 
+/// [`serve_with`] on a new thread with a runtime of its own (one blocking thread, at
+/// [`BACKGROUND_NICE`]); the future ends with the server (after `shutdown`).
+pub fn spawn_thread(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    readiness: Readiness,
+    extra: Router,
+    shutdown: CancellationToken,
+) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
+    let (done, ended) = tokio::sync::oneshot::channel();
+    // Moved between runtimes as a plain socket: a tokio socket belongs to the runtime it was
+    // registered with.
+    let listener = listener.into_std();
+    let spawned = std::thread::Builder::new()
+        .name("admin".into())
+        .spawn(move || {
+            let _ = done.send(run_on_own_runtime(
+                listener, registry, readiness, extra, shutdown,
+            ));
+        });
+    async move {
+        spawned.context("cannot start the admin server's thread")?;
+        ended
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the admin server's thread panicked")))
+    }
+}
+
+fn run_on_own_runtime(
+    listener: std::io::Result<std::net::TcpListener>,
+    registry: Arc<Registry>,
+    readiness: Readiness,
+    extra: Router,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(1)
+        .thread_name("admin-background")
+        .on_thread_start(|| {
+            // Per thread on Linux (who = 0 is the calling thread); where it fails the work still
+            // runs, at normal priority.
+            if let Err(error) = rustix::process::setpriority_process(None, BACKGROUND_NICE) {
+                tracing::debug!(%error, "cannot lower the admin background thread's priority");
+            }
+        })
+        .build()
+        .context("cannot build the admin server's runtime")?;
+    let served = runtime.block_on(async {
+        let listener = TcpListener::from_std(listener?)?;
+        serve_with(listener, registry, readiness, extra, shutdown).await
+    });
+    // A render still running on the blocking thread is not waited for.
+    runtime.shutdown_background();
+    Ok(served?)
+}
+
 async fn readyz(State(state): State<AdminState>) -> Response {
     if state.readiness.is_ready() {
         (StatusCode::OK, "ready\n").into_response()
@@ -139,5 +208,74 @@ async fn metrics(State(state): State<AdminState>) -> Response {
             format!("cannot encode metrics: {error}\n"),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::Extension;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    async fn fetch(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn routes_run_on_the_admin_thread_blocking_work_at_the_lowest_priority_and_may_close() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let extra = Router::new()
+            .route(
+                "/where",
+                get(|| async {
+                    let thread = std::thread::current().name().unwrap_or("").to_owned();
+                    let nice = tokio::task::spawn_blocking(|| {
+                        rustix::process::getpriority_process(None).unwrap()
+                    })
+                    .await
+                    .unwrap();
+                    format!("thread={thread} blocking-nice={nice}")
+                }),
+            )
+            .route(
+                "/stuck",
+                get(
+                    |Extension(close): Extension<http1::CloseConnection>| async move {
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            close.0.cancel();
+                        });
+                        axum::body::Body::from_stream(futures::stream::pending::<
+                            std::io::Result<String>,
+                        >())
+                    },
+                ),
+            );
+        let shutdown = CancellationToken::new();
+        let served = tokio::spawn(spawn_thread(
+            listener,
+            Arc::new(Registry::default()),
+            Readiness::default(),
+            extra,
+            shutdown.clone(),
+        ));
+        let answer = fetch(addr, "/where").await;
+        // A body that never ends, and its handler closing the connection: the reader sees the end.
+        let ended = tokio::time::timeout(Duration::from_secs(10), fetch(addr, "/stuck")).await;
+        assert!(ended.unwrap().starts_with("HTTP/1.1 200"));
+        assert!(
+            answer.ends_with(&format!("thread=admin blocking-nice={BACKGROUND_NICE}")),
+            "{answer}"
+        );
+        assert!(fetch(addr, "/healthz").await.ends_with("ok\n"));
+        shutdown.cancel();
+        served.await.unwrap().unwrap();
     }
 }

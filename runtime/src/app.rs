@@ -4,7 +4,7 @@
 //! * one shutdown token, cancelled by SIGTERM/SIGINT ([`App::with_signals`]) or by the caller;
 //! * readiness that starts down and, at shutdown, goes down first and for good
 //!   ([`shutdown::unready_on_shutdown`]), so probes and balancers stop sending new work;
-//! * the admin port ([`App::admin`]);
+//! * the admin port ([`App::admin`]), on a thread of its own;
 //! * a task set that owns every background task ([`App::spawn`]): a task that fails or panics
 //!   ends the app with its error, and none outlives [`App::run`];
 //! * [`App::run`]: the main future (the server or the sync loop) runs until it ends or shutdown;
@@ -121,21 +121,23 @@ impl App {
         Ok(())
     }
 
-    /// Serves the admin endpoints, plus the routes of `extra`, on a bound listener.
+    /// Serves the admin endpoints, plus the routes of `extra`, on a bound listener, on a thread
+    /// of its own ([`admin::spawn_thread`]): probes, scrapes and `extra`'s handlers never run on
+    /// the runtime that serves the app's main work.
     pub fn admin_on(&mut self, listener: TcpListener, mut registry: Registry, extra: Router) {
         registry.register(
             "runtime_task_panics",
             "Per-connection and per-request tasks that panicked (each logged at error; the app's own tasks end it instead)",
             crate::tasks::panics(),
         );
-        let serve = admin::serve_with(
+        let served = admin::spawn_thread(
             listener,
             Arc::new(registry),
             self.readiness(),
             extra,
             self.shutdown(),
         );
-        self.spawn("admin server", serve);
+        self.spawn("admin server", served);
     }
 
     /// Runs `main` until it returns, shutdown is cancelled, or a task fails; see the module doc.

@@ -2,7 +2,7 @@
 //! plain TCP and the webhook's TLS alike.
 use std::time::Duration;
 
-use axum::Router;
+use axum::{Extension, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -13,6 +13,12 @@ use tracing::{debug, warn};
 
 use crate::conn::Incoming;
 use crate::tasks::Owned;
+
+/// In every request's extensions: cancelling it closes the connection the request came on, at
+/// once. For a response body with a deadline: hyper stops polling the body of a reader that
+/// does not read (or reads a trickle), so the body cannot end itself.
+#[derive(Clone, Debug)]
+pub struct CloseConnection(pub CancellationToken);
 
 /// Serves `router` on the connections `incoming` yields (running its accept loop beside) until
 /// `shutdown`, then waits for open requests to finish (the caller bounds that wait). Headers must
@@ -50,11 +56,18 @@ pub async fn serve<S>(
             },
         };
         let remote = conn.remote_addr();
-        let service = TowerToHyperService::new(router.clone());
+        let close = CancellationToken::new();
+        let service = router
+            .clone()
+            .layer(Extension(CloseConnection(close.clone())));
+        let service = TowerToHyperService::new(service);
         let served = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
         serving.spawn(async move {
-            if let Err(error) = served.await {
-                debug!(%error, %remote, server, "connection closed");
+            tokio::select! {
+                served = served => if let Err(error) = served {
+                    debug!(%error, %remote, server, "connection closed");
+                },
+                _ = close.cancelled() => debug!(%remote, server, "connection closed by its handler"),
             }
         });
     }

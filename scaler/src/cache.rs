@@ -465,17 +465,22 @@ impl<E: Evaluate> Cache<E> {
     }
 
     /// What every held key (of `namespace`, when given) last got, for `/decisions`
-    /// ([`crate::decisions`]); times converted to the wall clock.
+    /// ([`crate::decisions`]); times converted to the wall clock. The map's lock is held only
+    /// to clone its `Arc`s (a new key's insertion, and the calls queued behind it, wait for no
+    /// more), then each key's state is locked alone.
     pub fn snapshot(&self, namespace: Option<&str>) -> Vec<Snapshot> {
         let (now, wall) = (Instant::now(), SystemTime::now());
         let at = |t: &Instant| wall - now.saturating_duration_since(*t);
-        read(&self.entries)
+        let held: Vec<(Arc<Key>, Arc<Entry>)> = read(&self.entries)
             .iter()
             .filter(|(key, _)| namespace.is_none_or(|ns| key.namespace == ns))
+            .map(|(key, entry)| (key.clone(), entry.clone()))
+            .collect();
+        held.into_iter()
             .map(|(key, entry)| {
                 let state = lock(&entry.state);
                 Snapshot {
-                    key: key.clone(),
+                    key,
                     good: state.good.as_ref().map(|(t, e)| (at(t), e.clone())),
                     attempt: state.attempt.as_ref().map(|(t, e)| (at(t), e.clone())),
                 }

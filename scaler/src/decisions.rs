@@ -4,15 +4,27 @@
 //! Bounded: at most [`MAX_ENTRIES`] entries (`?limit=` lowers it) and [`MAX_BYTES`] of body; each
 //! error message is cut to [`MAX_MESSAGE_BYTES`]. Entries are sorted by namespace and name, and
 //! a page that had to stop early says so (`truncated`, `total`); `?namespace=` narrows it.
+//!
+//! Never at the gRPC server's expense: the admin port has a thread of its own
+//! ([`runtime::admin::spawn_thread`]); the snapshot there clones `Arc`s under each lock
+//! briefly, and the sort and serialization run on that runtime's blocking thread, at the lowest
+//! CPU priority, holding no lock. At most [`MAX_READERS`] answers are made or being sent at
+//! once; a reader past them gets 503 with `Retry-After` at once. A slow reader holds one of them
+//! for at most [`ANSWER_DEADLINE`] ([`body`]): memory is bounded per reader (a page of at most
+//! [`MAX_BYTES`] and its snapshot) and in all.
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Extension, Router};
+use futures::StreamExt as _;
+use runtime::http1::CloseConnection;
 use serde::{Deserialize, Serialize};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use crate::cache::Evaluate;
 use crate::cache::{Cache, Snapshot};
@@ -25,6 +37,16 @@ pub const MAX_ENTRIES: usize = crate::cache::DEFAULT_CAPACITY;
 pub const MAX_BYTES: usize = 8 << 20;
 /// Longest error message kept per entry (a backend's error text can be long).
 pub const MAX_MESSAGE_BYTES: usize = 512;
+/// Most answers made or being sent at once; a reader past them gets 503 (`scaler status --watch` polls one at
+/// a time, so this is a few operators at once).
+pub const MAX_READERS: usize = 2;
+/// What a reader turned away is told to wait, in seconds.
+pub const RETRY_AFTER_SECONDS: u32 = 1;
+/// A reader that has not taken its whole answer within this is cut off (an 8 MiB page over a
+/// `kubectl port-forward` takes a few seconds), so its permit and page are freed.
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(30);
+/// The size of the pieces an answer is made and sent in.
+const PIECE_BYTES: usize = 64 * 1024;
 
 /// One ScaledObject's last decision and last error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,33 +134,52 @@ pub fn entry(snapshot: &Snapshot, now: SystemTime) -> Entry {
     }
 }
 
-/// The body: entries sorted by namespace and name, at most `max_entries` of them and at most
-/// `max_bytes` in all (an entry that would pass it is left out with every later one).
-pub fn render(mut entries: Vec<Entry>, max_entries: usize, max_bytes: usize) -> String {
-    entries.sort_unstable_by(|a, b| {
-        (&a.namespace, &a.scaled_object).cmp(&(&b.namespace, &b.scaled_object))
-    });
-    let total = entries.len();
+/// The body: `items` sorted by `order` (namespace, name), as entries, at most `max_entries` of
+/// them and at most `max_bytes` in all (an entry that would pass it is left out with every later
+/// one), in pieces of about [`PIECE_BYTES`]. Entries are made one at a time as they are written,
+/// and the pieces are never copied or grown past their size: the page takes its own length in
+/// memory, and each piece is freed once sent.
+pub fn render<T>(
+    mut items: Vec<T>,
+    order: fn(&T) -> (&str, &str),
+    entry: impl Fn(&T) -> Entry,
+    max_entries: usize,
+    max_bytes: usize,
+) -> Vec<Vec<u8>> {
+    items.sort_unstable_by(|a, b| order(a).cmp(&order(b)));
+    let total = items.len();
     // The envelope with the largest `total` and `truncated` it can have, so the cap holds.
     let envelope = format!("{{\"total\":{total},\"truncated\":false,\"entries\":[]}}").len();
-    let mut body = String::new();
-    let mut kept = 0;
-    for entry in entries.iter().take(max_entries) {
-        let json = serde_json::to_string(entry).expect("entries serialize");
+    let mut pieces = vec![Vec::with_capacity(PIECE_BYTES)];
+    let (mut written, mut kept) = (0, 0);
+    let mut json = Vec::new();
+    for item in items.iter().take(max_entries) {
+        json.clear();
+        serde_json::to_writer(&mut json, &entry(item)).expect("entries serialize");
         let separator = usize::from(kept > 0);
-        if envelope + body.len() + separator + json.len() > max_bytes {
+        if envelope + written + separator + json.len() > max_bytes {
             break;
         }
-        if kept > 0 {
-            body.push(',');
+        let piece = pieces.last_mut().expect("one piece at least");
+        if piece.len() + separator + json.len() > PIECE_BYTES && !piece.is_empty() {
+            pieces.push(Vec::with_capacity(PIECE_BYTES.max(json.len() + 1)));
         }
-        body.push_str(&json);
+        let piece = pieces.last_mut().expect("one piece at least");
+        if kept > 0 {
+            piece.push(b',');
+        }
+        piece.extend_from_slice(&json);
+        written += separator + json.len();
         kept += 1;
     }
-    format!(
-        "{{\"total\":{total},\"truncated\":{},\"entries\":[{body}]}}",
+    let head = format!(
+        "{{\"total\":{total},\"truncated\":{},\"entries\":[",
         kept < total
-    )
+    );
+    pieces.insert(0, head.into_bytes());
+    pieces.push(b"]}".to_vec());
+    pieces.retain(|piece| !piece.is_empty());
+    pieces
 }
 
 #[derive(Debug, Deserialize)]
@@ -147,15 +188,36 @@ struct Params {
     limit: Option<usize>,
 }
 
-/// The `/decisions` route, for [`runtime::admin::serve_with`].
+/// The `/decisions` route, for [`runtime::admin::serve_with`] on its own thread
+/// ([`runtime::admin::spawn_thread`], which gives `spawn_blocking` its low-priority thread).
 pub fn router<E: Evaluate>(cache: Arc<Cache<E>>) -> Router {
+    let state = Decisions {
+        cache,
+        readers: Arc::new(Semaphore::new(MAX_READERS)),
+    };
     Router::new()
         .route("/decisions", get(decisions::<E>))
-        .with_state(cache)
+        .with_state(state)
+}
+
+struct Decisions<E> {
+    cache: Arc<Cache<E>>,
+    /// One permit per answer being made.
+    readers: Arc<Semaphore>,
+}
+
+impl<E> Clone for Decisions<E> {
+    fn clone(&self) -> Self {
+        Self {
+            cache: self.cache.clone(),
+            readers: self.readers.clone(),
+        }
+    }
 }
 
 async fn decisions<E: Evaluate>(
-    State(cache): State<Arc<Cache<E>>>,
+    State(state): State<Decisions<E>>,
+    close: Option<Extension<CloseConnection>>,
     params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(params)) = params else {
@@ -172,18 +234,74 @@ async fn decisions<E: Evaluate>(
             names::NAMESPACE_RULE
         ));
     }
+    let Ok(permit) = state.readers.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, RETRY_AFTER_SECONDS.to_string())],
+            format!("{MAX_READERS} /decisions answers are being made; retry in {RETRY_AFTER_SECONDS} s\n"),
+        )
+            .into_response();
+    };
     let now = SystemTime::now();
-    let entries = cache
-        .snapshot(params.namespace.as_deref())
-        .iter()
-        .map(|s| entry(s, now))
-        .collect();
+    let snapshots = state.cache.snapshot(params.namespace.as_deref());
     let limit = params.limit.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES);
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        render(entries, limit, MAX_BYTES),
-    )
-        .into_response()
+    let rendered = tokio::task::spawn_blocking(move || {
+        render(
+            snapshots,
+            |s| (&s.key.namespace, &s.key.name),
+            |s| entry(s, now),
+            limit,
+            MAX_BYTES,
+        )
+    })
+    .await;
+    match rendered {
+        Ok(page) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            body(page, permit, close.map(|Extension(close)| close)),
+        )
+            .into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot render /decisions: {error}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// An answer's body, sent in its pieces ([`render`]). It holds the reader's permit until its
+/// last piece is taken (or the connection drops), so at most [`MAX_READERS`] pages are in memory
+/// however slowly readers read. Past [`ANSWER_DEADLINE`] the connection is closed (`close`): a
+/// reader that reads nothing or a trickle is never asked for another piece, so a timer does it;
+/// a piece asked for past it is an error, which closes the connection too.
+fn body(
+    pieces: Vec<Vec<u8>>,
+    permit: OwnedSemaphorePermit,
+    close: Option<CloseConnection>,
+) -> axum::body::Body {
+    let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
+    let taken = CancellationToken::new();
+    if let Some(CloseConnection(close)) = close {
+        let taken = taken.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = taken.cancelled() => {}
+                _ = tokio::time::sleep_until(deadline) => close.cancel(),
+            }
+        });
+    }
+    let taken = taken.drop_guard();
+    let pieces = futures::stream::iter(pieces).map(move |piece| {
+        let _held = (&permit, &taken);
+        if tokio::time::Instant::now() > deadline {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the /decisions reader took longer than the answer deadline",
+            ));
+        }
+        Ok(axum::body::Bytes::from(piece))
+    });
+    axum::body::Body::from_stream(pieces)
 }
 
 fn bad_request(message: String) -> Response {
@@ -217,6 +335,17 @@ mod tests {
 
     fn parse(body: &str) -> Page {
         serde_json::from_str(body).unwrap()
+    }
+
+    fn render(entries: Vec<Entry>, max_entries: usize, max_bytes: usize) -> String {
+        let pieces = super::render(
+            entries,
+            |e| (&e.namespace, &e.scaled_object),
+            Entry::clone,
+            max_entries,
+            max_bytes,
+        );
+        String::from_utf8(pieces.concat()).unwrap()
     }
 
     #[test]
@@ -279,6 +408,78 @@ mod tests {
         }
         assert_eq!(parse(&render(entries.clone(), 100, full)).entries.len(), 40);
         assert_eq!(parse(&render(entries, 100, full - 1)).entries.len(), 39);
+    }
+
+    #[test]
+    fn a_page_is_made_in_pieces_of_the_piece_size() {
+        let entries: Vec<_> = (0..2_000)
+            .map(|i| sample("a", &format!("pg-{i:04}"), "down"))
+            .collect();
+        let pieces = super::render(
+            entries,
+            |e| (&e.namespace, &e.scaled_object),
+            Entry::clone,
+            MAX_ENTRIES,
+            MAX_BYTES,
+        );
+        assert!(pieces.len() > 4, "{} pieces", pieces.len());
+        let envelope = 64;
+        for piece in &pieces {
+            assert!(
+                piece.len() <= PIECE_BYTES + envelope,
+                "{} bytes",
+                piece.len()
+            );
+            assert!(
+                piece.capacity() <= PIECE_BYTES + envelope,
+                "never grown past its size"
+            );
+        }
+        let page = parse(&String::from_utf8(pieces.concat()).unwrap());
+        assert_eq!((page.total, page.entries.len()), (2_000, 2_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_holds_its_permit_until_taken_and_closes_a_reader_past_the_deadline() {
+        let readers = Arc::new(Semaphore::new(1));
+        let page = |n| vec![vec![b'x'; PIECE_BYTES]; n];
+        let closed = CancellationToken::new();
+        let close = || Some(CloseConnection(closed.clone()));
+        let whole = body(
+            page(2),
+            readers.clone().try_acquire_owned().unwrap(),
+            close(),
+        );
+        let mut pieces = whole.into_data_stream();
+        let mut taken = 0;
+        while let Some(piece) = pieces.next().await {
+            assert_eq!(readers.available_permits(), 0, "held while pieces are left");
+            taken += piece.unwrap().len();
+        }
+        assert_eq!(taken, 2 * PIECE_BYTES);
+        drop(pieces);
+        assert_eq!(readers.available_permits(), 1);
+
+        tokio::time::sleep(ANSWER_DEADLINE * 2).await;
+        assert!(
+            !closed.is_cancelled(),
+            "a page taken in time leaves its connection open"
+        );
+
+        let slow = body(
+            page(3),
+            readers.clone().try_acquire_owned().unwrap(),
+            close(),
+        );
+        let mut pieces = slow.into_data_stream();
+        assert_eq!(pieces.next().await.unwrap().unwrap().len(), PIECE_BYTES);
+        // Not asked for another piece (a reader that stopped reading): the timer closes it.
+        tokio::time::sleep(ANSWER_DEADLINE + Duration::from_secs(1)).await;
+        assert!(closed.is_cancelled());
+        let cut = pieces.next().await.unwrap().unwrap_err();
+        assert!(cut.to_string().contains("deadline"), "{cut}");
+        drop(pieces);
+        assert_eq!(readers.available_permits(), 1);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use futures::StreamExt as _;
 use scaler_core::evaluate::{self, Evaluation, Inputs};
 use scaler_core::metadata::Engine;
 use scaler_core::promql::{self, Parts, QueryError, Shape, Target};
+use tracing::warn;
 
 use crate::backend;
 use crate::cache::{Evaluate, Key, ObserveError};
@@ -82,6 +83,11 @@ impl Evaluate for Observer {
             }
         }));
         let (answers, snapshots) = tokio::join!(queries, lookups);
+        let answers: Vec<_> = batches
+            .iter()
+            .zip(answers)
+            .map(|((_, batch), answer)| answer.map_err(|error| told(error, batch)))
+            .collect();
         let answer_of: HashMap<(Shape, &Target), &Result<backend::Answer, QueryError>> = batches
             .iter()
             .zip(&answers)
@@ -115,6 +121,40 @@ impl Evaluate for Observer {
             })
             .collect()
     }
+}
+
+/// Said instead of the backend's own text when a query asked for several namespaces.
+pub const WITHHELD: &str =
+    "withheld: the query also asked for other namespaces; the scaler's log has the text";
+
+/// What a failed query's keys are told. The backend's own text (an error body, a garbled
+/// answer's detail, a `Location`) may quote the query, which names every cluster it asked for,
+/// and each key's error reaches its tenant (the HPA's conditions and events, `/decisions`): so
+/// when the query spans namespaces, they get the HTTP status and the kind of failure only, and
+/// the whole error goes to the scaler's own log, once per query.
+fn told(error: QueryError, batch: &promql::Batch) -> QueryError {
+    let mut namespaces = batch.targets.iter().map(|t| &t.namespace);
+    let first = namespaces.next();
+    if namespaces.all(|ns| Some(ns) == first) {
+        return error;
+    }
+    let withheld = match &error {
+        QueryError::Status { status, .. } => QueryError::Status {
+            status: *status,
+            body: WITHHELD.into(),
+        },
+        QueryError::Redirect { status, .. } => QueryError::Redirect {
+            status: *status,
+            location: WITHHELD.into(),
+        },
+        QueryError::Garbage(_) => QueryError::Garbage(WITHHELD.into()),
+        // Ours (a duration, a limit) or the client's about the configured URL: no backend text.
+        QueryError::Timeout(_) | QueryError::TooLarge { .. } | QueryError::Unreachable(_) => {
+            return error;
+        }
+    };
+    warn!(clusters = batch.targets.len(), %error, "a batched query failed; its keys are told without the backend's text");
+    withheld
 }
 
 fn target(key: &Key) -> Target {
@@ -208,6 +248,45 @@ mod tests {
         // Batches of one: one query per distinct cluster.
         observer(&url, 1).evaluate(&keys).await;
         assert_eq!(queries.load(Ordering::SeqCst), 1 + 3);
+    }
+
+    /// A backend that refuses every query with `status`, quoting it back as VictoriaMetrics does.
+    async fn echoing_backend(status: u16) -> String {
+        let app = axum::Router::new().route(
+            "/api/v1/query",
+            axum::routing::post(
+                move |axum::Form(form): axum::Form<HashMap<String, String>>| async move {
+                    let error = format!("error when executing query={:?}", form["query"]);
+                    let body = serde_json::json!({"status": "error", "error": error}).to_string();
+                    (axum::http::StatusCode::from_u16(status).unwrap(), body)
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_query_over_several_namespaces_tells_each_key_none_of_the_backends_text() {
+        for status in [422, 200] {
+            let url = echoing_backend(status).await;
+            let keys = [key("tenant-red", "pg-red"), key("tenant-blue", "pg-blue")];
+            for (key, result) in keys.iter().zip(observer(&url, 100).evaluate(&keys).await) {
+                let told = result.unwrap_err().to_string();
+                assert!(told.contains(WITHHELD), "{told}");
+                for name in ["tenant-red", "tenant-blue", "pg-red", "pg-blue", "query="] {
+                    assert!(!told.contains(name), "{} told {told}", key.namespace);
+                }
+            }
+            // One namespace's own query: its text is the tenant's own, and kept.
+            let keys = [key("tenant-red", "pg-red"), key("tenant-red", "pg-other")];
+            for result in observer(&url, 100).evaluate(&keys).await {
+                let told = result.unwrap_err().to_string();
+                assert!(told.contains("query="), "{told}");
+            }
+        }
     }
 
     #[tokio::test]

@@ -1,10 +1,12 @@
 """A tiny HTTP server on loopback that plays a broken Prometheus: slow, garbage, a delaying
 proxy in front of the real VictoriaMetrics, a fixed answer of any size ("answer"), or an endless
-stream ("stream": `stream_mib` MiB of a JSON string, no Content-Length). It is a stand-in for a
+stream ("stream": `stream_mib` MiB of a JSON string, no Content-Length), or an error that quotes the
+query back the way VictoriaMetrics does ("echo", HTTP `status`). It is a stand-in for a
 hostile or broken backend, not a Prometheus. It counts the requests it receives."""
 import json
 import threading
 import time
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -30,6 +32,7 @@ class FakePrometheus:
         self.answer, self.status, self.stream_mib = answer, status, stream_mib
         self.streamed = 0  # bytes of the last stream the client read before hanging up
         self.requests = 0
+        self.queries = []  # what "echo" was asked
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -68,6 +71,12 @@ class FakePrometheus:
             elif self.mode == "stream":
                 self._stream(h)
                 return
+            elif self.mode == "echo":
+                query = urllib.parse.parse_qs((body or b"").decode()).get("query", [""])[0]
+                self.queries.append(query)
+                status, ctype = self.status, "application/json"
+                payload = json.dumps({"status": "error", "errorType": "422",
+                                      "error": f"error when executing query={query!r}: cannot parse"}).encode()
             elif self.mode == "answer":
                 status, ctype, payload = self.status, "application/json", self.answer
             elif self.mode == "hang":
