@@ -89,6 +89,9 @@ pub enum CurrentSource {
     ClusterSpec,
     /// The number of instance series (metrics-only mode).
     InstanceSeries,
+    /// The caller's count, `Inputs::current`: a backtest's simulated HPA, whose count the
+    /// history's instance series never had.
+    Simulated,
 }
 
 /// Where the quorum came from.
@@ -151,6 +154,10 @@ pub struct Inputs {
     pub topology: &'static str,
     pub default_deadline: Duration,
     pub now: SystemTime,
+    /// A current count the caller knows better than the instance series and the Cluster: the
+    /// backtest's simulated HPA, so the holds (brake, dry-run, scale-in hold) hold the count that
+    /// history would have had. `None` in `serve`.
+    pub current: Option<u32>,
 }
 
 /// The pure part: query answer + Cluster facts and quotas + config → evaluation.
@@ -173,9 +180,10 @@ pub fn evaluate(
         Engine::Cnpg => None,
         Engine::Redis => Some(redis_health(namespace, config, parts, &metrics)?),
     };
-    let (current, current_source) = match facts {
-        Some(facts) => (facts.instances, CurrentSource::ClusterSpec),
-        None => (instance_series, CurrentSource::InstanceSeries),
+    let (current, current_source) = match (inputs.current, facts) {
+        (Some(current), _) => (current, CurrentSource::Simulated),
+        (None, Some(facts)) => (facts.instances, CurrentSource::ClusterSpec),
+        (None, None) => (instance_series, CurrentSource::InstanceSeries),
     };
     // The evaluation's clock, never the wall clock: a backtest replays schedules with it.
     let schedule = jiff::Timestamp::try_from(inputs.now)
@@ -438,6 +446,7 @@ mod tests {
             topology,
             default_deadline: Duration::from_secs(600),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(NOW),
+            current: None,
         }
     }
 
@@ -635,6 +644,43 @@ mod tests {
         assert_eq!((e.decision.desired, e.decision.reason), (3, Reason::Brake));
         let e = evaluate("ns", &cfg, &inputs("metrics"), &lagging(0.0), None).unwrap();
         assert_eq!((e.decision.desired, e.decision.reason), (6, Reason::Max));
+    }
+
+    /// Issue 44: the backtest's simulated HPA has 5 instances where history saw 3; the holds hold
+    /// its 5, over the instance series and the Cluster's spec alike, and say where it came from.
+    #[test]
+    fn the_callers_current_count_is_what_the_holds_hold() {
+        let simulated = Inputs {
+            current: Some(5),
+            ..inputs("metrics")
+        };
+        let lagging = parts(&[
+            ("instances", 3.0),
+            ("load", 5.0),
+            ("lag", 60.0),
+            ("wal", 1000.0),
+        ]);
+        let brake = config(&[("maxReplicationLagSeconds", "10")]);
+        let dry_run = config(&[("dryRun", "true")]);
+        let hold = config(&[("scaleIn", "disabled")]);
+        let spec = snapshot(json!({"spec": {"instances": 4}}), vec![]);
+        for (cfg, snapshot, reason) in [
+            (&brake, None, Reason::Brake),
+            (&dry_run, None, Reason::DryRun),
+            (&hold, None, Reason::ScaleInHold),
+            (&brake, Some(&spec), Reason::Brake),
+        ] {
+            let e = evaluate("ns", cfg, &simulated, &lagging, snapshot).unwrap();
+            assert_eq!(
+                (e.observation.current, e.current_source, e.instance_series),
+                (5, CurrentSource::Simulated, 3)
+            );
+            assert_eq!((e.decision.desired, e.decision.reason), (5, reason));
+        }
+        assert_eq!(
+            serde_json::to_value(CurrentSource::Simulated).unwrap(),
+            "simulated"
+        );
     }
 
     /// Issue 43: a lagging cluster whose WAL rate has no samples yet (a new series) got the load's

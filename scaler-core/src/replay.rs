@@ -5,8 +5,11 @@
 //! The HPA syncs every `sync_period` seconds from the first evaluation time; a sync between two
 //! evaluation times uses the latest answer (KEDA would have asked again: with `--step` equal to
 //! the sync period there is exactly one evaluation per sync). The decision's `current` is the
-//! observed instance count of that time, as in metrics-only `serve`: history is not rewritten by
-//! what the simulated HPA would have done.
+//! simulated HPA's count before its sync at that time (the count `serve` would have been asked
+//! with, had history gone the simulated way), so the holds (lag brake, dry-run, scale-in hold)
+//! hold the simulated count; the observed count stays in the rows as history. Everything else
+//! (load, lag, write activity) is history's, taken to be what the simulated count would have
+//! seen too (docs/backtest.md says what that assumes).
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
@@ -77,13 +80,6 @@ impl Replay {
     /// Evaluates the answer at `time` (later than every earlier call) and runs the HPA's syncs up
     /// to it. An empty `parts` is an answer without any series (a gap in the history).
     pub fn step(&mut self, time: i64, parts: &HashMap<String, f64>) -> Row {
-        let inputs = Inputs {
-            topology: "metrics",
-            // Only read with a Cluster's status, which metrics-only topology has not.
-            default_deadline: Duration::ZERO,
-            now: SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(time).unwrap_or(0)),
-        };
-        let evaluation = evaluate(&self.namespace, &self.config, &inputs, parts, None);
         let observed = parts
             .get(crate::promql::part::INSTANCES)
             .map(|n| *n as u32)
@@ -104,6 +100,15 @@ impl Replay {
             hpa.sync(next, self.held);
             next += period;
         }
+        let inputs = Inputs {
+            topology: "metrics",
+            // Only read with a Cluster's status, which metrics-only topology has not.
+            default_deadline: Duration::ZERO,
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(time).unwrap_or(0)),
+            // What the scale target has now, in the simulated history: what a hold holds.
+            current: Some(hpa.replicas()),
+        };
+        let evaluation = evaluate(&self.namespace, &self.config, &inputs, parts, None);
         self.held = evaluation.as_ref().ok().map(|e| e.decision.desired);
         if next == time {
             hpa.sync(time, self.held);

@@ -4,12 +4,18 @@ use super::*;
 use crate::metadata::parse;
 
 fn replay(behavior: Option<Behavior>) -> Replay {
+    replay_with(behavior, &[])
+}
+
+/// Target 10, minReplicas 2, maxReplicas 10, and `extra` trigger metadata.
+fn replay_with(behavior: Option<Behavior>, extra: &[(&str, &str)]) -> Replay {
     let md: HashMap<String, String> = [
         ("target", "10"),
         ("minReplicas", "2"),
         ("maxReplicas", "10"),
     ]
     .iter()
+    .chain(extra)
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     let spec = HpaSpec {
@@ -98,6 +104,115 @@ fn the_hpa_starts_from_the_first_observed_count() {
     let row = r.step(0, &parts(4.0, 0.0));
     // Observed 4, the scaler wants 2: the new HPA's scale-down window holds 4.
     assert_eq!((row.recommended, row.simulated), (Some(2), 4));
+}
+
+/// The lag brake's history: 3 instances observed all along, load 50 (6 instances at target 10);
+/// from 600 s to 2400 s a replica lags 120 s while the primary writes.
+fn brake_history(t: i64) -> HashMap<String, f64> {
+    let mut p = parts(3.0, 50.0);
+    p.insert("wal".into(), 1000.0);
+    p.insert(
+        "lag".into(),
+        if (600..2400).contains(&t) { 120.0 } else { 0.0 },
+    );
+    p
+}
+
+/// Issue 44: the brake held the observed 3, so the simulated HPA, grown to 6, fell to 3 in the
+/// middle of the load once its scale-down window passed: a scale-down the brake exists to
+/// prevent. It holds the simulated count: no drop, however long the brake.
+#[test]
+fn the_brake_holds_the_simulated_count_not_the_observed_one() {
+    let mut r = replay_with(
+        Some(Behavior::default()),
+        &[("maxReplicationLagSeconds", "30")],
+    );
+    let rows: Vec<Row> = (0..=3000)
+        .step_by(15)
+        .map(|t| r.step(t, &brake_history(t)))
+        .collect();
+    let braked: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.reason == Some(Reason::Brake))
+        .collect();
+    assert_eq!(braked.len(), (2400 - 600) / 15, "{braked:?}");
+    for row in &rows {
+        assert_eq!((row.simulated, row.observed), (6, Some(3)), "{row:?}");
+    }
+    for row in braked {
+        assert_eq!(row.recommended, Some(6), "the brake holds 6: {row:?}");
+    }
+}
+
+/// The tune's view of the same history: the brake no longer charges its minutes to every
+/// setting. Each setting is overloaded exactly as much as on the history without the lag (the
+/// load is constant, so the brake holds what the setting already had).
+#[test]
+fn a_sweep_over_a_brake_is_overloaded_as_without_it() {
+    let tally = |target: &str, lag: bool| {
+        let mut r = replay_with(
+            Some(Behavior::default()),
+            &[("maxReplicationLagSeconds", "30"), ("target", target)],
+        );
+        let mut tally = Tally::default();
+        for t in (0..=3000).step_by(15) {
+            let mut p = brake_history(t);
+            if !lag {
+                p.insert("lag".into(), 0.0);
+            }
+            tally.add(&r.step(t, &p), 10.0);
+        }
+        tally
+    };
+    let overloaded: Vec<(u64, u64)> = ["5", "10", "20"]
+        .iter()
+        .map(|target| {
+            (
+                tally(target, true).overloaded,
+                tally(target, false).overloaded,
+            )
+        })
+        .collect();
+    // Target 20 has 4 instances, 16.7 per read replica: overloaded all along, brake or not.
+    assert_eq!(overloaded, [(0, 0), (0, 0), (201, 201)]);
+}
+
+/// Dry-run holds the simulated HPA's count whatever history's count did (scaled by hand from
+/// 6 to 3, then to 8): dry-run never moves the simulated count.
+#[test]
+fn dry_run_holds_the_simulated_count_whatever_was_observed() {
+    let mut r = replay_with(Some(Behavior::default()), &[("dryRun", "true")]);
+    for t in (0..=1800).step_by(15) {
+        let observed = match t {
+            0 => 6.0,
+            1..900 => 3.0,
+            _ => 8.0,
+        };
+        let row = r.step(t, &parts(observed, 20.0));
+        assert_eq!(
+            (row.recommended, row.reason, row.simulated),
+            (Some(6), Some(Reason::DryRun), 6),
+            "{row:?}"
+        );
+    }
+}
+
+/// `scaleIn: disabled` keeps the simulated count the load raised, not the observed 3.
+#[test]
+fn the_scale_in_hold_keeps_the_simulated_count() {
+    let mut r = replay_with(Some(Behavior::default()), &[("scaleIn", "disabled")]);
+    for t in (0..=1800).step_by(15) {
+        let row = r.step(t, &parts(3.0, step_load(t)));
+        // The new HPA starts at the observed 3, which the hold keeps until the load asks for 6.
+        let simulated = if t < 600 { 3 } else { 6 };
+        assert_eq!(row.simulated, simulated, "{row:?}");
+        if t >= 1200 {
+            assert_eq!(
+                (row.recommended, row.reason),
+                (Some(6), Some(Reason::ScaleInHold))
+            );
+        }
+    }
 }
 
 proptest! {

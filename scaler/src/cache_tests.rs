@@ -51,6 +51,7 @@ impl Evaluate for Fake {
             topology: "metrics",
             default_deadline: Duration::from_secs(600),
             now: std::time::SystemTime::now(),
+            current: None,
         };
         keys.iter()
             .map(|key| {

@@ -296,6 +296,7 @@ fn inputs_section(s: &mut String, e: &Evaluation) {
     let current_from = match e.current_source {
         CurrentSource::ClusterSpec => "Cluster spec.instances",
         CurrentSource::InstanceSeries => "count of instance series",
+        CurrentSource::Simulated => "the backtest's simulated HPA",
     };
     let _ = writeln!(
         s,

@@ -99,6 +99,7 @@ impl Evaluate for Observer {
             topology: self.topology.name(),
             default_deadline: self.convergence_deadline,
             now: SystemTime::now(),
+            current: None,
         };
         let none = Parts::new();
         keys.iter()

@@ -624,7 +624,6 @@ struct SweepInputs {
     syncs: u64,
 }
 
-/// A progress bar on a terminal; nothing otherwise (logs and pipes stay clean).
 /// The load axis' label.
 fn load_label(metric: Metric) -> &'static str {
     match metric {
@@ -635,6 +634,7 @@ fn load_label(metric: Metric) -> &'static str {
     }
 }
 
+/// A progress bar on a terminal; nothing otherwise (logs and pipes stay clean).
 fn progress_bar(total: u64, what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();

@@ -332,7 +332,18 @@ fn draw(
     Ok(())
 }
 
-/// One line per entry: a swatch (a filled box for a band, a stroke for a line) and its label.
+/// Under the legend: what the simulated count is, and what the replay does not simulate, so no
+/// figure is read as more than it is (docs/backtest.md, "Not simulated").
+const NOTES: [&str; 5] = [
+    "simulated: what the HPA asks for; the",
+    "holds hold it. Not simulated: the time",
+    "CNPG takes to create an instance, pod",
+    "readiness (it serves at once). Load,",
+    "lag and writes come from history.",
+];
+
+/// One line per entry: a swatch (a filled box for a band, a stroke for a line) and its label;
+/// then the notes.
 fn draw_legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     entries: &[(String, ShapeStyle)],
@@ -341,14 +352,20 @@ where
     DB::ErrorType: 'static,
 {
     let font = ("sans-serif", 14).into_font();
-    for (i, (label, style)) in entries.iter().enumerate() {
-        let y = 48 + 22 * i as i32;
+    let mut y = 48;
+    for (label, style) in entries {
         if style.filled {
             area.draw(&Rectangle::new([(6, y - 7), (30, y + 7)], *style))?;
         } else {
             area.draw(&PathElement::new([(6, y), (30, y)], *style))?;
         }
         area.draw(&Text::new(label.as_str(), (38, y - 7), font.clone()))?;
+        y += 22;
+    }
+    let note = ("sans-serif", 12).into_font().color(&RGBColor(90, 90, 90));
+    for line in NOTES {
+        area.draw(&Text::new(line, (6, y), note.clone()))?;
+        y += 16;
     }
     Ok(())
 }
@@ -450,7 +467,10 @@ mod tests {
             "minReplicas 2",
             "maxReplicas 8",
             "time (UTC)",
-        ] {
+        ]
+        .iter()
+        .chain(&NOTES)
+        {
             assert!(text.contains(label), "{label}");
         }
         assert!(
