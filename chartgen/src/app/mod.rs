@@ -255,12 +255,21 @@ fn target_spec(
     let lines: Vec<&str> = target.text.lines().collect();
     let doc = target::doc_at(&target.text, &lines, target.line);
     let at = |line: usize| format!("{}:{}", target.path.display(), line + 1);
-    let count = replica::count_expr(field, lines[target.line]).unwrap_or_default();
+    let Some(target::Count::Values { expr: count, .. }) =
+        target::count_at(&target.text, target.line, field)
+    else {
+        unreachable!("rewrite_replica_lines found a count line reading a values key here")
+    };
     // A template default (`| default 3`) is the count while the value is unset.
     if !count.contains("default") && !values::has_path(values_root, values_key) {
-        return Err(values::ValuesError::MissingKey(values_key.clone()).into());
+        bail!(
+            "{}: `{}` reads `.Values.{values_key}`, which values.yaml does not have, so the chart has no count to start from (the ScaledObject's floor and the disabled render need it); add {} of values.yaml, with the count the chart runs by default, and run chartgen app again",
+            at(target.line),
+            lines[target.line].trim(),
+            yaml_key(values_key, "3")
+        );
     }
-    let count = format!("(int {})", wrap(&target::nil_safe(count)));
+    let count = format!("(int {})", wrap(&target::nil_safe(&count)));
     let kind_line = doc.top_line("kind").unwrap_or(doc.first);
     let conditions = target::conditions(&target.text, kind_line).map_err(|why| match why {
         Around::Unknown(why) => anyhow::anyhow!(
@@ -621,25 +630,24 @@ impl Shape<'_> {
     }
 }
 
-/// The values path the target's replica field renders from, read from its template: the one
-/// `<field>: {{ .Values.<path> }}` line in a `kind` manifest ("replicas" when there is none, so
-/// the error names the default).
+/// The values path the target's replica field renders from, read from its count lines (see
+/// `target::count_at`); when none reads one, the refusal says line by line why and what to do.
 fn count_key(chart: &Path, templates: &Path, shape: &Shape) -> anyhow::Result<String> {
     let mut keys: Vec<String> = Vec::new();
     for path in template_files(chart, templates)? {
         let text = read(&path)?;
         let lines: Vec<&str> = text.lines().collect();
-        for (i, line) in lines.iter().enumerate() {
-            if let Some(key) = replica::values_path(shape.field, line)
+        for i in 0..lines.len() {
+            if let Some(target::Count::Values { key, .. }) = target::count_at(&text, i, shape.field)
                 && shape.holds(&text, &lines, i)
-                && !keys.iter().any(|k| k == key)
+                && !keys.contains(&key)
             {
-                keys.push(key.to_owned());
+                keys.push(key);
             }
         }
     }
     match keys.as_slice() {
-        [] => Ok("replicas".into()),
+        [] => Err(no_count_line(chart, templates, shape, None)?),
         [one] => Ok(one.clone()),
         many => bail!(
             "the {} templates render `{}` from several values ({}); pass --values-key with the one to scale",
@@ -648,6 +656,74 @@ fn count_key(chart: &Path, templates: &Path, shape: &Shape) -> anyhow::Result<St
             many.join(", ")
         ),
     }
+}
+
+/// Where to add `path` with `value` in values.yaml, in words: "`b: 3` under `a:`".
+fn yaml_key(path: &str, value: &str) -> String {
+    match path.rsplit_once('.') {
+        None => format!("`{path}: {value}` at the top level"),
+        Some((parent, last)) => format!("`{last}: {value}` under `{parent}`"),
+    }
+}
+
+/// The refusal for a target none of whose count lines chartgen can rewrite (reading `want`, or
+/// any one values key): each `field` line of the target with why and the fix.
+fn no_count_line(
+    chart: &Path,
+    templates: &Path,
+    shape: &Shape,
+    want: Option<&str>,
+) -> anyhow::Result<anyhow::Error> {
+    let field = shape.field;
+    let path = shape
+        .parents
+        .iter()
+        .chain([&field])
+        .copied()
+        .collect::<Vec<_>>()
+        .join(".");
+    let mut why = Vec::new();
+    for file in template_files(chart, templates)? {
+        if own_files(templates).contains(&file) {
+            continue;
+        }
+        let text = read(&file)?;
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(count) = target::count_at(&text, i, field) else {
+                continue;
+            };
+            if !shape.holds(&text, &lines, i) {
+                continue;
+            }
+            let at = format!("{}:{}: `{}`", file.display(), i + 1, line.trim());
+            why.push(match count {
+                target::Count::Values { key, .. } => format!(
+                    "{at} reads `.Values.{key}`, not `.Values.{}`: pass --values-key {key}",
+                    want.unwrap_or_default()
+                ),
+                target::Count::Literal { value, .. } => format!(
+                    "{at} is the literal {value}, which KEDA cannot move: rewrite it to read a values key whose default is {value}, by hand: `{field}: {{{{ .Values.KEY }}}}` and {} of values.yaml",
+                    yaml_key("KEY", &value)
+                ),
+                target::Count::Other(reason) => format!(
+                    "{at}: {reason}; write it as `{field}: {{{{ $.Values.KEY }}}}`, reading the one values key of the count from the chart's root"
+                ),
+            });
+        }
+    }
+    if why.is_empty() {
+        return Ok(anyhow::anyhow!(
+            "no {} manifest under '{}' has a `spec.{path}` line chartgen can find; it rewrites the line that renders the count: write it under `spec:` as `{field}: {{{{ .Values.KEY }}}}` reading one values key (not generated by `toYaml` or a helper) and run chartgen app again",
+            shape.kind,
+            templates.display(),
+        ));
+    }
+    Ok(anyhow::anyhow!(
+        "no {} count line chartgen can rewrite (`spec.{path}` reading one values key):\n  {}",
+        shape.kind,
+        why.join("\n  ")
+    ))
 }
 
 /// Every file chartgen app may have written under `templates` (left out of what it reads).
@@ -796,9 +872,16 @@ fn rewrite_replica_lines(
         let text = read(&path)?;
         let lines: Vec<&str> = text.lines().collect();
         // Only lines in a `kind` manifest: another reader (a Pooler's instances) is a note.
-        let in_target = |i: usize| shape.holds(&text, &lines, i);
+        let count_at = |i: usize| match target::count_at(&text, i, rl.field) {
+            Some(target::Count::Values { key, span, .. })
+                if key == rl.key && shape.holds(&text, &lines, i) =>
+            {
+                Some(span)
+            }
+            _ => None,
+        };
         let rw = rl
-            .rewrite(&text, &in_target)
+            .rewrite(&text, &count_at)
             .with_context(|| format!("in '{}'", path.display()))?;
         if rw.found == 0 {
             continue;
@@ -813,13 +896,7 @@ fn rewrite_replica_lines(
         rewritten.push((path, rw.text));
     }
     if found.is_empty() {
-        bail!(
-            "no {} manifest under '{}' has the line `{}: {{{{ .Values.{} }}}}`; pass --replica-field/--values-key to match the chart",
-            shape.kind,
-            templates.display(),
-            rl.field,
-            rl.key,
-        );
+        return Err(no_count_line(chart, templates, shape, Some(rl.key))?);
     }
     Ok((found, rewritten))
 }
