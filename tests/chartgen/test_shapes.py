@@ -1,7 +1,7 @@
 """`chartgen app` on the count lines real charts write (issue 39), for a CNPG Cluster's `instances`
 and a RedisFailover's `spec.redis.replicas` (fixtures/shape-*, written here): a trailing YAML
 comment, the count read through `with` (`.replicas`) and `$.Values`, the chart's own check around
-the count line, a count key absent from values.yaml.
+the count line, a count key absent from values.yaml, a literal count (`--lift-literal-count`).
 
 A shape chartgen refuses is refused naming file:line, quoting the line and giving the fix; the
 test follows that fix and runs chartgen again. Then, for every shape with Helm 3 and Helm 4: the
@@ -62,6 +62,15 @@ SHAPES = {
         refusal=("templates/redisfailover.yaml:9: `replicas: {{ .Values.replicas }}`",
                  "add `replicas: 3` at the top level of values.yaml"),
         fix=lambda c: (c / "values.yaml").write_text((c / "values.yaml").read_text() + "replicas: 3\n")),
+    # The flag the refusal names: the disabled render stays that of the fixture as written.
+    "shape-literal-cluster": Case(
+        "cnpg", "replicas", flags=["--lift-literal-count", "replicas"],
+        refusal=("templates/cluster.yaml:6: `instances: 2 # a primary and a standby` is the literal 2",
+                 "pass --lift-literal-count KEY")),
+    "shape-literal-redis": Case(
+        "redis", "replicas", flags=["--lift-literal-count", "replicas"],
+        refusal=("templates/redisfailover.yaml:10: `replicas: 2` is the literal 2",
+                 "templates/redisfailover.yaml:13: `replicas: 2`", "pass --lift-literal-count KEY")),
 }
 
 
@@ -74,12 +83,13 @@ def generated(tmp_path_factory):
     for name, case in SHAPES.items():
         before, after = root / "before" / name, root / "after" / name
         shutil.copytree(FIXTURES / name, before)
-        if case.fix:
-            refused = chartgen("app", "--chart", before, *case.flags)
+        if case.refusal:
+            refused = chartgen("app", "--chart", before)
             assert refused.returncode == 2, f"{name}: {refused.stderr}"
             for part in case.refusal:
                 assert part in refused.stderr, f"{name}: {part!r} not in {refused.stderr}"
-            assert not (before / "chartgen.yaml").exists(), "a refusal writes nothing"
+            assert tree(before) == tree(FIXTURES / name), "a refusal writes nothing"
+        if case.fix:
             case.fix(before)
         shutil.copytree(before, after)
         run = chartgen("app", "--chart", after, *case.flags)
@@ -183,3 +193,16 @@ def copy_of_shape(tmp_path):
         shutil.copytree(FIXTURES / name, tmp_path / name)
         return tmp_path / name
     return make
+
+
+def test_a_lifted_literal_reads_the_new_key_and_a_second_lift_is_refused(generated):
+    after = generated["shape-literal-redis"][1]
+    tmpl = (after / "templates/redisfailover.yaml").read_text()
+    assert "    replicas: 3\n" in tmpl, "the sentinels' literal is not the count"
+    assert tmpl.count("    replicas: {{ $.Values.replicas }}\n") == 1, "inside `with`: from the root"
+    assert tmpl.count("    replicas: {{ .Values.replicas }}\n") == 1, "a `with`'s else keeps the root"
+    assert "## @param {int} replicas - The RedisFailover's replicas" in (after / "values.yaml").read_text()
+    again = chartgen("app", "--chart", after, "--lift-literal-count", "replicas")
+    assert again.returncode == 2 and "values.yaml already has `replicas`" in again.stderr, again.stderr
+    other = chartgen("app", "--chart", after, "--lift-literal-count", "count")
+    assert other.returncode == 2 and "is a literal" in other.stderr and "drop it" in other.stderr, other.stderr

@@ -185,22 +185,7 @@ fn count_lines(
     name: &str,
     settings: &Settings,
 ) -> anyhow::Result<CountLines> {
-    let known = engine::discover(
-        settings.target_kind.as_deref(),
-        &rendered_kinds(chart, templates)?
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    )
-    .map_err(|e| anyhow::anyhow!("under '{}': {e}", templates.display()))?;
-    let field = settings
-        .replica_field
-        .clone()
-        .unwrap_or_else(|| known.field().into());
-    let kind = settings
-        .target_kind
-        .clone()
-        .unwrap_or_else(|| known.kind.into());
+    let (known, field, kind) = target_of(chart, templates, settings)?;
     let shape = Shape {
         field: &field,
         kind: &kind,
@@ -237,6 +222,135 @@ fn count_lines(
         found,
         rewritten,
     })
+}
+
+/// The target's engine, replica field and kind: from the flags, else discovered from the kinds
+/// the chart's templates render.
+fn target_of(
+    chart: &Path,
+    templates: &Path,
+    settings: &Settings,
+) -> anyhow::Result<(&'static engine::Known, String, String)> {
+    let known = engine::discover(
+        settings.target_kind.as_deref(),
+        &rendered_kinds(chart, templates)?
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    )
+    .map_err(|e| anyhow::anyhow!("under '{}': {e}", templates.display()))?;
+    let field = settings
+        .replica_field
+        .clone()
+        .unwrap_or_else(|| known.field().into());
+    let kind = settings
+        .target_kind
+        .clone()
+        .unwrap_or_else(|| known.kind.into());
+    Ok((known, field, kind))
+}
+
+/// `--lift-literal-count KEY`: the edit that makes a literal count (`instances: 2`) read the new
+/// top-level values key KEY, whose default is that literal, so the chart renders byte for byte
+/// as before and chartgen app can then wire the key.
+pub fn lift_literal(chart: &Path, flags: Settings, key: &str) -> anyhow::Result<Plan> {
+    if !(key.starts_with(|c: char| c.is_ascii_alphabetic())
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    {
+        bail!(
+            "--lift-literal-count {key:?}: the new key must be a plain top-level values key (letters, digits, `_`), e.g. replicas"
+        );
+    }
+    let paths = Paths::of(chart)?;
+    let stored = Settings::parse(read_optional(&paths.settings)?.as_deref())
+        .map_err(|e| anyhow::anyhow!("'{}': {e}", paths.settings.display()))?;
+    let settings = flags.over(stored);
+    let values_text = read(&paths.values)?;
+    if values::has_path(&values::parse(&values_text)?, key) {
+        bail!(
+            "values.yaml already has `{key}`; --lift-literal-count needs a new key, so the literal becomes its default"
+        );
+    }
+    let (known, field, kind) = target_of(chart, &paths.templates, &settings)?;
+    let shape = Shape {
+        field: &field,
+        kind: &kind,
+        parents: known.parents(),
+    };
+    let mut plan = Plan::confined(chart);
+    let mut literal: Option<String> = None;
+    for path in template_files(chart, &paths.templates)? {
+        if own_files(&paths.templates).contains(&path) {
+            continue;
+        }
+        let text = read(&path)?;
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let bare: Vec<&str> = text.lines().collect();
+        let mut out = String::with_capacity(text.len() + 64);
+        let mut changed = false;
+        for (i, line) in lines.iter().enumerate() {
+            let Some(target::Count::Literal { value, span }) = target::count_at(&text, i, &field)
+            else {
+                out.push_str(line);
+                continue;
+            };
+            if !shape.holds(&text, &bare, i) {
+                out.push_str(line);
+                continue;
+            }
+            let at = format!("{}:{}", path.display(), i + 1);
+            // Helm reads values numbers as floats: 1e6 and up would render as `1e+06`.
+            if value.len() > 6 || value.len() > 1 && value.starts_with('0') {
+                bail!("{at}: the literal {value} would not render the same from values.yaml");
+            }
+            match &literal {
+                Some(v) if *v != value => bail!(
+                    "{at}: the literal {value} differs from the {v} of another count line; make them one values key by hand"
+                ),
+                _ => literal = Some(value.clone()),
+            }
+            // `.Values` is the root's only outside `with`/`range`; `$.Values` is everywhere.
+            let reads = |root: &str| {
+                let new = format!(
+                    "{}{{{{ {root}.Values.{key} }}}}{}",
+                    &line[..span.0],
+                    &line[span.1..]
+                );
+                let mut probe = bare.clone();
+                probe[i] = new.trim_end_matches(['\n', '\r']);
+                let ok = matches!(target::count_at(&probe.join("\n"), i, &field),
+                    Some(target::Count::Values { key: k, .. }) if k == key);
+                ok.then_some(new)
+            };
+            let new = reads("")
+                .or_else(|| reads("$"))
+                .ok_or_else(|| anyhow::anyhow!("{at}: chartgen cannot make this line read `.Values.{key}`; write `{field}: {{{{ $.Values.{key} }}}}` and `{key}: {value}` in values.yaml by hand"))?;
+            out.push_str(&new);
+            changed = true;
+        }
+        if changed {
+            plan.add(path, out);
+        }
+    }
+    let Some(value) = literal else {
+        bail!(
+            "no {kind} count line under '{}' is a literal (`{field}: 2`); --lift-literal-count rewrites only those: drop it",
+            paths.templates.display()
+        );
+    };
+    let doc = format!("The {kind}'s {field} (chartgen app --lift-literal-count).");
+    let comment = match values::convention(&values_text) {
+        values::Convention::HelmDocs => format!("# -- {doc}"),
+        values::Convention::Bitnami => format!("## @param {key} {doc}"),
+        values::Convention::Cozy => format!("## @param {{int}} {key} - {doc}"),
+    };
+    let mut values_new = values_text;
+    if !values_new.is_empty() && !values_new.ends_with('\n') {
+        values_new.push('\n');
+    }
+    values_new.push_str(&format!("\n{comment}\n{key}: {value}\n"));
+    plan.add(&paths.values, values_new);
+    Ok(plan)
 }
 
 /// What to wire, read from the target's document (the first count line's): the count
@@ -703,8 +817,7 @@ fn no_count_line(
                     want.unwrap_or_default()
                 ),
                 target::Count::Literal { value, .. } => format!(
-                    "{at} is the literal {value}, which KEDA cannot move: rewrite it to read a values key whose default is {value}, by hand: `{field}: {{{{ .Values.KEY }}}}` and {} of values.yaml",
-                    yaml_key("KEY", &value)
+                    "{at} is the literal {value}, which KEDA cannot move: pass --lift-literal-count KEY (e.g. replicas) to rewrite it as `{field}: {{{{ .Values.KEY }}}}` with `KEY: {value}` added to values.yaml, which renders the same"
                 ),
                 target::Count::Other(reason) => format!(
                     "{at}: {reason}; write it as `{field}: {{{{ $.Values.KEY }}}}`, reading the one values key of the count from the chart's root"

@@ -273,6 +273,8 @@ fn root_scope(file: &str, line: usize, expr: &str) -> Result<String, String> {
     for b in enclosing_blocks(file, line) {
         let target = value_of(&b.expr).trim();
         match b.word.as_str() {
+            // The plain `else` of a `with` keeps the outer `.`.
+            "with" if b.expr.is_empty() && !b.passed.is_empty() => {}
             "with" => {
                 let path = target
                     .strip_prefix('$')
@@ -890,6 +892,8 @@ mod tests {
             values(nested, "instances"),
             ok("db.cluster", ".Values.db.cluster")
         );
+        let outer = "{{- with .Values.db }}\n{{- else }}\n  instances: {{ .Values.n }}\n";
+        assert_eq!(values(outer, "instances"), ok("n", ".Values.n"));
         let dollar = "{{- range $i, $x := .Values.list }}\n  instances: {{ $.Values.x.y }}\n";
         assert_eq!(values(dollar, "instances"), ok("x.y", "$.Values.x.y"));
         let check = "  instances: {{ if lt (int .Values.n) 3 }}{{ fail \"at least 3\" }}{{ else }}{{ .Values.n }}{{ end }}\n";
