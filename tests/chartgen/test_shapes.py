@@ -1,7 +1,7 @@
 """`chartgen app` on the count lines real charts write (issue 39), for a CNPG Cluster's `instances`
 and a RedisFailover's `spec.redis.replicas` (fixtures/shape-*, written here): a trailing YAML
 comment, the count read through `with` (`.replicas`) and `$.Values`, the chart's own check around
-the count line, a count key absent from values.yaml, a literal count (`--lift-literal-count`).
+the count line, a count key absent from values.yaml, a literal count (`--lift-literal-count`), a name made with `template` (and a suffix).
 
 A shape chartgen refuses is refused naming file:line, quoting the line and giving the fix; the
 test follows that fix and runs chartgen again. Then, for every shape with Helm 3 and Helm 4: the
@@ -62,6 +62,8 @@ SHAPES = {
         refusal=("templates/redisfailover.yaml:9: `replicas: {{ .Values.replicas }}`",
                  "add `replicas: 3` at the top level of values.yaml"),
         fix=lambda c: (c / "values.yaml").write_text((c / "values.yaml").read_text() + "replicas: 3\n")),
+    "shape-template-cluster": Case("cnpg", "instances"),
+    "shape-template-redis": Case("redis", "redis.replicas"),
     # The flag the refusal names: the disabled render stays that of the fixture as written.
     "shape-literal-cluster": Case(
         "cnpg", "replicas", flags=["--lift-literal-count", "replicas"],
@@ -206,3 +208,13 @@ def test_a_lifted_literal_reads_the_new_key_and_a_second_lift_is_refused(generat
     assert again.returncode == 2 and "values.yaml already has `replicas`" in again.stderr, again.stderr
     other = chartgen("app", "--chart", after, "--lift-literal-count", "count")
     assert other.returncode == 2 and "is a literal" in other.stderr and "drop it" in other.stderr, other.stderr
+
+
+@pytest.mark.parametrize("name,want", [("shape-template-cluster", "pg-shape-template-cluster"),
+                                       ("shape-template-redis", "pg-node")])
+def test_a_name_made_with_template_is_the_rendered_name(helm, generated, name, want):
+    objs = helm.render(generated[name][1], ON + ["fullnameOverride="] * (name == "shape-template-cluster"))
+    target = one(objs, KIND[SHAPES[name].engine])
+    assert target["metadata"]["name"] == want
+    assert one(objs, "ScaledObject")["metadata"]["name"] == want
+

@@ -153,9 +153,13 @@ impl Doc<'_> {
                     Err(why) => return Expr::Unknown(why),
                 };
                 if uses_dot(&e) && blocks.iter().any(|b| b.word == "with" || b.word == "range") {
-                    return Expr::Unknown(
-                        "it reads `.` inside a `with` or `range` block, where `.` is not the chart's root".into(),
-                    );
+                    // `.name` inside `with .Values.db` is `.Values.db.name` at the root.
+                    return match root_scope(self.file, line, &e) {
+                        Ok(e) => Expr::Known(e),
+                        Err(why) => {
+                            Expr::Unknown(format!("{why}; `.` there is not the chart's root"))
+                        }
+                    };
                 }
                 Expr::Known(e)
             }
@@ -444,6 +448,26 @@ pub fn value_expr(value: &str) -> Expr {
             .trim_start_matches('-')
             .trim_end_matches('-')
             .trim();
+        // `template "x" ARG` renders what `include "x" ARG` returns (a template call takes no
+        // pipeline after it, so nothing else can follow).
+        let included;
+        let inner = match inner.strip_prefix("template ") {
+            Some(call) if !call.contains('|') => {
+                let call = call.trim();
+                // After the quoted name: the argument, if any.
+                let has_arg = call
+                    .get(1..)
+                    .and_then(|c| c.find('"'))
+                    .is_some_and(|end| !call[end + 2..].trim().is_empty());
+                included = if has_arg {
+                    format!("include {call}")
+                } else {
+                    format!("include {call} nil")
+                };
+                included.as_str()
+            }
+            _ => inner,
+        };
         let word = inner.split_whitespace().next().unwrap_or("");
         let control = [
             "if", "else", "end", "range", "with", "define", "template", "block", "break",
@@ -753,6 +777,14 @@ mod tests {
             ("  name: \"fixed-db\"  # the one", "\"fixed-db\""),
             ("  name: fixed", "\"fixed\""),
             (
+                "  name: {{ template \"pg.fullname\" . }}",
+                "include \"pg.fullname\" .",
+            ),
+            (
+                "  name: {{- template \"pg.fullname\" }}-node",
+                "printf \"%v-node\" (include \"pg.fullname\" nil)",
+            ),
+            (
                 "  name: {{ .Release.Name }}-db",
                 "printf \"%v-db\" (.Release.Name)",
             ),
@@ -785,8 +817,15 @@ mod tests {
                 ".Values.namespaceOverride | default .Release.Namespace".into()
             ))
         );
-        let within = "{{- with .Values.db }}\nkind: Cluster\nmetadata:\n  name: {{ .name }}\nspec:\n  instances: {{ $.Values.replicas }}\n{{- end }}\n";
-        assert!(matches!(name_of(within), Some(Expr::Unknown(_))));
+        let within = "{{- with .Values.db }}\nkind: Cluster\nmetadata:\n  name: {{ include \"x\" . }}-{{ .name }}\nspec:\n  instances: {{ $.Values.replicas }}\n{{- end }}\n";
+        assert_eq!(
+            name_of(within),
+            Some(Expr::Known(
+                "printf \"%v-%v\" (include \"x\" .Values.db) (.Values.db.name)".into()
+            ))
+        );
+        let ranged = within.replace("with", "range");
+        assert!(matches!(name_of(&ranged), Some(Expr::Unknown(_))));
         let dollar = "{{- with .Values.db }}\nkind: Cluster\nmetadata:\n  name: {{ $.Release.Name }}\nspec:\n  instances: {{ $.Values.replicas }}\n{{- end }}\n";
         assert_eq!(name_of(dollar), Some(Expr::Known("$.Release.Name".into())));
         let unassigned = "kind: Cluster\nmetadata:\n  name: {{ $name }}\nspec:\n  instances: 1\n";
