@@ -1,7 +1,8 @@
 """`chartgen app` on the count lines real charts write (issue 39), for a CNPG Cluster's `instances`
 and a RedisFailover's `spec.redis.replicas` (fixtures/shape-*, written here): a trailing YAML
 comment, the count read through `with` (`.replicas`) and `$.Values`, the chart's own check around
-the count line, a count key absent from values.yaml, a literal count (`--lift-literal-count`), a name made with `template` (and a suffix).
+the count line, a count key absent from values.yaml, a literal count (`--lift-literal-count`), a name made with `template` (and a suffix), other objects reading the count (a Pooler, an alert, a
+config listing one backend per replica from a helper).
 
 A shape chartgen refuses is refused naming file:line, quoting the line and giving the fix; the
 test follows that fix and runs chartgen again. Then, for every shape with Helm 3 and Helm 4: the
@@ -64,6 +65,8 @@ SHAPES = {
         fix=lambda c: (c / "values.yaml").write_text((c / "values.yaml").read_text() + "replicas: 3\n")),
     "shape-template-cluster": Case("cnpg", "instances"),
     "shape-template-redis": Case("redis", "redis.replicas"),
+    "shape-readers-cluster": Case("cnpg", "instances"),
+    "shape-readers-redis": Case("redis", "redis.replicas"),
     # The flag the refusal names: the disabled render stays that of the fixture as written.
     "shape-literal-cluster": Case(
         "cnpg", "replicas", flags=["--lift-literal-count", "replicas"],
@@ -218,3 +221,19 @@ def test_a_name_made_with_template_is_the_rendered_name(helm, generated, name, w
     assert target["metadata"]["name"] == want
     assert one(objs, "ScaledObject")["metadata"]["name"] == want
 
+
+@pytest.mark.parametrize("name,notes", [
+    ("shape-readers-cluster", [
+        "templates/cluster.yaml:17 (Pooler) also reads .Values.instances",
+        "templates/cluster.yaml:31 (PrometheusRule) also reads .Values.instances"]),
+    ("shape-readers-redis", [
+        "templates/_helpers.tpl:2 (helper `shape-readers-redis.backends`, rendered into ConfigMap at ",
+        "templates/redisfailover.yaml:18) also reads .Values.redis.replicas",
+        "templates/prometheusrule.yaml:10 (PrometheusRule) also reads .Values.redis.replicas"]),
+])
+def test_other_readers_of_the_count_are_named_with_kind_and_file(generated, name, notes):
+    stderr = generated[name][2]
+    for note in notes:
+        assert note in stderr, stderr
+    assert "(?)" not in stderr
+    assert stderr.count("it stays at that value while KEDA moves the") == len(notes) - (name == "shape-readers-redis")

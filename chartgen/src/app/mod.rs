@@ -1040,10 +1040,7 @@ fn other_readers(
             if !reads || is_replica_line || line.contains(".autoscaling.") {
                 continue;
             }
-            let kind = target::doc_at(&text, &lines, i)
-                .top("kind")
-                .unwrap_or("?")
-                .to_owned();
+            let kind = reader(chart, templates, &text, &lines, i)?;
             out.push(format!(
                 "{}:{} ({kind}) also reads .Values.{}: `{}`; it stays at that value while KEDA moves the {}",
                 path.display(),
@@ -1055,6 +1052,45 @@ fn other_readers(
         }
     }
     Ok(out)
+}
+
+/// What renders 0-based line `i` of a template: its document's kind; for a line in a helper,
+/// the helper and the kinds and files of the documents that include it.
+fn reader(
+    chart: &Path,
+    templates: &Path,
+    text: &str,
+    lines: &[&str],
+    i: usize,
+) -> anyhow::Result<String> {
+    if let Some(kind) = target::doc_at(text, lines, i).top("kind") {
+        return Ok(kind.trim_matches(['"', '\'']).to_owned());
+    }
+    let Some(helper) = target::define_at(text, i) else {
+        return Ok("a document with no `kind:` line".into());
+    };
+    let calls = [
+        format!("include \"{helper}\""),
+        format!("template \"{helper}\""),
+    ];
+    let mut users = Vec::new();
+    for path in template_files(chart, templates)? {
+        let other = read(&path)?;
+        let other_lines: Vec<&str> = other.lines().collect();
+        for (j, line) in other_lines.iter().enumerate() {
+            if calls.iter().any(|c| line.contains(c.as_str())) {
+                let kind = target::doc_at(&other, &other_lines, j)
+                    .top("kind")
+                    .map_or_else(|| "a helper".to_owned(), str::to_owned);
+                users.push(format!("{kind} at {}:{}", path.display(), j + 1));
+            }
+        }
+    }
+    Ok(if users.is_empty() {
+        format!("helper `{helper}`, which no template includes")
+    } else {
+        format!("helper `{helper}`, rendered into {}", users.join(", "))
+    })
 }
 
 /// What to do after `chartgen app` wrote the chart.

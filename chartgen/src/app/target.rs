@@ -648,6 +648,15 @@ fn enclosing_blocks(file: &str, line: usize) -> Vec<Block> {
     stack
 }
 
+/// The name of the innermost `define` (or `block`) 0-based `line` is in.
+pub fn define_at(file: &str, line: usize) -> Option<String> {
+    enclosing_blocks(file, line)
+        .into_iter()
+        .rev()
+        .find(|b| b.word == "define" || b.word == "block")
+        .and_then(|b| Some(b.expr.split('"').nth(1)?.to_owned()))
+}
+
 /// Why the target's document cannot get a ScaledObject that renders exactly when it does.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Around {
@@ -895,6 +904,8 @@ mod tests {
         assert!(matches!(at(dotted), Err(Around::Unknown(_))));
         let defined = "{{- define \"x\" }}\n{{- if .enabled }}\nkind: Cluster\n";
         assert_eq!(at(defined), Ok(vec![]));
+        assert_eq!(define_at(defined, 2).as_deref(), Some("x"));
+        assert_eq!(define_at(plain, 2), None);
     }
 
     #[test]
