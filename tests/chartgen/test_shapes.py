@@ -1,7 +1,7 @@
 """`chartgen app` on the count lines real charts write (issue 39), for a CNPG Cluster's `instances`
 and a RedisFailover's `spec.redis.replicas` (fixtures/shape-*, written here): a trailing YAML
 comment, the count read through `with` (`.replicas`) and `$.Values`, the chart's own check around
-the count line, a count key absent from values.yaml, a literal count (`--lift-literal-count`), a name made with `template` (and a suffix), other objects reading the count (a Pooler, an alert, a
+the count line, a count key absent from values.yaml, a count rendered by a `range` over a map, a literal count (`--lift-literal-count`), a name made with `template` (and a suffix), other objects reading the count (a Pooler, an alert, a
 config listing one backend per replica from a helper).
 
 A shape chartgen refuses is refused naming file:line, quoting the line and giving the fix; the
@@ -67,6 +67,16 @@ SHAPES = {
     "shape-template-redis": Case("redis", "redis.replicas"),
     "shape-readers-cluster": Case("cnpg", "instances"),
     "shape-readers-redis": Case("redis", "redis.replicas"),
+    # Written out as the refusal says, the range keeps rendering the rest.
+    "shape-range-redis": Case(
+        "redis", "redis.replicas",
+        refusal=("templates/redisfailover.yaml:8: `redis:`)", "a `range` over a map",
+                 "write `replicas: {{ $.Values.KEY }}` out under `redis:` there"),
+        fix=lambda c: (c / "templates/redisfailover.yaml").write_text(
+            (c / "templates/redisfailover.yaml").read_text().replace(
+                "    {{- range $key, $value := .Values.redis }}",
+                "    replicas: {{ $.Values.redis.replicas }}\n"
+                "    {{- range $key, $value := omit .Values.redis \"replicas\" }}"))),
     # The flag the refusal names: the disabled render stays that of the fixture as written.
     "shape-literal-cluster": Case(
         "cnpg", "replicas", flags=["--lift-literal-count", "replicas"],

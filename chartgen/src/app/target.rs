@@ -55,6 +55,18 @@ impl Doc<'_> {
             .map(|i| self.first + i)
     }
 
+    /// The 0-based file line and text of the mapping key at `path` (`["spec", "redis"]`).
+    pub fn line_of(&self, path: &[&str]) -> Option<(usize, &str)> {
+        let (last, parents) = path.split_last()?;
+        let (line, _) = if parents.is_empty() {
+            let at = self.top_line(last)?;
+            (at, "")
+        } else {
+            self.child_of(parents, last)?
+        };
+        Some((line, self.lines[line - self.first]))
+    }
+
     /// `metadata.<field>` as an expression; None when the field is absent.
     pub fn metadata(&self, field: &str) -> Option<(usize, Expr)> {
         let (line, value) = self.child_of(&["metadata"], field)?;
