@@ -11,6 +11,7 @@ count and names the target; `--check` passes and a second run changes nothing; v
 values.schema.json only gain; `--verify` passes."""
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,19 @@ def test_other_readers_of_the_count_are_named_with_kind_and_file(generated, name
         assert note in stderr, stderr
     assert "(?)" not in stderr
     assert stderr.count("it stays at that value while KEDA moves the") == len(notes) - (name == "shape-readers-redis")
+
+
+def test_a_template_of_many_count_lines_is_refused_at_once(copy_of_shape):
+    """Each count line costs a scan of its file for the blocks around it: a 7 MiB template of
+    count lines took minutes before the bound; it is refused in well under a second."""
+    chart = copy_of_shape("shape-comment-cluster")
+    head = "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata:\n  name: x\nspec:\n"
+    big = chart / "templates/big.yaml"
+    big.write_text(head + "  instances: {{ .Values.instances }}\n" * 200_000)
+    started = time.monotonic()
+    out = chartgen("app", "--chart", chart)
+    assert time.monotonic() - started < 5
+    assert out.returncode == 2 and "has more than 64 `instances:` lines" in out.stderr, out.stderr
+    big.write_text(head + "  instances: {{ .Values.instances }}\n" * 64)
+    at_the_bound = chartgen("app", "--chart", chart)
+    assert "more than 64" not in at_the_bound.stderr, at_the_bound.stderr

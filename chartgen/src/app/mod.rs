@@ -286,18 +286,21 @@ pub fn lift_literal(chart: &Path, flags: Settings, key: &str) -> anyhow::Result<
         let text = read(&path)?;
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let bare: Vec<&str> = text.lines().collect();
+        let literals: std::collections::HashMap<usize, (String, (usize, usize))> = shape
+            .counts(&path, &text, &bare)?
+            .into_iter()
+            .filter_map(|(i, c)| match c {
+                target::Count::Literal { value, span } => Some((i, (value, span))),
+                _ => None,
+            })
+            .collect();
         let mut out = String::with_capacity(text.len() + 64);
         let mut changed = false;
         for (i, line) in lines.iter().enumerate() {
-            let Some(target::Count::Literal { value, span }) = target::count_at(&text, i, &field)
-            else {
+            let Some((value, span)) = literals.get(&i).cloned() else {
                 out.push_str(line);
                 continue;
             };
-            if !shape.holds(&text, &bare, i) {
-                out.push_str(line);
-                continue;
-            }
             let at = format!("{}:{}", path.display(), i + 1);
             // Helm reads values numbers as floats: 1e6 and up would render as `1e+06`.
             if value.len() > 6 || value.len() > 1 && value.starts_with('0') {
@@ -318,7 +321,7 @@ pub fn lift_literal(chart: &Path, flags: Settings, key: &str) -> anyhow::Result<
                 );
                 let mut probe = bare.clone();
                 probe[i] = new.trim_end_matches(['\n', '\r']);
-                let ok = matches!(target::count_at(&probe.join("\n"), i, &field),
+                let ok = matches!(target::count_at(&probe.join("\n"), &probe, i, &field),
                     Some(target::Count::Values { key: k, .. }) if k == key);
                 ok.then_some(new)
             };
@@ -370,7 +373,7 @@ fn target_spec(
     let doc = target::doc_at(&target.text, &lines, target.line);
     let at = |line: usize| format!("{}:{}", target.path.display(), line + 1);
     let Some(target::Count::Values { expr: count, .. }) =
-        target::count_at(&target.text, target.line, field)
+        target::count_at(&target.text, &lines, target.line, field)
     else {
         unreachable!("rewrite_replica_lines found a count line reading a values key here")
     };
@@ -727,7 +730,42 @@ struct Shape<'a> {
     parents: &'a [&'a str],
 }
 
+/// Most `<field>:` lines one template may have: real charts have a few, and each costs a scan
+/// of the file for the blocks around it.
+const MAX_COUNT_LINES: usize = 64;
+
 impl Shape<'_> {
+    /// The count lines of the target in `text` (0-based line, what it renders); a template with
+    /// more than MAX_COUNT_LINES `<field>:` lines is refused, so the scan stays linear.
+    fn counts(
+        &self,
+        path: &Path,
+        text: &str,
+        lines: &[&str],
+    ) -> anyhow::Result<Vec<(usize, target::Count)>> {
+        let field_line = |l: &str| {
+            l.trim_start()
+                .strip_prefix(self.field)
+                .is_some_and(|r| r.starts_with(':'))
+        };
+        if lines
+            .iter()
+            .filter(|l| field_line(l))
+            .nth(MAX_COUNT_LINES)
+            .is_some()
+        {
+            bail!(
+                "'{}' has more than {MAX_COUNT_LINES} `{}:` lines; chartgen refuses a template this repetitive to stay fast",
+                path.display(),
+                self.field
+            );
+        }
+        Ok((0..lines.len())
+            .filter(|&i| field_line(lines[i]) && self.holds(text, lines, i))
+            .filter_map(|i| Some((i, target::count_at(text, lines, i, self.field)?)))
+            .collect())
+    }
+
     /// True when 0-based `line` of `text` is in a `kind` manifest under the right parents (a
     /// RedisFailover's `sentinel.replicas` is not its count).
     fn holds(&self, text: &str, lines: &[&str], line: usize) -> bool {
@@ -751,9 +789,8 @@ fn count_key(chart: &Path, templates: &Path, shape: &Shape) -> anyhow::Result<St
     for path in template_files(chart, templates)? {
         let text = read(&path)?;
         let lines: Vec<&str> = text.lines().collect();
-        for i in 0..lines.len() {
-            if let Some(target::Count::Values { key, .. }) = target::count_at(&text, i, shape.field)
-                && shape.holds(&text, &lines, i)
+        for (_, count) in shape.counts(&path, &text, &lines)? {
+            if let target::Count::Values { key, .. } = count
                 && !keys.contains(&key)
             {
                 keys.push(key);
@@ -803,14 +840,8 @@ fn no_count_line(
         }
         let text = read(&file)?;
         let lines: Vec<&str> = text.lines().collect();
-        for (i, line) in lines.iter().enumerate() {
-            let Some(count) = target::count_at(&text, i, field) else {
-                continue;
-            };
-            if !shape.holds(&text, &lines, i) {
-                continue;
-            }
-            let at = format!("{}:{}: `{}`", file.display(), i + 1, line.trim());
+        for (i, count) in shape.counts(&file, &text, &lines)? {
+            let at = format!("{}:{}: `{}`", file.display(), i + 1, lines[i].trim());
             why.push(match count {
                 target::Count::Values { key, .. } => format!(
                     "{at} reads `.Values.{key}`, not `.Values.{}`: pass --values-key {key}",
@@ -1004,14 +1035,15 @@ fn rewrite_replica_lines(
         let text = read(&path)?;
         let lines: Vec<&str> = text.lines().collect();
         // Only lines in a `kind` manifest: another reader (a Pooler's instances) is a note.
-        let count_at = |i: usize| match target::count_at(&text, i, rl.field) {
-            Some(target::Count::Values { key, span, .. })
-                if key == rl.key && shape.holds(&text, &lines, i) =>
-            {
-                Some(span)
-            }
-            _ => None,
-        };
+        let spans: std::collections::HashMap<usize, (usize, usize)> = shape
+            .counts(&path, &text, &lines)?
+            .into_iter()
+            .filter_map(|(i, c)| match c {
+                target::Count::Values { key, span, .. } if key == rl.key => Some((i, span)),
+                _ => None,
+            })
+            .collect();
+        let count_at = |i: usize| spans.get(&i).copied();
         let rw = rl
             .rewrite(&text, &count_at)
             .with_context(|| format!("in '{}'", path.display()))?;

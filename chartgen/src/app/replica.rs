@@ -136,7 +136,8 @@ mod tests {
 
     /// The count spans of `src` reading `.Values.replicas` on lines `lines` accepts.
     fn spans(src: &str, lines: impl Fn(usize) -> bool) -> impl Fn(usize) -> Option<(usize, usize)> {
-        move |i| match count_at(src, i, "instances") {
+        let text: Vec<&str> = src.lines().collect();
+        move |i| match count_at(src, &text, i, "instances") {
             Some(Count::Values { key, span, .. }) if key == "replicas" && lines(i) => Some(span),
             _ => None,
         }

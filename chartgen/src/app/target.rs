@@ -199,12 +199,12 @@ pub enum Count {
     Other(String),
 }
 
-/// The count of 0-based `line` of `file` if it is a `<field>:` line. Read: one action reading
+/// The count of 0-based `line` of `file` (split into `lines`) if it is a `<field>:` line. Read: one action reading
 /// one values key, with a trailing comment, `$.Values`, `.x` inside `with .Values.P`, a
 /// `required`/`default`/`int` around it, and the chart's own check on the same line
 /// (`{{ if C }}{{ fail M }}{{ else }}{{ .Values.x }}{{ end }}`).
-pub fn count_at(file: &str, line: usize, field: &str) -> Option<Count> {
-    let text = file.lines().nth(line)?;
+pub fn count_at(file: &str, lines: &[&str], line: usize, field: &str) -> Option<Count> {
+    let text = *lines.get(line)?;
     let body = text.trim_start();
     let after = body.strip_prefix(field)?.strip_prefix(':')?;
     if !after.is_empty() && !after.starts_with(char::is_whitespace) {
@@ -927,7 +927,8 @@ mod tests {
                 .lines()
                 .position(|l| l.trim_start().starts_with(field))
                 .unwrap();
-            match count_at(text, line, field) {
+            let lines: Vec<&str> = text.lines().collect();
+            match count_at(text, &lines, line, field) {
                 Some(Count::Values { key, expr, span }) => {
                     let l = text.lines().nth(line).unwrap();
                     assert!(l[span.0..span.1].contains("Values") || l[span.0..].starts_with('.'));
@@ -992,7 +993,7 @@ mod tests {
                 other => panic!("{text}: {other:?}"),
             }
         }
-        assert_eq!(count_at("  instancesX: 1\n", 0, "instances"), None);
+        assert_eq!(count_at("", &["  instancesX: 1"], 0, "instances"), None);
     }
 
     #[test]
