@@ -79,7 +79,11 @@ struct AppArgs {
     /// replicas under spec.redis for a RedisFailover].
     #[arg(long)]
     replica_field: Option<String>,
-    /// Values path the replica field renders from [default: replicas].
+    /// First rewrite a literal count line (`instances: 2`) to read this new top-level values key,
+    /// added to values.yaml with the literal as its default (the chart renders as before).
+    #[arg(long, value_name = "KEY", conflicts_with_all = ["check", "verify"])]
+    lift_literal_count: Option<String>,
+    /// Values path the replica field renders from [default: read from the count line].
     #[arg(long)]
     values_key: Option<String>,
     /// apiVersion of the scale target [default: the kind's: postgresql.cnpg.io/v1,
@@ -201,6 +205,11 @@ impl Cli {
         let Self { templates, command } = self;
         match command {
             Command::App(a) => {
+                if let Some(key) = &a.lift_literal_count {
+                    for path in app::lift_literal(&a.chart, a.settings(), key)?.apply()? {
+                        eprintln!("chartgen: wrote {}", path.display());
+                    }
+                }
                 let out = app::plan(
                     &a.chart,
                     a.settings(),

@@ -193,10 +193,11 @@ def test_a_target_name_flag_that_disagrees_with_the_template_is_an_error(copy_of
     assert tree(chart) == before
 
 
-def test_a_name_chartgen_cannot_read_needs_the_flag(copy_of, helm):
+@pytest.mark.parametrize("block", ["with", "range"])
+def test_a_name_read_through_with_is_resolved_and_a_cluster_per_range_entry_refused(copy_of, helm, block):
     chart = copy_of("nested-count")
     tmpl = chart / "templates/cluster.yaml"
-    tmpl.write_text("{{- with .Values.cluster }}\n" + tmpl.read_text()
+    tmpl.write_text("{{- %s .Values.cluster }}\n" % block + tmpl.read_text()
                     .replace("{{ .Release.Name }}", "{{ $.Release.Name }}")
                     .replace("{{ include \"nested-count.fullname\" . }}", "{{ $.Release.Name }}-{{ .suffix }}")
                     .replace(".Values.cluster.instances", "$.Values.cluster.instances")
@@ -204,11 +205,12 @@ def test_a_name_chartgen_cannot_read_needs_the_flag(copy_of, helm):
     values = chart / "values.yaml"
     values.write_text(values.read_text() + "  suffix: db\n")
     out = chartgen("app", "--chart", chart, "--values-key", "cluster.instances")
-    assert out.returncode == 2 and "cannot tell the target's metadata.name" in out.stderr, out.stderr
-    assert "--target-name" in out.stderr and "`with` or `range`" in out.stderr
-    given = "printf \"%s-%s\" .Release.Name .Values.cluster.suffix"
-    assert chartgen("app", "--chart", chart, "--values-key", "cluster.instances", "--target-name", given).returncode == 0
-    assert chartgen("app", "--chart", chart, "--check").returncode == 0, "the flag is remembered"
+    if block == "range":
+        # One Cluster per entry: refused before the name is read.
+        assert out.returncode == 2 and "inside `range .Values.cluster`" in out.stderr, out.stderr
+        return
+    assert out.returncode == 0, out.stderr
+    assert chartgen("app", "--chart", chart, "--check").returncode == 0
     objs = helm.render(chart, ON)
     assert one(objs, "ScaledObject")["spec"]["scaleTargetRef"]["name"] == one(objs, "Cluster")["metadata"]["name"]
 

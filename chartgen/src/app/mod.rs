@@ -185,22 +185,7 @@ fn count_lines(
     name: &str,
     settings: &Settings,
 ) -> anyhow::Result<CountLines> {
-    let known = engine::discover(
-        settings.target_kind.as_deref(),
-        &rendered_kinds(chart, templates)?
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    )
-    .map_err(|e| anyhow::anyhow!("under '{}': {e}", templates.display()))?;
-    let field = settings
-        .replica_field
-        .clone()
-        .unwrap_or_else(|| known.field().into());
-    let kind = settings
-        .target_kind
-        .clone()
-        .unwrap_or_else(|| known.kind.into());
+    let (known, field, kind) = target_of(chart, templates, settings)?;
     let shape = Shape {
         field: &field,
         kind: &kind,
@@ -239,6 +224,138 @@ fn count_lines(
     })
 }
 
+/// The target's engine, replica field and kind: from the flags, else discovered from the kinds
+/// the chart's templates render.
+fn target_of(
+    chart: &Path,
+    templates: &Path,
+    settings: &Settings,
+) -> anyhow::Result<(&'static engine::Known, String, String)> {
+    let known = engine::discover(
+        settings.target_kind.as_deref(),
+        &rendered_kinds(chart, templates)?
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    )
+    .map_err(|e| anyhow::anyhow!("under '{}': {e}", templates.display()))?;
+    let field = settings
+        .replica_field
+        .clone()
+        .unwrap_or_else(|| known.field().into());
+    let kind = settings
+        .target_kind
+        .clone()
+        .unwrap_or_else(|| known.kind.into());
+    Ok((known, field, kind))
+}
+
+/// `--lift-literal-count KEY`: the edit that makes a literal count (`instances: 2`) read the new
+/// top-level values key KEY, whose default is that literal, so the chart renders byte for byte
+/// as before and chartgen app can then wire the key.
+pub fn lift_literal(chart: &Path, flags: Settings, key: &str) -> anyhow::Result<Plan> {
+    if !(key.starts_with(|c: char| c.is_ascii_alphabetic())
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    {
+        bail!(
+            "--lift-literal-count {key:?}: the new key must be a plain top-level values key (letters, digits, `_`), e.g. replicas"
+        );
+    }
+    let paths = Paths::of(chart)?;
+    let stored = Settings::parse(read_optional(&paths.settings)?.as_deref())
+        .map_err(|e| anyhow::anyhow!("'{}': {e}", paths.settings.display()))?;
+    let settings = flags.over(stored);
+    let values_text = read(&paths.values)?;
+    if values::has_path(&values::parse(&values_text)?, key) {
+        bail!(
+            "values.yaml already has `{key}`; --lift-literal-count needs a new key, so the literal becomes its default"
+        );
+    }
+    let (known, field, kind) = target_of(chart, &paths.templates, &settings)?;
+    let shape = Shape {
+        field: &field,
+        kind: &kind,
+        parents: known.parents(),
+    };
+    let mut plan = Plan::confined(chart);
+    let mut literal: Option<String> = None;
+    for path in template_files(chart, &paths.templates)? {
+        if own_files(&paths.templates).contains(&path) {
+            continue;
+        }
+        let text = read(&path)?;
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let bare: Vec<&str> = text.lines().collect();
+        let literals: std::collections::HashMap<usize, (String, (usize, usize))> = shape
+            .counts(&path, &text, &bare)?
+            .into_iter()
+            .filter_map(|(i, c)| match c {
+                target::Count::Literal { value, span } => Some((i, (value, span))),
+                _ => None,
+            })
+            .collect();
+        let mut out = String::with_capacity(text.len() + 64);
+        let mut changed = false;
+        for (i, line) in lines.iter().enumerate() {
+            let Some((value, span)) = literals.get(&i).cloned() else {
+                out.push_str(line);
+                continue;
+            };
+            let at = format!("{}:{}", path.display(), i + 1);
+            // Helm reads values numbers as floats: 1e6 and up would render as `1e+06`.
+            if value.len() > 6 || value.len() > 1 && value.starts_with('0') {
+                bail!("{at}: the literal {value} would not render the same from values.yaml");
+            }
+            match &literal {
+                Some(v) if *v != value => bail!(
+                    "{at}: the literal {value} differs from the {v} of another count line; make them one values key by hand"
+                ),
+                _ => literal = Some(value.clone()),
+            }
+            // `.Values` is the root's only outside `with`/`range`; `$.Values` is everywhere.
+            let reads = |root: &str| {
+                let new = format!(
+                    "{}{{{{ {root}.Values.{key} }}}}{}",
+                    &line[..span.0],
+                    &line[span.1..]
+                );
+                let mut probe = bare.clone();
+                probe[i] = new.trim_end_matches(['\n', '\r']);
+                let ok = matches!(target::count_at(&probe.join("\n"), &probe, i, &field),
+                    Some(target::Count::Values { key: k, .. }) if k == key);
+                ok.then_some(new)
+            };
+            let new = reads("")
+                .or_else(|| reads("$"))
+                .ok_or_else(|| anyhow::anyhow!("{at}: chartgen cannot make this line read `.Values.{key}`; write `{field}: {{{{ $.Values.{key} }}}}` and `{key}: {value}` in values.yaml by hand"))?;
+            out.push_str(&new);
+            changed = true;
+        }
+        if changed {
+            plan.add(path, out);
+        }
+    }
+    let Some(value) = literal else {
+        bail!(
+            "no {kind} count line under '{}' is a literal (`{field}: 2`); --lift-literal-count rewrites only those: drop it",
+            paths.templates.display()
+        );
+    };
+    let doc = format!("The {kind}'s {field} (chartgen app --lift-literal-count).");
+    let comment = match values::convention(&values_text) {
+        values::Convention::HelmDocs => format!("# -- {doc}"),
+        values::Convention::Bitnami => format!("## @param {key} {doc}"),
+        values::Convention::Cozy => format!("## @param {{int}} {key} - {doc}"),
+    };
+    let mut values_new = values_text;
+    if !values_new.is_empty() && !values_new.ends_with('\n') {
+        values_new.push('\n');
+    }
+    values_new.push_str(&format!("\n{comment}\n{key}: {value}\n"));
+    plan.add(&paths.values, values_new);
+    Ok(plan)
+}
+
 /// What to wire, read from the target's document (the first count line's): the count
 /// expression, the conditions, the name and namespace, the quorum; and the quorum expression.
 fn target_spec(
@@ -255,12 +372,21 @@ fn target_spec(
     let lines: Vec<&str> = target.text.lines().collect();
     let doc = target::doc_at(&target.text, &lines, target.line);
     let at = |line: usize| format!("{}:{}", target.path.display(), line + 1);
-    let count = replica::count_expr(field, lines[target.line]).unwrap_or_default();
+    let Some(target::Count::Values { expr: count, .. }) =
+        target::count_at(&target.text, &lines, target.line, field)
+    else {
+        unreachable!("rewrite_replica_lines found a count line reading a values key here")
+    };
     // A template default (`| default 3`) is the count while the value is unset.
     if !count.contains("default") && !values::has_path(values_root, values_key) {
-        return Err(values::ValuesError::MissingKey(values_key.clone()).into());
+        bail!(
+            "{}: `{}` reads `.Values.{values_key}`, which values.yaml does not have, so the chart has no count to start from (the ScaledObject's floor and the disabled render need it); add {} of values.yaml, with the count the chart runs by default, and run chartgen app again",
+            at(target.line),
+            lines[target.line].trim(),
+            yaml_key(values_key, "3")
+        );
     }
-    let count = format!("(int {})", wrap(&target::nil_safe(count)));
+    let count = format!("(int {})", wrap(&target::nil_safe(&count)));
     let kind_line = doc.top_line("kind").unwrap_or(doc.first);
     let conditions = target::conditions(&target.text, kind_line).map_err(|why| match why {
         Around::Unknown(why) => anyhow::anyhow!(
@@ -604,7 +730,42 @@ struct Shape<'a> {
     parents: &'a [&'a str],
 }
 
+/// Most `<field>:` lines one template may have: real charts have a few, and each costs a scan
+/// of the file for the blocks around it.
+const MAX_COUNT_LINES: usize = 64;
+
 impl Shape<'_> {
+    /// The count lines of the target in `text` (0-based line, what it renders); a template with
+    /// more than MAX_COUNT_LINES `<field>:` lines is refused, so the scan stays linear.
+    fn counts(
+        &self,
+        path: &Path,
+        text: &str,
+        lines: &[&str],
+    ) -> anyhow::Result<Vec<(usize, target::Count)>> {
+        let field_line = |l: &str| {
+            l.trim_start()
+                .strip_prefix(self.field)
+                .is_some_and(|r| r.starts_with(':'))
+        };
+        if lines
+            .iter()
+            .filter(|l| field_line(l))
+            .nth(MAX_COUNT_LINES)
+            .is_some()
+        {
+            bail!(
+                "'{}' has more than {MAX_COUNT_LINES} `{}:` lines; chartgen refuses a template this repetitive to stay fast",
+                path.display(),
+                self.field
+            );
+        }
+        Ok((0..lines.len())
+            .filter(|&i| field_line(lines[i]) && self.holds(text, lines, i))
+            .filter_map(|i| Some((i, target::count_at(text, lines, i, self.field)?)))
+            .collect())
+    }
+
     /// True when 0-based `line` of `text` is in a `kind` manifest under the right parents (a
     /// RedisFailover's `sentinel.replicas` is not its count).
     fn holds(&self, text: &str, lines: &[&str], line: usize) -> bool {
@@ -621,25 +782,23 @@ impl Shape<'_> {
     }
 }
 
-/// The values path the target's replica field renders from, read from its template: the one
-/// `<field>: {{ .Values.<path> }}` line in a `kind` manifest ("replicas" when there is none, so
-/// the error names the default).
+/// The values path the target's replica field renders from, read from its count lines (see
+/// `target::count_at`); when none reads one, the refusal says line by line why and what to do.
 fn count_key(chart: &Path, templates: &Path, shape: &Shape) -> anyhow::Result<String> {
     let mut keys: Vec<String> = Vec::new();
     for path in template_files(chart, templates)? {
         let text = read(&path)?;
         let lines: Vec<&str> = text.lines().collect();
-        for (i, line) in lines.iter().enumerate() {
-            if let Some(key) = replica::values_path(shape.field, line)
-                && shape.holds(&text, &lines, i)
-                && !keys.iter().any(|k| k == key)
+        for (_, count) in shape.counts(&path, &text, &lines)? {
+            if let target::Count::Values { key, .. } = count
+                && !keys.contains(&key)
             {
-                keys.push(key.to_owned());
+                keys.push(key);
             }
         }
     }
     match keys.as_slice() {
-        [] => Ok("replicas".into()),
+        [] => Err(no_count_line(chart, templates, shape, None)?),
         [one] => Ok(one.clone()),
         many => bail!(
             "the {} templates render `{}` from several values ({}); pass --values-key with the one to scale",
@@ -648,6 +807,86 @@ fn count_key(chart: &Path, templates: &Path, shape: &Shape) -> anyhow::Result<St
             names::echo_list(many)
         ),
     }
+}
+
+/// Where to add `path` with `value` in values.yaml, in words: "`b: 3` under `a:`".
+fn yaml_key(path: &str, value: &str) -> String {
+    match path.rsplit_once('.') {
+        None => format!("`{path}: {value}` at the top level"),
+        Some((parent, last)) => format!("`{last}: {value}` under `{parent}`"),
+    }
+}
+
+/// The refusal for a target none of whose count lines chartgen can rewrite (reading `want`, or
+/// any one values key): each `field` line of the target with why and the fix.
+fn no_count_line(
+    chart: &Path,
+    templates: &Path,
+    shape: &Shape,
+    want: Option<&str>,
+) -> anyhow::Result<anyhow::Error> {
+    let field = shape.field;
+    let path = shape
+        .parents
+        .iter()
+        .chain([&field])
+        .copied()
+        .collect::<Vec<_>>()
+        .join(".");
+    let mut why = Vec::new();
+    for file in template_files(chart, templates)? {
+        if own_files(templates).contains(&file) {
+            continue;
+        }
+        let text = read(&file)?;
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, count) in shape.counts(&file, &text, &lines)? {
+            let at = format!("{}:{}: `{}`", file.display(), i + 1, lines[i].trim());
+            why.push(match count {
+                target::Count::Values { key, .. } => format!(
+                    "{at} reads `.Values.{key}`, not `.Values.{}`: pass --values-key {key}",
+                    want.unwrap_or_default()
+                ),
+                target::Count::Literal { value, .. } => format!(
+                    "{at} is the literal {value}, which KEDA cannot move: pass --lift-literal-count KEY (e.g. replicas) to rewrite it as `{field}: {{{{ .Values.KEY }}}}` with `KEY: {value}` added to values.yaml, which renders the same"
+                ),
+                target::Count::Other(reason) => format!(
+                    "{at}: {reason}; write it as `{field}: {{{{ $.Values.KEY }}}}`, reading the one values key of the count from the chart's root"
+                ),
+            });
+        }
+    }
+    if why.is_empty() {
+        // Name where the line should be: the deepest of the count's parents the target has.
+        let mut parent = vec!["spec"];
+        parent.extend(shape.parents);
+        let mut at = Vec::new();
+        for d in target_docs(chart, templates, shape.kind)? {
+            let lines: Vec<&str> = d.text.lines().collect();
+            let doc = target::doc_at(&d.text, &lines, d.line);
+            let found = (1..=parent.len())
+                .rev()
+                .find_map(|n| doc.line_of(&parent[..n]))
+                .unwrap_or((d.line, lines[d.line]));
+            at.push(format!(
+                "{}:{}: `{}`",
+                d.path.display(),
+                found.0 + 1,
+                found.1.trim()
+            ));
+        }
+        return Ok(anyhow::anyhow!(
+            "no {} manifest has a `spec.{path}` line chartgen can read ({}): it is rendered some other way (a `range` over a map, `toYaml`, a helper). chartgen rewrites the line that renders the count: write `{field}: {{{{ $.Values.KEY }}}}` out under `{}:` there, reading the one values key of the count (and leave it out of what renders the rest), then run chartgen app again",
+            shape.kind,
+            at.join(", "),
+            parent.last().unwrap_or(&"spec"),
+        ));
+    }
+    Ok(anyhow::anyhow!(
+        "no {} count line chartgen can rewrite (`spec.{path}` reading one values key):\n  {}",
+        shape.kind,
+        why.join("\n  ")
+    ))
 }
 
 /// Every file chartgen app may have written under `templates` (left out of what it reads).
@@ -796,9 +1035,17 @@ fn rewrite_replica_lines(
         let text = read(&path)?;
         let lines: Vec<&str> = text.lines().collect();
         // Only lines in a `kind` manifest: another reader (a Pooler's instances) is a note.
-        let in_target = |i: usize| shape.holds(&text, &lines, i);
+        let spans: std::collections::HashMap<usize, (usize, usize)> = shape
+            .counts(&path, &text, &lines)?
+            .into_iter()
+            .filter_map(|(i, c)| match c {
+                target::Count::Values { key, span, .. } if key == rl.key => Some((i, span)),
+                _ => None,
+            })
+            .collect();
+        let count_at = |i: usize| spans.get(&i).copied();
         let rw = rl
-            .rewrite(&text, &in_target)
+            .rewrite(&text, &count_at)
             .with_context(|| format!("in '{}'", path.display()))?;
         if rw.found == 0 {
             continue;
@@ -813,13 +1060,7 @@ fn rewrite_replica_lines(
         rewritten.push((path, rw.text));
     }
     if found.is_empty() {
-        bail!(
-            "no {} manifest under '{}' has the line `{}: {{{{ .Values.{} }}}}`; pass --replica-field/--values-key to match the chart",
-            shape.kind,
-            templates.display(),
-            rl.field,
-            rl.key,
-        );
+        return Err(no_count_line(chart, templates, shape, Some(rl.key))?);
     }
     Ok((found, rewritten))
 }
@@ -850,10 +1091,7 @@ fn other_readers(
             if !reads || is_replica_line || line.contains(".autoscaling.") {
                 continue;
             }
-            let kind = target::doc_at(&text, &lines, i)
-                .top("kind")
-                .unwrap_or("?")
-                .to_owned();
+            let kind = reader(chart, templates, &text, &lines, i)?;
             out.push(format!(
                 "{}:{} ({kind}) also reads .Values.{}: `{}`; it stays at that value while KEDA moves the {}",
                 path.display(),
@@ -865,6 +1103,45 @@ fn other_readers(
         }
     }
     Ok(out)
+}
+
+/// What renders 0-based line `i` of a template: its document's kind; for a line in a helper,
+/// the helper and the kinds and files of the documents that include it.
+fn reader(
+    chart: &Path,
+    templates: &Path,
+    text: &str,
+    lines: &[&str],
+    i: usize,
+) -> anyhow::Result<String> {
+    if let Some(kind) = target::doc_at(text, lines, i).top("kind") {
+        return Ok(kind.trim_matches(['"', '\'']).to_owned());
+    }
+    let Some(helper) = target::define_at(text, i) else {
+        return Ok("a document with no `kind:` line".into());
+    };
+    let calls = [
+        format!("include \"{helper}\""),
+        format!("template \"{helper}\""),
+    ];
+    let mut users = Vec::new();
+    for path in template_files(chart, templates)? {
+        let other = read(&path)?;
+        let other_lines: Vec<&str> = other.lines().collect();
+        for (j, line) in other_lines.iter().enumerate() {
+            if calls.iter().any(|c| line.contains(c.as_str())) {
+                let kind = target::doc_at(&other, &other_lines, j)
+                    .top("kind")
+                    .map_or_else(|| "a helper".to_owned(), str::to_owned);
+                users.push(format!("{kind} at {}:{}", path.display(), j + 1));
+            }
+        }
+    }
+    Ok(if users.is_empty() {
+        format!("helper `{helper}`, which no template includes")
+    } else {
+        format!("helper `{helper}`, rendered into {}", users.join(", "))
+    })
 }
 
 /// What to do after `chartgen app` wrote the chart.

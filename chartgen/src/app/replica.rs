@@ -1,4 +1,5 @@
-//! Rewrites `<field>: {{ .Values.<key> }}` into the autoscaling-aware conditional form.
+//! Rewrites a count line (`<field>: {{ .Values.<key> }}`, see `target::count_at`) into the
+//! autoscaling-aware conditional form.
 //!
 //! The generated block reproduces the original line byte for byte when autoscaling is off
 //! (the `{{-` markers only eat the newlines the block itself adds), so an off chart renders
@@ -13,25 +14,6 @@ pub struct ReplicaLine<'a> {
     pub key: &'a str,
     /// Helper prefix (the chart name).
     pub chart: &'a str,
-}
-
-/// The expression of `<indent><field>: {{ <expr> }}`.
-pub fn count_expr<'a>(field: &str, line: &'a str) -> Option<&'a str> {
-    let rest = line.trim_start().strip_prefix(field)?.strip_prefix(':')?;
-    Some(rest.trim().strip_prefix("{{ ")?.strip_suffix(" }}")?.trim())
-}
-
-/// The values path of `<indent><field>: {{ .Values.<path> ... }}` (or `$.Values.`).
-pub fn values_path<'a>(field: &str, line: &'a str) -> Option<&'a str> {
-    let expr = count_expr(field, line)?;
-    let path = expr
-        .strip_prefix(".Values.")
-        .or_else(|| expr.strip_prefix("$.Values."))?;
-    let end = path
-        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
-        .unwrap_or(path.len());
-    let path = &path[..end];
-    (!path.is_empty() && !path.ends_with('.')).then_some(path)
 }
 
 #[derive(Debug, PartialEq)]
@@ -62,25 +44,26 @@ impl ReplicaLine<'_> {
         )
     }
 
-    fn block(&self, original: &str) -> String {
-        let indent: String = original.chars().take_while(|c| c.is_whitespace()).collect();
-        let c = self.chart;
+    /// The original line, and in the autoscaling branch the same line with the expression at
+    /// `span` reading the count helper instead (a comment or the chart's own check stays).
+    fn block(&self, original: &str, (from, to): (usize, usize)) -> String {
         format!(
-            "{head}\n{original}\n{{{{- else }}}}\n\
-             {indent}{field}: {{{{ include \"{c}.autoscaling.instances\" $ }}}}\n{{{{- end }}}}\n",
+            "{head}\n{original}\n{{{{- else }}}}\n{}include \"{}.autoscaling.instances\" ${}\n{{{{- end }}}}\n",
+            &original[..from],
+            self.chart,
+            &original[to..],
             head = self.head(),
-            field = self.field,
         )
     }
 
-    /// True for `<indent><field>: {{ .Values.<key> ... }}`.
-    pub fn is_raw(&self, line: &str) -> bool {
-        values_path(self.field, line) == Some(self.key)
-    }
-
-    /// Rewrites the replica lines for which `target(line)` holds (0-based, in `text`); the
-    /// others (a Pooler reading the same value) stay as they are.
-    pub fn rewrite(&self, text: &str, target: &dyn Fn(usize) -> bool) -> Result<Rewrite, Damaged> {
+    /// Rewrites the count lines: `count_at(i)` gives the span of the count expression of 0-based
+    /// line `i` of `text` when it is one of the target's (a Pooler reading the same value is
+    /// not, and stays as it is).
+    pub fn rewrite(
+        &self,
+        text: &str,
+        count_at: &dyn Fn(usize) -> Option<(usize, usize)>,
+    ) -> Result<Rewrite, Damaged> {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let head = self.head();
         let mut out = String::with_capacity(text.len() + 256);
@@ -89,27 +72,27 @@ impl ReplicaLine<'_> {
         let mut i = 0;
         while i < lines.len() {
             let line = lines[i].trim_end_matches(['\n', '\r']);
-            if line == head && target(i + 1) {
+            if line == head {
                 let original = lines
                     .get(i + 1)
                     .map(|l| l.trim_end_matches(['\n', '\r']))
                     .unwrap_or("");
-                let block = self.block(original);
                 let existing: String = lines[i..(i + 5).min(lines.len())].concat();
-                if !self.is_raw(original) || !block_shape(&existing) {
+                let span = count_at(i + 1).filter(|_| block_shape(&existing));
+                let Some(span) = span else {
                     return Err(Damaged {
                         line: i + 2,
                         expected: format!("{}: {{{{ .Values.{} }}}}", self.field, self.key),
                         field: self.field.into(),
                         key: self.key.into(),
                     });
-                }
-                out.push_str(&block);
+                };
+                out.push_str(&self.block(original, span));
                 found += 1;
                 at.push(i + 1);
                 i += 5;
-            } else if self.is_raw(line) && target(i) {
-                out.push_str(&self.block(line));
+            } else if let Some(span) = count_at(i) {
+                out.push_str(&self.block(line, span));
                 found += 1;
                 at.push(i);
                 i += 1;
@@ -142,6 +125,7 @@ fn block_shape(existing: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::target::{Count, count_at};
     use super::*;
 
     const RL: ReplicaLine = ReplicaLine {
@@ -150,10 +134,23 @@ mod tests {
         chart: "pg",
     };
 
+    /// The count spans of `src` reading `.Values.replicas` on lines `lines` accepts.
+    fn spans(src: &str, lines: impl Fn(usize) -> bool) -> impl Fn(usize) -> Option<(usize, usize)> {
+        let text: Vec<&str> = src.lines().collect();
+        move |i| match count_at(src, &text, i, "instances") {
+            Some(Count::Values { key, span, .. }) if key == "replicas" && lines(i) => Some(span),
+            _ => None,
+        }
+    }
+
+    fn rewrite(src: &str) -> Rewrite {
+        RL.rewrite(src, &spans(src, |_| true)).unwrap()
+    }
+
     #[test]
     fn wraps_the_raw_line_and_keeps_the_rest() {
         let src = "spec:\n  instances: {{ .Values.replicas }}\n  imageName: x\n";
-        let r = RL.rewrite(src, &|_| true).unwrap();
+        let r = rewrite(src);
         assert_eq!(r.found, 1);
         assert_eq!(
             r.text,
@@ -164,10 +161,21 @@ mod tests {
     }
 
     #[test]
+    fn the_autoscaling_branch_keeps_the_comment_and_the_charts_own_check() {
+        let src = "  instances: {{ .Values.replicas }} # odd\n  instances: {{ if lt (int .Values.replicas) 3 }}{{ fail \"3+\" }}{{ else }}{{- .Values.replicas -}}{{ end }}\n";
+        let text = rewrite(src).text;
+        assert!(
+            text.contains("\n  instances: {{ include \"pg.autoscaling.instances\" $ }} # odd\n"),
+            "{text}"
+        );
+        assert!(text.contains("\n  instances: {{ if lt (int .Values.replicas) 3 }}{{ fail \"3+\" }}{{ else }}{{- include \"pg.autoscaling.instances\" $ -}}{{ end }}\n"), "{text}");
+    }
+
+    #[test]
     fn rewrite_is_idempotent() {
         let src = "spec:\n  instances: {{ .Values.replicas }}\n  imageName: x";
-        let once = RL.rewrite(src, &|_| true).unwrap();
-        let twice = RL.rewrite(&once.text, &|_| true).unwrap();
+        let once = rewrite(src);
+        let twice = rewrite(&once.text);
         assert_eq!((&once.text, once.found), (&twice.text, twice.found));
         assert!(
             !once.text.ends_with('\n'),
@@ -185,39 +193,37 @@ mod tests {
         for line in [
             "  instances: {{ .Values.replicasMax }}",
             "  instances: 3",
-            "  instances: {{- .Values.replicas }}",
             "  minSyncReplicas: {{ .Values.replicas }}",
+            "  instances: x{{ .Values.replicas }}",
         ] {
-            assert!(!RL.is_raw(line), "{line}");
+            assert_eq!(rewrite(line).found, 0, "{line}");
         }
-        assert!(RL.is_raw("    instances: {{ .Values.replicas | int }}"));
-        assert!(
-            RL.is_raw("  instances: {{ $.Values.replicas }}"),
-            "inside with/range"
-        );
-        assert_eq!(RL.rewrite("a: 1\n", &|_| true).unwrap().found, 0);
+        for line in [
+            "    instances: {{ .Values.replicas | int }}",
+            "  instances: {{ $.Values.replicas }}",
+            "  instances: {{ required \"set it\" .Values.replicas }}",
+        ] {
+            assert_eq!(rewrite(line).found, 1, "{line}");
+        }
     }
 
     #[test]
     fn lines_outside_the_target_stay_as_they_are() {
         let src = "kind: Cluster\n  instances: {{ .Values.replicas }}\n---\nkind: Pooler\n  instances: {{ .Values.replicas }}\n";
-        let r = RL.rewrite(src, &|i| i < 2).unwrap();
+        let r = RL.rewrite(src, &spans(src, |i| i < 2)).unwrap();
         assert_eq!((r.found, r.lines), (1, vec![1]));
         assert!(
             r.text
                 .ends_with("kind: Pooler\n  instances: {{ .Values.replicas }}\n")
         );
-        assert_eq!(RL.rewrite(&r.text, &|i| i < 6).unwrap().text, r.text);
-        assert_eq!(
-            count_expr("instances", "  instances: {{ .Values.n | default 3 }}"),
-            Some(".Values.n | default 3")
-        );
+        let again = RL.rewrite(&r.text, &spans(&r.text, |i| i < 6)).unwrap();
+        assert_eq!(again.text, r.text);
     }
 
     #[test]
     fn damaged_block_is_reported_with_its_line() {
         let src = "spec:\n{{- if eq (include \"pg.autoscaling.replicaField\" $) \"static\" }}\n  instances: 3\n";
-        let err = RL.rewrite(src, &|_| true).unwrap_err();
+        let err = RL.rewrite(src, &spans(src, |_| true)).unwrap_err();
         assert_eq!(err.line, 3);
     }
 }

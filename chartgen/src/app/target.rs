@@ -55,6 +55,18 @@ impl Doc<'_> {
             .map(|i| self.first + i)
     }
 
+    /// The 0-based file line and text of the mapping key at `path` (`["spec", "redis"]`).
+    pub fn line_of(&self, path: &[&str]) -> Option<(usize, &str)> {
+        let (last, parents) = path.split_last()?;
+        let (line, _) = if parents.is_empty() {
+            let at = self.top_line(last)?;
+            (at, "")
+        } else {
+            self.child_of(parents, last)?
+        };
+        Some((line, self.lines[line - self.first]))
+    }
+
     /// `metadata.<field>` as an expression; None when the field is absent.
     pub fn metadata(&self, field: &str) -> Option<(usize, Expr)> {
         let (line, value) = self.child_of(&["metadata"], field)?;
@@ -153,14 +165,237 @@ impl Doc<'_> {
                     Err(why) => return Expr::Unknown(why),
                 };
                 if uses_dot(&e) && blocks.iter().any(|b| b.word == "with" || b.word == "range") {
-                    return Expr::Unknown(
-                        "it reads `.` inside a `with` or `range` block, where `.` is not the chart's root".into(),
-                    );
+                    // `.name` inside `with .Values.db` is `.Values.db.name` at the root.
+                    return match root_scope(self.file, line, &e) {
+                        Ok(e) => Expr::Known(e),
+                        Err(why) => {
+                            Expr::Unknown(format!("{why}; `.` there is not the chart's root"))
+                        }
+                    };
                 }
                 Expr::Known(e)
             }
             unknown => unknown,
         }
+    }
+}
+
+/// What a count line (`<field>: ...`) renders, read from its text and the blocks around it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Count {
+    /// The count is one action reading one values key.
+    Values {
+        /// The dotted values path, e.g. `redis.replicas`.
+        key: String,
+        /// The action's expression as it reads at the chart's root (`with` scopes resolved).
+        expr: String,
+        /// Byte range in the line of the action's expression (inside `{{ }}` and its trim
+        /// markers): what the autoscaling branch replaces.
+        span: (usize, usize),
+    },
+    /// A plain integer (`instances: 2`): its text and byte range in the line.
+    Literal { value: String, span: (usize, usize) },
+    /// Anything else; says why chartgen cannot take the count from it.
+    Other(String),
+}
+
+/// The count of 0-based `line` of `file` (split into `lines`) if it is a `<field>:` line. Read: one action reading
+/// one values key, with a trailing comment, `$.Values`, `.x` inside `with .Values.P`, a
+/// `required`/`default`/`int` around it, and the chart's own check on the same line
+/// (`{{ if C }}{{ fail M }}{{ else }}{{ .Values.x }}{{ end }}`).
+pub fn count_at(file: &str, lines: &[&str], line: usize, field: &str) -> Option<Count> {
+    let text = *lines.get(line)?;
+    let body = text.trim_start();
+    let after = body.strip_prefix(field)?.strip_prefix(':')?;
+    if !after.is_empty() && !after.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let start = text.len() - after.len();
+    let value = strip_comment(after);
+    let lead = value.len() - value.trim_start().len();
+    let value = value.trim();
+    let at = start + lead;
+    if value.is_empty() {
+        return Some(Count::Other("it has no value on the line".into()));
+    }
+    if value.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(Count::Literal {
+            value: value.to_owned(),
+            span: (at, at + value.len()),
+        });
+    }
+    Some(match count_action(value) {
+        Ok((expr, (from, to))) => match root_scope(file, line, expr) {
+            Ok(expr) => match values_key(&expr) {
+                Ok(key) => Count::Values {
+                    key,
+                    expr,
+                    span: (at + from, at + to),
+                },
+                Err(why) => Count::Other(why),
+            },
+            Err(why) => Count::Other(why),
+        },
+        Err(why) => Count::Other(why),
+    })
+}
+
+/// The one action of `value` that renders the count, and its expression's byte range: every
+/// other action must be `if`/`else`/`end` or a `fail`, and nothing but blanks between them.
+fn count_action(value: &str) -> Result<(&str, (usize, usize)), String> {
+    let mut rest = 0;
+    let mut found = None;
+    while rest < value.len() {
+        let gap = &value[rest..];
+        let Some(open) = gap.find("{{") else {
+            return Err(format!("`{value}` mixes text with template actions"));
+        };
+        if !gap[..open].trim().is_empty() {
+            return Err(format!("`{value}` mixes text with template actions"));
+        }
+        let from = rest + open + 2;
+        let Some(close) = value[from..].find("}}") else {
+            return Err(format!("`{value}` has an unclosed action"));
+        };
+        let raw = &value[from..from + close];
+        let lead = raw.len() - raw.trim_start_matches('-').trim_start().len();
+        let inner = raw.trim_start_matches('-').trim_start();
+        let inner = inner.trim_end_matches('-').trim_end();
+        let word = inner.split_whitespace().next().unwrap_or("");
+        rest = from + close + 2;
+        match word {
+            "if" | "else" | "end" | "fail" => continue,
+            "range" | "with" | "define" | "template" | "block" | "break" | "continue" => {
+                return Err(format!(
+                    "`{value}` opens a `{word}` block on the count line"
+                ));
+            }
+            _ if inner.is_empty() || inner.starts_with("/*") || inner.contains(":=") => {
+                return Err(format!("`{value}` is not a single expression"));
+            }
+            _ => {}
+        }
+        if found.is_some() {
+            return Err(format!("`{value}` renders more than one action"));
+        }
+        found = Some((inner, (from + lead, from + lead + inner.len())));
+    }
+    found.ok_or_else(|| format!("`{value}` renders no expression"))
+}
+
+/// `expr` as it reads at the chart's root: inside `with .Values.P`, `.x` is `.Values.P.x`.
+fn root_scope(file: &str, line: usize, expr: &str) -> Result<String, String> {
+    let mut scope: Option<String> = None;
+    for b in enclosing_blocks(file, line) {
+        let target = value_of(&b.expr).trim();
+        match b.word.as_str() {
+            // The plain `else` of a `with` keeps the outer `.`.
+            "with" if b.expr.is_empty() && !b.passed.is_empty() => {}
+            "with" => {
+                let path = target
+                    .strip_prefix('$')
+                    .unwrap_or(target)
+                    .strip_prefix(".Values.")
+                    .filter(|p| plain_path(p))
+                    .map(str::to_owned)
+                    .or_else(|| {
+                        let rel = target.strip_prefix('.').filter(|p| plain_path(p))?;
+                        Some(format!("{}.{rel}", scope.as_ref()?))
+                    });
+                match path {
+                    Some(p) => scope = Some(p),
+                    None if uses_dot(expr) => {
+                        return Err(format!(
+                            "it reads `.` inside `with {target}`, which chartgen cannot resolve to one values key"
+                        ));
+                    }
+                    None => {}
+                }
+            }
+            "range" if uses_dot(expr) || expr.starts_with('$') && !expr.starts_with("$.") => {
+                return Err(format!(
+                    "it is inside `range {}`, where it reads each entry in turn, not one values key",
+                    b.expr
+                ));
+            }
+            "define" | "block" if uses_dot(expr) => {
+                return Err(
+                    "it is inside a `define`, where `.` is whatever the includer passes".into(),
+                );
+            }
+            _ => {}
+        }
+    }
+    match scope {
+        Some(p) if uses_dot(expr) => Ok(rebase(expr, &format!(".Values.{p}"))),
+        _ => Ok(expr.to_owned()),
+    }
+}
+
+fn plain_path(p: &str) -> bool {
+    !p.is_empty()
+        && !p.ends_with('.')
+        && p.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+}
+
+/// Every term of `expr` that reads `.` (see `uses_dot`) prefixed with `root`: `.replicas`
+/// becomes `.Values.redis.replicas`, a lone `.` becomes `.Values.redis`.
+fn rebase(expr: &str, root: &str) -> String {
+    let b = expr.as_bytes();
+    let mut out = String::with_capacity(expr.len() + root.len());
+    let mut quote = false;
+    let mut copied = 0;
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'"' && (i == 0 || b[i - 1] != b'\\') {
+            quote = !quote;
+        }
+        let prev = if i == 0 { b' ' } else { b[i - 1] };
+        if quote
+            || c != b'.'
+            || prev.is_ascii_alphanumeric()
+            || prev == b'_'
+            || prev == b'$'
+            || prev == b')'
+        {
+            continue;
+        }
+        out.push_str(&expr[copied..i]);
+        out.push_str(root);
+        // A lone `.` is the scope itself; `.x` continues the path.
+        copied = if b
+            .get(i + 1)
+            .is_some_and(|n| n.is_ascii_alphabetic() || *n == b'_')
+        {
+            i
+        } else {
+            i + 1
+        };
+    }
+    out.push_str(&expr[copied..]);
+    out
+}
+
+/// The one values path `expr` reads (`required "m" .Values.a.b | int` reads `a.b`).
+fn values_key(expr: &str) -> Result<String, String> {
+    let mut keys: Vec<&str> = Vec::new();
+    for (at, m) in expr.match_indices(".Values.") {
+        let rest = &expr[at + m.len()..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .unwrap_or(rest.len());
+        let key = rest[..end].trim_end_matches('.');
+        if !key.is_empty() && !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    match keys.as_slice() {
+        [one] => Ok((*one).to_owned()),
+        [] => Err(format!("`{expr}` reads no values key")),
+        many => Err(format!(
+            "`{expr}` reads several values keys ({})",
+            many.join(", ")
+        )),
     }
 }
 
@@ -225,6 +460,26 @@ pub fn value_expr(value: &str) -> Expr {
             .trim_start_matches('-')
             .trim_end_matches('-')
             .trim();
+        // `template "x" ARG` renders what `include "x" ARG` returns (a template call takes no
+        // pipeline after it, so nothing else can follow).
+        let included;
+        let inner = match inner.strip_prefix("template ") {
+            Some(call) if !call.contains('|') => {
+                let call = call.trim();
+                // After the quoted name: the argument, if any.
+                let has_arg = call
+                    .get(1..)
+                    .and_then(|c| c.find('"'))
+                    .is_some_and(|end| !call[end + 2..].trim().is_empty());
+                included = if has_arg {
+                    format!("include {call}")
+                } else {
+                    format!("include {call} nil")
+                };
+                included.as_str()
+            }
+            _ => inner,
+        };
         let word = inner.split_whitespace().next().unwrap_or("");
         let control = [
             "if", "else", "end", "range", "with", "define", "template", "block", "break",
@@ -405,6 +660,15 @@ fn enclosing_blocks(file: &str, line: usize) -> Vec<Block> {
     stack
 }
 
+/// The name of the innermost `define` (or `block`) 0-based `line` is in.
+pub fn define_at(file: &str, line: usize) -> Option<String> {
+    enclosing_blocks(file, line)
+        .into_iter()
+        .rev()
+        .find(|b| b.word == "define" || b.word == "block")
+        .and_then(|b| Some(b.expr.split('"').nth(1)?.to_owned()))
+}
+
 /// Why the target's document cannot get a ScaledObject that renders exactly when it does.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Around {
@@ -534,6 +798,14 @@ mod tests {
             ("  name: \"fixed-db\"  # the one", "\"fixed-db\""),
             ("  name: fixed", "\"fixed\""),
             (
+                "  name: {{ template \"pg.fullname\" . }}",
+                "include \"pg.fullname\" .",
+            ),
+            (
+                "  name: {{- template \"pg.fullname\" }}-node",
+                "printf \"%v-node\" (include \"pg.fullname\" nil)",
+            ),
+            (
                 "  name: {{ .Release.Name }}-db",
                 "printf \"%v-db\" (.Release.Name)",
             ),
@@ -566,8 +838,15 @@ mod tests {
                 ".Values.namespaceOverride | default .Release.Namespace".into()
             ))
         );
-        let within = "{{- with .Values.db }}\nkind: Cluster\nmetadata:\n  name: {{ .name }}\nspec:\n  instances: {{ $.Values.replicas }}\n{{- end }}\n";
-        assert!(matches!(name_of(within), Some(Expr::Unknown(_))));
+        let within = "{{- with .Values.db }}\nkind: Cluster\nmetadata:\n  name: {{ include \"x\" . }}-{{ .name }}\nspec:\n  instances: {{ $.Values.replicas }}\n{{- end }}\n";
+        assert_eq!(
+            name_of(within),
+            Some(Expr::Known(
+                "printf \"%v-%v\" (include \"x\" .Values.db) (.Values.db.name)".into()
+            ))
+        );
+        let ranged = within.replace("with", "range");
+        assert!(matches!(name_of(&ranged), Some(Expr::Unknown(_))));
         let dollar = "{{- with .Values.db }}\nkind: Cluster\nmetadata:\n  name: {{ $.Release.Name }}\nspec:\n  instances: {{ $.Values.replicas }}\n{{- end }}\n";
         assert_eq!(name_of(dollar), Some(Expr::Known("$.Release.Name".into())));
         let unassigned = "kind: Cluster\nmetadata:\n  name: {{ $name }}\nspec:\n  instances: 1\n";
@@ -637,6 +916,84 @@ mod tests {
         assert!(matches!(at(dotted), Err(Around::Unknown(_))));
         let defined = "{{- define \"x\" }}\n{{- if .enabled }}\nkind: Cluster\n";
         assert_eq!(at(defined), Ok(vec![]));
+        assert_eq!(define_at(defined, 2).as_deref(), Some("x"));
+        assert_eq!(define_at(plain, 2), None);
+    }
+
+    #[test]
+    fn count_lines_are_read_through_comments_scopes_and_checks() {
+        let values = |text: &str, field: &str| {
+            let line = text
+                .lines()
+                .position(|l| l.trim_start().starts_with(field))
+                .unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            match count_at(text, &lines, line, field) {
+                Some(Count::Values { key, expr, span }) => {
+                    let l = text.lines().nth(line).unwrap();
+                    assert!(l[span.0..span.1].contains("Values") || l[span.0..].starts_with('.'));
+                    Ok((key, expr))
+                }
+                other => Err(other),
+            }
+        };
+        let ok = |key: &str, expr: &str| Ok((key.to_owned(), expr.to_owned()));
+        assert_eq!(
+            values(
+                "    replicas: {{ .Values.redis.replicas }} # sentinels need an odd count\n",
+                "replicas"
+            ),
+            ok("redis.replicas", ".Values.redis.replicas")
+        );
+        let with = "spec:\n  {{- with .Values.redis }}\n  redis:\n    {{- with .persistence }}\n    size: 1\n    {{- end }}\n    replicas: {{ .replicas | default 3 }}\n  {{- end }}\n";
+        assert_eq!(
+            values(with, "replicas"),
+            ok("redis.replicas", ".Values.redis.replicas | default 3")
+        );
+        let nested = "{{- with $.Values.db }}\n{{- with .cluster }}\n  instances: {{ . }}\n";
+        assert_eq!(
+            values(nested, "instances"),
+            ok("db.cluster", ".Values.db.cluster")
+        );
+        let outer = "{{- with .Values.db }}\n{{- else }}\n  instances: {{ .Values.n }}\n";
+        assert_eq!(values(outer, "instances"), ok("n", ".Values.n"));
+        let dollar = "{{- range $i, $x := .Values.list }}\n  instances: {{ $.Values.x.y }}\n";
+        assert_eq!(values(dollar, "instances"), ok("x.y", "$.Values.x.y"));
+        let check = "  instances: {{ if lt (int .Values.n) 3 }}{{ fail \"at least 3\" }}{{ else }}{{ .Values.n }}{{ end }}\n";
+        assert_eq!(values(check, "instances"), ok("n", ".Values.n"));
+        assert_eq!(
+            values(
+                "  instances: {{ required \"set n\" .Values.n }}\n",
+                "instances"
+            ),
+            ok("n", "required \"set n\" .Values.n")
+        );
+        assert!(matches!(
+            values("  instances: 2 # two\n", "instances"),
+            Err(Some(Count::Literal { value, span: (13, 14) })) if value == "2"
+        ));
+        for (text, why) in [
+            (
+                "{{- range .Values.dbs }}\n  instances: {{ .instances }}\n",
+                "range",
+            ),
+            (
+                "{{- with .Values.a | default dict }}\n  instances: {{ .n }}\n",
+                "with",
+            ),
+            (
+                "  instances: {{ .Values.a }}{{ .Values.b }}\n",
+                "more than one",
+            ),
+            ("  instances: {{ add .Values.a .Values.b }}\n", "several"),
+            ("  instances: \"{{ .Values.a }}\"\n", "text"),
+        ] {
+            match values(text, "instances") {
+                Err(Some(Count::Other(reason))) => assert!(reason.contains(why), "{reason}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        assert_eq!(count_at("", &["  instancesX: 1"], 0, "instances"), None);
     }
 
     #[test]

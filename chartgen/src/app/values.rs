@@ -74,10 +74,6 @@ pub enum ValuesError {
         "values.yaml: `autoscaling` must be a mapping of settings, found {0}; remove it or make it a mapping"
     )]
     BlockNotMapping(String),
-    #[error(
-        "values.yaml has no `{0}`; the chart must render its replica field from it (or pass the right --values-key)"
-    )]
-    MissingKey(String),
 }
 
 /// Parses values.yaml after bounding its size and nesting depth, so a hostile file costs
