@@ -19,14 +19,12 @@ import grpc
 import pytest
 
 from fake_backend import FakePrometheus
+from latency import p99, quiet_and_loaded
 from keda import Keda, code_of, error_of, metadata
 from scaler_proc import scaler_binary
 from promtext import scrape, select, total
 from testkit import free_port, record_figure
 
-
-def p99(samples: list[float]) -> float:
-    return statistics.quantiles(samples, n=100)[98]
 
 
 class Redirector:
@@ -130,15 +128,6 @@ def flood(address: str, on, stop, codes):
     keda.close()
 
 
-def latencies(keda, refs, calls: int) -> list[float]:
-    out = []
-    for n in range(calls):
-        ref = refs[n % len(refs)]
-        t0 = time.perf_counter()
-        keda.metrics(ref, "cnpg-pg-readconnections")
-        out.append(time.perf_counter() - t0)
-    return out
-
 
 def test_a_flood_of_expensive_schedules_leaves_other_keys_fast(start_scaler, vm):
     scaler, keda = start_scaler(vm.url, refresh="30s")
@@ -146,21 +135,12 @@ def test_a_flood_of_expensive_schedules_leaves_other_keys_fast(start_scaler, vm)
     for ref in refs:
         keda.metrics(ref, "cnpg-pg-readconnections")
     spawn = multiprocessing.get_context("spawn")
-    quiet, loaded = [], []
     with spawn.Manager() as manager:
         on, stop, codes = manager.Event(), manager.Event(), manager.list()
         flooder = spawn.Process(target=flood, args=(scaler.address, on, stop, codes), daemon=True)
         flooder.start()
         try:
-            # Quiet and flooded windows interleaved, so the shared machine's own load drifts
-            # into both alike.
-            for _ in range(10):
-                quiet += latencies(keda, refs, 150)
-                on.set()
-                time.sleep(0.3)  # the flood is on
-                loaded += latencies(keda, refs, 150)
-                on.clear()
-                time.sleep(0.1)
+            quiet, loaded = quiet_and_loaded(keda, refs, on, rounds=10, on_seconds=0.3, off_seconds=0.1)
         finally:
             stop.set()
             flooder.join(20)

@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from fake_backend import FakePrometheus
+from latency import p99, quiet_and_loaded
 from keda import Keda, error_of, metadata
 from scaler_proc import Scaler
 from testkit import record_figure, wait_until
@@ -118,18 +119,6 @@ def read_back_to_back(admin: str, readers: int, on, stop, counts):
         t.join()
 
 
-def p99(samples: list[float]) -> float:
-    return statistics.quantiles(samples, n=100)[98]
-
-
-def latencies(keda, refs, calls: int) -> list[float]:
-    out = []
-    for n in range(calls):
-        ref = refs[n % len(refs)]
-        t0 = time.perf_counter()
-        keda.metrics(ref, f"cnpg-{ref.scalerMetadata['cluster']}-readconnections")
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 # Four operators watching; and 64 at once (the issue: p95 5-7 s), past the admin port's 16
@@ -138,21 +127,12 @@ def latencies(keda, refs, calls: int) -> list[float]:
 def test_decisions_readers_leave_get_metrics_fast(fleet, n_readers):
     scaler, keda, refs = fleet
     spawn = multiprocessing.get_context("spawn")
-    quiet, loaded = [], []
     with spawn.Manager() as manager:
         on, stop, counts = manager.Event(), manager.Event(), manager.list()
         readers = spawn.Process(target=read_back_to_back, args=(scaler.admin, n_readers, on, stop, counts), daemon=True)
         readers.start()
         try:
-            # Quiet and loaded windows interleaved, so the shared machine's own load drifts into
-            # both alike.
-            for _ in range(8):
-                quiet += latencies(keda, refs, 150)
-                on.set()
-                time.sleep(0.5)  # the readers are on
-                loaded += latencies(keda, refs, 150)
-                on.clear()
-                time.sleep(0.2)
+            quiet, loaded = quiet_and_loaded(keda, refs, on, rounds=8, on_seconds=0.5, off_seconds=0.2)
         finally:
             stop.set()
             readers.join(40)
