@@ -3,11 +3,13 @@ owns, entered by the test process itself, and a cleanup that tolerates partial s
 
 The test process creates a named network namespace (`ip netns add`) with a dummy interface holding
 the node's address and no route off the machine, then moves itself into it and into a private mount
-namespace (mounts from the host propagate in, none out) where /tmp is the run's own directory.
+namespace (mounts from the host propagate in, none out) where /tmp and /var/log are the run's own
+directories.
 Every process the rig starts inherits both, so etcd, the apiserver, containerd, the kubelet, the
 pods and the clients all live there; every mount the kubelet and containerd make (volumes, overlay
 root file systems, pod network namespaces) dies with the mount namespace even if the run is killed,
-and what components write to /tmp stays in the run.
+and what components write to /tmp or /var/log (the kubelet's /var/log/containers links) stays in the
+run.
 
 Each run leaves a record in RUNS naming what it owns; a later run cleans up after any run whose
 process is gone (stray shims, container processes and cgroups, the named network namespace, the
@@ -124,10 +126,11 @@ def _enter(run: Run) -> None:
         _check(_libc.setns(fd, CLONE_NEWNET), f"setns({run.name})")
     finally:
         os.close(fd)
-    private_tmp = Path(run.tmp, "tmp")
-    private_tmp.mkdir()
-    private_tmp.chmod(0o1777)
-    _check(_libc.mount(str(private_tmp).encode(), b"/tmp", None, MS_BIND, None), "mount --bind /tmp")
+    for target, mode in (("/tmp", 0o1777), ("/var/log", 0o755)):
+        private = Path(run.tmp, target.strip("/").replace("/", "-"))
+        private.mkdir()
+        private.chmod(mode)
+        _check(_libc.mount(str(private).encode(), target.encode(), None, MS_BIND, None), f"mount --bind {target}")
     # The kubelet puts the bridge's netfilter hooks to work (kube-proxy's DNAT of pod-to-Service
     # traffic crossing the bridge); per network namespace since Linux 5.3.
     for key in ("net/bridge/bridge-nf-call-iptables", "net/ipv4/ip_forward"):
