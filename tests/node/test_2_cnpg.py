@@ -5,6 +5,7 @@ instance count below maxSyncReplicas + 1."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import time
@@ -15,7 +16,8 @@ from testkit import TOOLS, upstream, versions, wait_until
 from rig.cnpg import selector as stand_in_selector
 from rig.kube import ApiError
 from noderig import node_binary
-from noderig.cnpg import STORAGE_CLASS, Operator, provide_volumes
+from noderig.cnpg import STORAGE_CLASS, Operator, pod_monitor_scrape_config, provide_volumes
+from vm import VictoriaMetrics
 
 NS, NAME = "db", "pg"
 PSQL = "/usr/lib/postgresql/15/bin/psql"
@@ -150,3 +152,38 @@ def test_a_scale_subresource_write_below_the_floor_passes_the_webhook_and_wedges
     # A valid count again (the webhook admits 3): the operator reconciles and the Cluster is healthy.
     kube.merge_patch("postgresql.cnpg.io/v1", "Cluster", NAME, {"spec": {"instances": 3}}, NS)
     wait_ready(kube, 3, timeout=120)
+
+
+# Every CNPG series the scaler's queries read (scaler-core/src/promql.rs); each must carry the
+# `namespace` and `pod` labels its selectors and aggregations use.
+SCALER_SERIES = ("cnpg_backends_total", "cnpg_pg_replication_in_recovery",
+                 "cnpg_pg_replication_is_wal_receiver_up", "cnpg_pg_replication_lag",
+                 "cnpg_pg_stat_replication_replay_diff_bytes", "cnpg_pg_settings_setting",
+                 "cnpg_collector_wal_bytes")
+
+
+def test_vmagent_scrapes_the_instances_with_the_pod_monitor_config(node, cnpg):
+    """VictoriaMetrics' scraper (vmagent's) on the real instances' exporters with the job CNPG's
+    PodMonitor produces: every series the scaler reads is there with the labels its queries assume,
+    and the replicas are the pods in recovery."""
+    config = node.dir / "scrape.json"
+    config.write_text(json.dumps({"scrape_configs": [pod_monitor_scrape_config(node.cp, NS, NAME)]}))
+    vm = VictoriaMetrics(node.dir / "vm", extra_args=(f"-promscrape.config={config}",),
+                         spawn=node.group.start).start()
+    pods = {f"{NAME}-1", f"{NAME}-2", f"{NAME}-3"}
+
+    def scraped():
+        up = {r["metric"]["pod"]: r["value"][1] for r in vm.query(f'up{{job="{NS}/{NAME}"}}')}
+        return up == dict.fromkeys(pods, "1") and up
+    wait_until(scraped, timeout=60, interval=1, what="VictoriaMetrics scraping the three instances")
+    for metric in SCALER_SERIES:
+        def present():
+            return vm.query(f'{metric}{{namespace="{NS}",pod=~"{NAME}-[1-9][0-9]*"}}')
+        series = wait_until(present, timeout=30, interval=1, what=f"{metric} scraped")
+        for r in series:
+            labels = r["metric"]
+            assert labels["pod"] in pods and labels["container"] == "postgres", (metric, labels)
+            assert labels["endpoint"] == "metrics" and labels["job"] == f"{NS}/{NAME}", (metric, labels)
+    recovery = {r["metric"]["pod"]: r["value"][1]
+                for r in vm.query(f'cnpg_pg_replication_in_recovery{{namespace="{NS}"}}')}
+    assert recovery == {f"{NAME}-1": "0", f"{NAME}-2": "1", f"{NAME}-3": "1"}

@@ -114,3 +114,29 @@ def provide_volumes(kube: Kube, directory: Path, count: int, size: str = "1Gi") 
                     "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
                              "storageClassName": STORAGE_CLASS, "persistentVolumeReclaimPolicy": "Retain",
                              "hostPath": {"path": str(path), "type": "Directory"}}})
+
+
+def pod_monitor_scrape_config(cp, namespace: str, cluster: str, interval: str = "5s") -> dict:
+    """The scrape job prometheus-operator (or VictoriaMetrics' operator) generates from the
+    PodMonitor CNPG creates for a Cluster with `enablePodMonitor` (pkg/specs/podmonitor.go: pods
+    labelled cnpg.io/cluster=<name> and cnpg.io/podRole=instance, their port `metrics`), with the
+    target labels such a job gives: namespace, pod, container, endpoint, job <namespace>/<name>."""
+    def keep(label: str, value: str) -> dict:
+        meta = "__meta_kubernetes_pod_label_" + label.replace(".", "_").replace("/", "_")
+        present = "__meta_kubernetes_pod_labelpresent_" + label.replace(".", "_").replace("/", "_")
+        return {"source_labels": [meta, present], "regex": f"({value});true", "action": "keep"}
+    return {
+        "job_name": f"podMonitor/{namespace}/{cluster}/0", "scrape_interval": interval,
+        "kubernetes_sd_configs": [{
+            "role": "pod", "api_server": cp.server, "namespaces": {"names": [namespace]},
+            "tls_config": {"ca_file": str(cp.ca.cert), "cert_file": str(cp.admin.cert),
+                           "key_file": str(cp.admin.key)}}],
+        "relabel_configs": [
+            {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "(Failed|Succeeded)", "action": "drop"},
+            keep("cnpg.io/cluster", cluster), keep("cnpg.io/podRole", "instance"),
+            {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
+            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+            {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            {"target_label": "job", "replacement": f"{namespace}/{cluster}"},
+            {"target_label": "endpoint", "replacement": "metrics"}]}
