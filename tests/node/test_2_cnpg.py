@@ -91,9 +91,9 @@ def test_a_cluster_of_two_streams_to_a_standby(node, cnpg):
     s = wait_ready(kube, 2, timeout=600)
     node.timings["Cluster 2 instances ready"] = time.monotonic() - t
     assert s["currentPrimary"] == f"{NAME}-1"
+    # Instance pods only: the initdb and join Jobs' pods carry the cluster and instance labels too.
     roles = {p["metadata"]["name"]: p["metadata"]["labels"].get("cnpg.io/instanceRole")
-             for p in kube.list("v1", "Pod", NS, selector=f"cnpg.io/cluster={NAME}")
-             if "cnpg.io/instanceName" in p["metadata"]["labels"]}
+             for p in kube.list("v1", "Pod", NS, selector=stand_in_selector(NAME))}
     assert roles == {f"{NAME}-1": "primary", f"{NAME}-2": "replica"}
     # What the HPA reads through /scale, as the e2e stand-in models it: a selector that matches
     # every instance, the primary included.
@@ -167,7 +167,8 @@ def test_vmagent_scrapes_the_instances_with_the_pod_monitor_config(node, cnpg):
     PodMonitor produces: every series the scaler reads is there with the labels its queries assume,
     and the replicas are the pods in recovery."""
     config = node.dir / "scrape.json"
-    config.write_text(json.dumps({"scrape_configs": [pod_monitor_scrape_config(node.cp, NS, NAME)]}))
+    config.write_text(json.dumps({"scrape_configs": [pod_monitor_scrape_config(node.cp, NS, NAME),
+                                                     node.node.cadvisor_scrape_config()]}))
     vm = VictoriaMetrics(node.dir / "vm", extra_args=(f"-promscrape.config={config}",),
                          spawn=node.group.start).start()
     pods = {f"{NAME}-1", f"{NAME}-2", f"{NAME}-3"}
@@ -187,3 +188,9 @@ def test_vmagent_scrapes_the_instances_with_the_pod_monitor_config(node, cnpg):
     recovery = {r["metric"]["pod"]: r["value"][1]
                 for r in vm.query(f'cnpg_pg_replication_in_recovery{{namespace="{NS}"}}')}
     assert recovery == {f"{NAME}-1": "0", f"{NAME}-2": "1", f"{NAME}-3": "1"}
+    # The CPU signal: the kubelet's cAdvisor series with the labels the scaler's CPU query selects on.
+    def cpu():
+        found = vm.query(f'rate(container_cpu_usage_seconds_total{{namespace="{NS}",'
+                         f'pod=~"{NAME}-[1-9][0-9]*",container="postgres"}}[30s])')
+        return {r["metric"]["pod"] for r in found} == pods and found
+    wait_until(cpu, timeout=60, interval=2, what="cAdvisor CPU series of the three postgres containers")

@@ -108,6 +108,11 @@ class Node:
                                           capture_output=True).returncode == 0,
                    timeout=60, interval=POLL, what="containerd answering", proc=proc)
         self.images["pause"] = images.build_and_import(pause, self.containerd_sock)
+        # The kubelet's cAdvisor labels container series (pod, namespace, container) by asking
+        # containerd at its default socket, whatever the CRI endpoint is; without it the CPU series
+        # carry only cgroup paths. /run/containerd is the run's own (host.PRIVATE); the socket
+        # keeps its path in the run's directory, by which the cleanup finds containerd's shims.
+        Path("/run/containerd/containerd.sock").symlink_to(self.containerd_sock)
 
     def add_image(self, name: str, image: images.Image) -> str:
         """Builds and imports an image; returns its reference (pods use imagePullPolicy Never)."""
@@ -181,6 +186,15 @@ class Node:
             self.bins.scheduler, "--kubeconfig", kc, "--authentication-kubeconfig", kc,
             "--authorization-kubeconfig", kc, "--bind-address", "127.0.0.1",
             "--secure-port", free_port(), "--leader-elect=false", "--v=1"])
+
+    def cadvisor_scrape_config(self, interval: str = "5s") -> dict:
+        """The kubelet's cAdvisor endpoint as kube-prometheus scrapes it (job `kubelet`, the
+        container labels cAdvisor gives kept as they are)."""
+        return {"job_name": "kubelet", "scrape_interval": interval, "scheme": "https",
+                "metrics_path": "/metrics/cadvisor", "honor_labels": True,
+                "tls_config": {"ca_file": str(self.cp.ca.cert), "cert_file": str(self.cp.admin.cert),
+                               "key_file": str(self.cp.admin.key)},
+                "static_configs": [{"targets": [f"{NETWORK.ip}:10250"], "labels": {"node": NODE_NAME}}]}
 
     def node_ready(self, kube: Kube) -> bool:
         node = kube.get("v1", "Node", NODE_NAME) or {}
