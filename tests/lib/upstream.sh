@@ -39,3 +39,7 @@ copy cnpg github.com/cloudnative-pg/cloudnative-pg "$CNPG_VERSION" \
   config/crd/bases/postgresql.cnpg.io_clusters.yaml config/manager/default-monitoring.yaml
 copy redis-operator github.com/spotahome/redis-operator "$REDIS_OPERATOR_VERSION" \
   manifests/databases.spotahome.com_redisfailovers.yaml
+# The operator's own manifests for the real node (tests/node/noderig/cnpg.py renders them).
+copy cnpg-operator github.com/cloudnative-pg/cloudnative-pg "$CNPG_OPERATOR_VERSION" 'config/crd/bases/*.yaml' \
+  config/rbac/role.yaml config/rbac/role_binding.yaml config/manager/manager.yaml \
+  config/manager/default-monitoring.yaml config/webhook/manifests.yaml config/webhook/service.yaml

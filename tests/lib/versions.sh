@@ -13,5 +13,9 @@ CNPG_VERSION=v1.30.1
 # CRD only (the RedisFailover, which declares no subresources; the ScaleAdapter drives it): the
 # newest tag the module proxy serves (v1.3.0 is refused there). The operator itself is not run.
 REDIS_OPERATOR_VERSION=v1.3.0-rc1
-# The real node (tests/node): CoreDNS, the cluster's DNS pod.
+# The real node (tests/node): CoreDNS, the cluster's DNS pod, and the CloudNativePG operator with its
+# own CRDs and manifests. v1.30.1 cannot be built from the module proxy (it refuses the zips of its
+# dependencies machinery v0.6.0 and barman-cloud v0.6.0; docs/e2e.md, Real node): the operator is
+# the newest v1.30.x it serves whole.
 COREDNS_VERSION=v1.15.0
+CNPG_OPERATOR_VERSION=v1.30.0

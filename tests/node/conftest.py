@@ -17,12 +17,17 @@ sys.path.insert(0, str(HERE.parents[0] / "e2e"))  # rig (control plane, API clie
 from noderig import NodeRig  # noqa: E402
 
 
+INTERRUPTED = []
+
+
 def _interrupt(signum, frame):
+    INTERRUPTED.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-# A CI timeout or ^C must still run the teardown that removes the node.
+# A CI timeout or ^C must still run the teardown that removes the node (and keep its logs).
 signal.signal(signal.SIGTERM, _interrupt)
+signal.signal(signal.SIGINT, _interrupt)
 
 
 # The figures the run measured, printed at the end (docs/e2e.md, Real node).
@@ -47,7 +52,7 @@ def node(request):
         yield r
     finally:
         problems = r.stop()
-        if os.environ.get("NODE_KEEP") == "1" or request.session.testsfailed or problems or sys.exc_info()[0]:
+        if os.environ.get("NODE_KEEP") == "1" or request.session.testsfailed or problems or INTERRUPTED:
             print(f"\nnode logs kept in {logs}")
         else:
             shutil.rmtree(logs, ignore_errors=True)

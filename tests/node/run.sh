@@ -9,6 +9,6 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
 . tests/lib/pytest.sh
 [[ -x "$COZY_TOOLS/venv/bin/python" ]] || tests/lib/setup.sh
-tests/e2e/setup.sh
+E2E_CONTROL_PLANE_ONLY=1 tests/e2e/setup.sh
 "$here/setup.sh"
 run_pytest "$here" -rs --durations=10 "$@"

@@ -3,11 +3,12 @@ owns, entered by the test process itself, and a cleanup that tolerates partial s
 
 The test process creates a named network namespace (`ip netns add`) with a dummy interface holding
 the node's address and no route off the machine, then moves itself into it and into a private mount
-namespace (mounts from the host propagate in, none out) where /tmp is the run's own directory.
+namespace (mounts from the host propagate in, none out) where /tmp, /var/log and the paths the
+components hard-code (PRIVATE) are the run's own directories.
 Every process the rig starts inherits both, so etcd, the apiserver, containerd, the kubelet, the
 pods and the clients all live there; every mount the kubelet and containerd make (volumes, overlay
 root file systems, pod network namespaces) dies with the mount namespace even if the run is killed,
-and what components write to /tmp stays in the run.
+and what components write to those paths stays in the run.
 
 Each run leaves a record in RUNS naming what it owns; a later run cleans up after any run whose
 process is gone (stray shims, container processes and cgroups, the named network namespace, the
@@ -22,13 +23,19 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 RUNS = Path("/run/cozy-node")
 CGROUPS = Path("/sys/fs/cgroup")
 CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
 MS_BIND, MS_REC, MS_SLAVE = 0x1000, 0x4000, 0x80000
+# Paths the node's components write whatever they are told: the kubelet's /var/log/containers links
+# and device-plugin socket directory (/var/lib/kubelet), the CNI plugins' result cache
+# (/var/lib/cni), containerd's shim sockets and task FIFOs (/run/containerd). Each becomes a
+# private directory of the run; a mount point the run had to create is removed at the end.
+PRIVATE = {"/tmp": 0o1777, "/var/log": 0o755, "/var/lib/kubelet": 0o755, "/var/lib/cni": 0o755,
+           "/run/containerd": 0o711}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 # The host's mount namespace, kept open once the process has left it: named network namespaces are
@@ -48,6 +55,7 @@ class Run:
     name: str  # also the netns name and the cgroup root's last element
     pid: int
     tmp: str
+    created: list[str] = field(default_factory=list)  # host mount points the run created
 
     @property
     def cgroup_root(self) -> str:
@@ -85,6 +93,11 @@ def start(tmp: Path, node_ip: str, extra_routes: tuple[str, ...]) -> Run:
             for f in ("cpuset.cpus", "cpuset.mems"):
                 (cpuset / f).write_text((cpuset.parent / f).read_text())
         _plumb(run, node_ip, extra_routes)
+        for target in PRIVATE:
+            if not Path(target).exists():
+                Path(target).mkdir(parents=True)
+                run.created.append(target)
+                run.record.write_text(json.dumps(asdict(run)))
         _enter(run)
     except BaseException:
         cleanup(run)
@@ -124,10 +137,11 @@ def _enter(run: Run) -> None:
         _check(_libc.setns(fd, CLONE_NEWNET), f"setns({run.name})")
     finally:
         os.close(fd)
-    private_tmp = Path(run.tmp, "tmp")
-    private_tmp.mkdir()
-    private_tmp.chmod(0o1777)
-    _check(_libc.mount(str(private_tmp).encode(), b"/tmp", None, MS_BIND, None), "mount --bind /tmp")
+    for target, mode in PRIVATE.items():
+        private = Path(run.tmp, target.strip("/").replace("/", "-"))
+        private.mkdir()
+        private.chmod(mode)
+        _check(_libc.mount(str(private).encode(), target.encode(), None, MS_BIND, None), f"mount --bind {target}")
     # The kubelet puts the bridge's netfilter hooks to work (kube-proxy's DNAT of pod-to-Service
     # traffic crossing the bridge); per network namespace since Linux 5.3.
     for key in ("net/bridge/bridge-nf-call-iptables", "net/ipv4/ip_forward"):
@@ -213,6 +227,9 @@ def cleanup(run: Run) -> list[str]:
         problems.append(f"host mounts under {run.tmp}: {leaked}")
     else:
         shutil.rmtree(run.tmp, ignore_errors=True)
+    for target in run.created:
+        # Busy while another run still mounts over it in its own namespace: then it stays, empty.
+        host_command(["rmdir", target])
     if not problems:
         run.record.unlink(missing_ok=True)
     return problems

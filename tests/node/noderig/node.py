@@ -91,7 +91,7 @@ class Node:
     def __init__(self, cp: ControlPlane, run: Run, bins: NodeBinaries, workdir: Path, group: Group,
                  timings: dict[str, float]):
         self.cp, self.run, self.bins, self.group = cp, run, bins, group
-        self.dir = workdir
+        self.dir, self.logs = workdir, group.log_dir
         self.images: dict[str, str] = {}  # short name -> reference imported into containerd
         self.timings = timings
 
@@ -100,24 +100,24 @@ class Node:
         d = self.dir / "containerd"
         (d / "net.d").mkdir(parents=True)
         self.containerd_sock = d / "containerd.sock"
-        pause_ref, pause_tar = images.build(
-            images.Image("cozy.local/pause", files={"/pause": self.bins.pause}, entrypoint=["/pause"]),
-            self.dir / "images")
-        (d / "config.toml").write_text(_containerd_config(d, pause_ref))
+        pause = images.Image("cozy.local/pause", files={"/pause": self.bins.pause}, entrypoint=["/pause"])
+        (d / "config.toml").write_text(_containerd_config(d, images.reference(pause)))
         (d / "net.d/10-cozy-node.conflist").write_text(json.dumps(_cni_config(d), indent=1))
         proc = self.group.start("containerd", ["containerd", "--config", d / "config.toml"])
         wait_until(lambda: subprocess.run(["ctr", "--address", str(self.containerd_sock), "version"],
                                           capture_output=True).returncode == 0,
                    timeout=60, interval=POLL, what="containerd answering", proc=proc)
-        self.images["pause"] = pause_ref
-        images.import_into(self.containerd_sock, pause_tar)
+        self.images["pause"] = images.build_and_import(pause, self.containerd_sock)
+        # The kubelet's cAdvisor labels container series (pod, namespace, container) by asking
+        # containerd at its default socket, whatever the CRI endpoint is; without it the CPU series
+        # carry only cgroup paths. /run/containerd is the run's own (host.PRIVATE); the socket
+        # keeps its path in the run's directory, by which the cleanup finds containerd's shims.
+        Path("/run/containerd/containerd.sock").symlink_to(self.containerd_sock)
 
     def add_image(self, name: str, image: images.Image) -> str:
         """Builds and imports an image; returns its reference (pods use imagePullPolicy Never)."""
-        ref, tar = images.build(image, self.dir / "images")
-        images.import_into(self.containerd_sock, tar)
-        self.images[name] = ref
-        return ref
+        self.images[name] = images.build_and_import(image, self.containerd_sock)
+        return self.images[name]
 
     # --- kubelet, kube-proxy, scheduler ------------------------------------------------------
     def _kubeconfig(self, name: str, cn: str, org: str | None = None) -> Path:
@@ -144,13 +144,15 @@ class Node:
                                "x509": {"clientCAFile": str(self.cp.ca.cert)}},
             "authorization": {"mode": "Webhook"},
             "clusterDNS": [DNS_IP], "clusterDomain": "cluster.local", "resolvConf": str(resolv),
+            # Container logs beside the processes' logs: kept when a run fails.
+            "podLogsDir": str(self.logs / "pods"),
             "failSwapOn": False, "shutdownGracePeriod": "0s",
             # Lowering its own oom_score_adj needs CAP_SYS_RESOURCE, which this host withholds.
             "oomScoreAdj": 0,
             # A shared build machine's disk is not this node's to guard: evict only when nearly full,
             # and never collect the images imported here (they cannot be pulled back).
-            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%",
-                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "256Mi",
+                             "imagefs.available": "256Mi", "nodefs.inodesFree": "1%"},
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "serializeImagePulls": False, "maxPods": 60,
             # Status and volume refreshes on a test's time scale.
@@ -184,6 +186,15 @@ class Node:
             self.bins.scheduler, "--kubeconfig", kc, "--authentication-kubeconfig", kc,
             "--authorization-kubeconfig", kc, "--bind-address", "127.0.0.1",
             "--secure-port", free_port(), "--leader-elect=false", "--v=1"])
+
+    def cadvisor_scrape_config(self, interval: str = "5s") -> dict:
+        """The kubelet's cAdvisor endpoint as kube-prometheus scrapes it (job `kubelet`, the
+        container labels cAdvisor gives kept as they are)."""
+        return {"job_name": "kubelet", "scrape_interval": interval, "scheme": "https",
+                "metrics_path": "/metrics/cadvisor", "honor_labels": True,
+                "tls_config": {"ca_file": str(self.cp.ca.cert), "cert_file": str(self.cp.admin.cert),
+                               "key_file": str(self.cp.admin.key)},
+                "static_configs": [{"targets": [f"{NETWORK.ip}:10250"], "labels": {"node": NODE_NAME}}]}
 
     def node_ready(self, kube: Kube) -> bool:
         node = kube.get("v1", "Node", NODE_NAME) or {}
