@@ -68,11 +68,20 @@ func get(raw string) int {
 		r.Error = "resolve: " + err.Error()
 		return 1
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		r.Error = "get: " + err.Error()
-		return 1
+	// A Service's endpoints and kube-proxy's rules trail its pod's Running phase by a sync or
+	// two: a refused or unrouted connection is retried until the deadline, as real clients do.
+	var resp *http.Response
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			r.Error = "get: " + err.Error()
+			return 1
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
