@@ -5,10 +5,11 @@ mount namespace the test process creates and enters (host.py), removed at the en
 from __future__ import annotations
 
 import time
+import sys
 from pathlib import Path
 
 from testkit import TOOLS, versions
-from rig import binary
+from rig import REPO, binary
 from rig.controlplane import Binaries, ControlPlane
 from rig.procs import Group
 
@@ -50,7 +51,12 @@ class NodeRig:
 
     def start(self) -> "NodeRig":
         t = time.monotonic()
-        self.run = host.start(self.dir, NETWORK.ip, (f"{NETWORK.service_prefix}.0/24",))
+        # What the run reads from the host: the clone, the tools (with the venv), the build cache
+        # their links point into, the interpreter.
+        built = [b for b in (*vars(self.cp_bins).values(), *vars(self.node_bins).values()) if b]
+        keep = (REPO, TOOLS, *(Path(b).resolve().parent.parent for b in built), Path(sys.prefix),
+                Path(sys.executable).resolve().parent)
+        self.run = host.start(self.dir, NETWORK.ip, (f"{NETWORK.service_prefix}.0/24",), keep)
         self.cp = ControlPlane(self.cp_bins, self.dir, self.group, node=NETWORK)
         self.kube = self.cp.start()
         self.timings["control plane"] = time.monotonic() - t

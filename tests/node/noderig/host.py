@@ -4,7 +4,8 @@ owns, entered by the test process itself, and a cleanup that tolerates partial s
 The test process creates a named network namespace (`ip netns add`) with a dummy interface holding
 the node's address and no route off the machine, then moves itself into it and into a private mount
 namespace (mounts from the host propagate in, none out) where /tmp, /var/log and the paths the
-components hard-code (PRIVATE) are the run's own directories.
+components hard-code (PRIVATE) are the run's own directories. What the run itself needs from under
+one of them (CI's tools directory and clone may live in /tmp) is bound back in (`keep`).
 Every process the rig starts inherits both, so etcd, the apiserver, containerd, the kubelet, the
 pods and the clients all live there; every mount the kubelet and containerd make (volumes, overlay
 root file systems, pod network namespaces) dies with the mount namespace even if the run is killed,
@@ -71,10 +72,12 @@ def cgroup_dirs(run: Run) -> list[Path]:
     return [h / run.name for h in sorted(CGROUPS.iterdir()) if h.is_dir() and not h.is_symlink()]
 
 
-def start(tmp: Path, node_ip: str, extra_routes: tuple[str, ...]) -> Run:
+def start(tmp: Path, node_ip: str, extra_routes: tuple[str, ...], keep: tuple[Path, ...] = ()) -> Run:
     """Cleans up stale runs, then creates this run's netns and cgroup roots and enters the netns and
     a private mount namespace. Must run before the process starts any thread: a mount namespace can
-    be unshared only by a process whose threads do not share its file system context."""
+    be unshared only by a process whose threads do not share its file system context. Each path
+    in `keep` (the tools, the clone, the interpreter) stays visible where a private directory would
+    hide it."""
     if os.geteuid() != 0:
         raise PermissionError("the real node needs root (network namespace, cgroups, mounts)")
     if Path(tmp).resolve().is_relative_to("/tmp"):
@@ -98,7 +101,7 @@ def start(tmp: Path, node_ip: str, extra_routes: tuple[str, ...]) -> Run:
                 Path(target).mkdir(parents=True)
                 run.created.append(target)
                 run.record.write_text(json.dumps(asdict(run)))
-        _enter(run)
+        _enter(run, keep)
     except BaseException:
         cleanup(run)
         raise
@@ -126,7 +129,19 @@ def host_command(args: list[str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, pass_fds=(_host_mounts,))
 
 
-def _enter(run: Run) -> None:
+def kept_under(target: str, keep: tuple[Path, ...]) -> list[Path]:
+    """The outermost paths of `keep` that lie under `target`, relative to it (a path inside another
+    kept one comes with it)."""
+    inside = sorted({Path(k).resolve().relative_to(target) for k in keep if Path(k).resolve().is_relative_to(target)
+                     and Path(k).resolve() != Path(target)}, key=lambda p: len(p.parts))
+    outermost: list[Path] = []
+    for rel in inside:
+        if not any(rel.is_relative_to(o) for o in outermost):
+            outermost.append(rel)
+    return outermost
+
+
+def _enter(run: Run, keep: tuple[Path, ...]) -> None:
     global _host_mounts
     if _host_mounts is None:
         _host_mounts = os.open("/proc/self/ns/mnt", os.O_RDONLY)
@@ -141,7 +156,17 @@ def _enter(run: Run) -> None:
         private = Path(run.tmp, target.strip("/").replace("/", "-"))
         private.mkdir()
         private.chmod(mode)
-        _check(_libc.mount(str(private).encode(), target.encode(), None, MS_BIND, None), f"mount --bind {target}")
+        # The host's directory stays reachable through a descriptor once the private one covers it.
+        hidden = os.open(target, os.O_PATH | os.O_DIRECTORY)
+        try:
+            _check(_libc.mount(str(private).encode(), target.encode(), None, MS_BIND, None), f"mount --bind {target}")
+            for rel in kept_under(target, keep):
+                point = Path(target, rel)
+                point.mkdir(parents=True, exist_ok=True)
+                _check(_libc.mount(f"/proc/self/fd/{hidden}/{rel}".encode(), str(point).encode(), None,
+                                   MS_BIND | MS_REC, None), f"mount --rbind {point}")
+        finally:
+            os.close(hidden)
     # The kubelet puts the bridge's netfilter hooks to work (kube-proxy's DNAT of pod-to-Service
     # traffic crossing the bridge); per network namespace since Linux 5.3.
     for key in ("net/bridge/bridge-nf-call-iptables", "net/ipv4/ip_forward"):
