@@ -34,6 +34,17 @@ pub enum EvaluateError {
         with_series: u32,
     },
     #[error(
+        "client sessions (cnpg_backends_total) were scraped from {with_series} of {replicas} replicas of CNPG \
+         cluster {cluster:?} in namespace {namespace:?}: a scrape gap reads as no sessions, so the load is unknown; \
+         are the instances scraped, and CNPG's default monitoring queries (backends) enabled?"
+    )]
+    MissingConnectionSeries {
+        namespace: String,
+        cluster: String,
+        replicas: u32,
+        with_series: u32,
+    },
+    #[error(
         "max_connections (cnpg_pg_settings_setting{{name=\"max_connections\"}}) is known for {with_series} of \
          {replicas} streaming replicas of CNPG cluster {cluster:?} in namespace {namespace:?}: are CNPG's default \
          monitoring queries (pg_settings) enabled?"
@@ -255,6 +266,18 @@ fn check_pod_series(
             cluster: config.cluster.clone(),
             replicas: warm,
             with_series: count(part::LOAD_PODS),
+        });
+    }
+    // A replica not scraped has no backend rows at all: its sessions are unknown, not zero.
+    if config.engine == Engine::Cnpg
+        && metrics.contains(&Metric::ReadConnections)
+        && count(part::CONNECTION_PODS) < replicas
+    {
+        return Err(EvaluateError::MissingConnectionSeries {
+            namespace: namespace.to_owned(),
+            cluster: config.cluster.clone(),
+            replicas,
+            with_series: count(part::CONNECTION_PODS),
         });
     }
     // Without max_connections the usage is unknown: an error, never a made-up zero.
@@ -595,6 +618,7 @@ mod tests {
                 ("load_pods", 2.0),
                 ("warming", 1.0),
                 ("usage_pods", usage_pods),
+                ("connection_pods", 3.0),
                 ("load_readconnectionusage", 120.0),
                 ("load_readcpuutilization", 90.0),
             ])
@@ -627,6 +651,31 @@ mod tests {
         let e = evaluate("ns", &cfg, &inputs("metrics"), &quiet, None).unwrap();
         assert_eq!(e.observation.extra_loads, [0.0, 90.0]);
         assert_eq!(e.decision.signal, Metric::ReadConnections);
+    }
+
+    #[test]
+    fn a_replica_without_backend_rows_makes_the_connections_unknown_not_zero() {
+        let cfg = config(&[]);
+        // Seen on the real node: a replica's target restarted by discovery while a standby joined,
+        // its rows gone for a scrape; the 25 sessions on it read as 0 and the count fell.
+        let answer = |connection_pods: f64| {
+            parts(&[
+                ("instances", 4.0),
+                ("replicas", 3.0),
+                ("connection_pods", connection_pods),
+            ])
+        };
+        assert!(matches!(
+            evaluate("ns", &cfg, &inputs("metrics"), &answer(2.0), None),
+            Err(EvaluateError::MissingConnectionSeries {
+                replicas: 3,
+                with_series: 2,
+                ..
+            })
+        ));
+        // Every replica scraped and none with an active client session: load 0, a decision.
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &answer(3.0), None).unwrap();
+        assert_eq!(e.observation.load, 0.0);
     }
 
     #[test]

@@ -60,6 +60,10 @@ pub mod part {
     pub const REPLICAS: &str = "replicas";
     pub const LOAD_PODS: &str = "load_pods";
     pub const USAGE_PODS: &str = "usage_pods";
+    /// With ReadConnections: replicas with any `cnpg_backends_total` series. The exporter's own
+    /// session is always a row, so a replica without one was not scraped: a scrape gap (a target
+    /// restarted by discovery, a failed scrape) that would otherwise read as no sessions.
+    pub const CONNECTION_PODS: &str = "connection_pods";
     /// With ReadCPUUtilization: replicas warming up, left out of the CPU signal: their WAL
     /// receiver was down (restoring, not streaming yet) at some point of the rate window.
     pub const WARMING: &str = "warming";
@@ -95,12 +99,13 @@ pub mod part {
     /// Redis: the master's replication offset growth, in bytes per second.
     pub const REPL_RATE: &str = "repl_rate";
     /// Every part name the query can label a series with.
-    pub const ALL: [&str; 20] = [
+    pub const ALL: [&str; 21] = [
         INSTANCES,
         LOAD,
         REPLICAS,
         LOAD_PODS,
         USAGE_PODS,
+        CONNECTION_PODS,
         WARMING,
         "load_readconnections",
         "load_readcpuutilization",
@@ -179,7 +184,10 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
     for (metric, primary) in shape.signals() {
         let load = part::load_of(metric, primary);
         match metric {
-            Metric::ReadConnections => parts.push((load, q.connections())),
+            Metric::ReadConnections => {
+                needs_replicas = true;
+                parts.extend(q.connections(load));
+            }
             Metric::ReadCpuUtilization => {
                 needs_replicas = true;
                 parts.extend(q.cpu(load));
@@ -250,17 +258,31 @@ impl CnpgSeries {
         )
     }
 
-    /// ReadConnections: active client backends on replicas.
-    fn connections(&self) -> String {
+    /// ReadConnections: active client backends on replicas, and the replicas with any backend row.
+    fn connections(&self, load: &'static str) -> [(&'static str, String); 2] {
         let (sel, replicas) = (&self.sel, &self.replicas);
-        per_cluster(
-            "sum",
-            &format!(
-                "max by (namespace,pod,datname,usename,application_name,state) \
-                 (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
-                 and on(namespace,pod) {replicas}"
+        [
+            (
+                load,
+                per_cluster(
+                    "sum",
+                    &format!(
+                        "max by (namespace,pod,datname,usename,application_name,state) \
+                         (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
+                         and on(namespace,pod) {replicas}"
+                    ),
+                ),
             ),
-        )
+            (
+                part::CONNECTION_PODS,
+                per_cluster(
+                    "count",
+                    &format!(
+                        "count by (namespace,pod) (cnpg_backends_total{{{sel}}}) and on(namespace,pod) {replicas}"
+                    ),
+                ),
+            ),
+        ]
     }
 
     /// ReadCPUUtilization: millicores of warm replicas, the replicas with a CPU series, and the
@@ -491,11 +513,12 @@ const _: () = assert!(crate::metadata::MAX_REPLICATION_LAG_BYTES as f64 <= MAX_V
 /// Largest pod count a counting part may carry.
 pub const MAX_COUNT: f64 = 100_000.0;
 /// The parts that count pods: whole numbers from 0 to [`MAX_COUNT`].
-const COUNT_PARTS: [&str; 10] = [
+const COUNT_PARTS: [&str; 11] = [
     part::INSTANCES,
     part::REPLICAS,
     part::LOAD_PODS,
     part::USAGE_PODS,
+    part::CONNECTION_PODS,
     part::WARMING,
     part::MASTERS,
     part::CLIENT_PODS,

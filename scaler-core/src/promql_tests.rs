@@ -24,10 +24,11 @@ fn query_scopes_every_selector_to_namespace_and_cluster_pods() {
         .matches(r#"{namespace="tenant-a",pod=~"pg-[1-9][0-9]*""#)
         .count();
     assert_eq!(selectors, scoped, "{q}");
-    // Five parts (instances, load, lag, replicas without lag, WAL), each labelled and grouped by
-    // cluster, and the standby-to-pod mapping of the replay backlog.
-    assert_eq!(q.matches("label_replace(").count(), 11);
-    assert_eq!(q.matches(" by (namespace,cluster) ").count(), 5, "{q}");
+    // Seven parts (instances, load, replicas with backend rows, replicas, lag, replicas without
+    // lag, WAL), each labelled and grouped by cluster, and the standby-to-pod mapping of the
+    // replay backlog.
+    assert_eq!(q.matches("label_replace(").count(), 15);
+    assert_eq!(q.matches(" by (namespace,cluster) ").count(), 7, "{q}");
     assert!(q.contains("max by (namespace,pod,datname,usename,application_name,state)"));
     assert!(q.contains(r#"usename!~"cnpg_metrics_exporter|postgres|streaming_replica""#));
     assert!(q.contains(r#"state="active""#));
@@ -51,7 +52,7 @@ fn a_batch_selects_its_namespaces_and_clusters_and_groups_by_both() {
     assert_eq!(
         q.matches(r#""cluster", "$1", "pod", "(.+)-[1-9][0-9]*")"#)
             .count(),
-        5
+        7
     );
 }
 
@@ -64,7 +65,8 @@ fn lag_and_wal_are_only_queried_for_the_brake() {
         brake: false,
     };
     let q = decision_query(&[t("ns", "pg")], shape);
-    assert_eq!(q.matches("label_replace(").count(), 4);
+    // instances, load, replicas with backend rows, replicas.
+    assert_eq!(q.matches("label_replace(").count(), 8);
     assert!(!q.contains("cnpg_pg_replication_lag") && !q.contains("wal_bytes"));
 }
 
@@ -107,6 +109,7 @@ fn every_signal_has_its_load_part_and_usage_reads_max_connections() {
         "replicas",
         "load_pods",
         "usage_pods",
+        "connection_pods",
         "warming",
     ] {
         assert_eq!(

@@ -42,9 +42,9 @@ TENANT_B_QUIET = Cluster("tenant-b", "quiet", [
     Pod(2, backends=[Backend(6, state="idle")]),
     Pod(3, backends=[Backend(4, state="idle")]),
 ])
-# Instances exist but no backend rows at all: load 0. Not a live state while the default queries
-# run (the exporter's own session is always a row); it is what `disableDefaultQueries` or a failing
-# backends query looks like.
+# Instances exist but no backend rows at all. Not a live state while the default queries run (the
+# exporter's own session is always a row); it is what a scrape gap, `disableDefaultQueries` or a
+# failing backends query looks like: the load is unknown (the scaler answers UNAVAILABLE).
 TENANT_B_EMPTY = Cluster("tenant-b", "empty", [
     Pod(1, primary=True, internal=False), Pod(2, internal=False),
 ])
