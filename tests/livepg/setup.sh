@@ -13,16 +13,17 @@ have_server() {
   done
   return 1
 }
+missing=()
+# The postgresql package creates the `postgres` system user the servers (and PgBouncer) run as when
+# the suite runs as root.
 if ! have_server || ! getent passwd postgres >/dev/null; then
-  # shellcheck source=tests/lib/apt.sh
-  . "$(dirname "$0")/../lib/apt.sh"
-  # The package creates the `postgres` system user the servers run as when the suite runs as root.
-  apt_install postgresql
+  missing+=(postgresql)
 fi
-if [[ ! -x /usr/sbin/pgbouncer ]]; then
+[[ -x /usr/sbin/pgbouncer ]] || missing+=(pgbouncer)
+if ((${#missing[@]})); then
   # shellcheck source=tests/lib/apt.sh
   . "$(dirname "$0")/../lib/apt.sh"
-  apt_install pgbouncer=/usr/sbin/pgbouncer
+  apt_install "${missing[@]}"
 fi
 command -v setpriv >/dev/null || { echo "livepg setup: setpriv (util-linux) is missing" >&2; exit 1; }
 
