@@ -103,6 +103,10 @@ def test_a_pod_without_pool_series_is_unavailable_never_zero(vm, keda):
     err = error_of(lambda: keda.metrics(ref, "pgbouncer-pg-pooler-ro-clientconnections"))
     assert err.code() == grpc.StatusCode.UNAVAILABLE
     assert "1 of the 2 pods" in err.details() and "SHOW POOLS" in err.details(), err.details()
+    # Pooler pg-pooler has no pods: pg-pooler-rw's are never its (the hashes have no '-').
+    ref = keda.ref(NS, "so-prefix", pooler_md("pg-pooler"))
+    err = error_of(lambda: keda.metrics(ref, "pgbouncer-pg-pooler-clientconnections"))
+    assert err.code() == grpc.StatusCode.UNAVAILABLE and "no pooler series" in err.details(), err.details()
     # A Cluster that is not scraped: the budget is unknown, an error too.
     ref = keda.ref(NS, "so-rw-ghost", {**pooler_md("pg-pooler-rw"), "cluster": "ghost"})
     err = error_of(lambda: keda.metrics(ref, "pgbouncer-pg-pooler-rw-clientconnections"))
