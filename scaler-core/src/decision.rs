@@ -25,14 +25,22 @@
 //!    that is unknown (no rate yet: a series younger than two samples, or none) counts as
 //!    writing. Only a primary known to be idle releases a lagging replica's brake.
 //!
-//! Precedence, strongest first: dry-run > stuck > brake > scale-in hold > quota > schedule >
-//! quorum > minReplicas/maxReplicas. The stuck hold wins over the scale-in hold: the instances it
+//! `engine: pgbouncer` (docs/pooler.md) has no primary, quorum, brake or convergence hold:
+//! `raw = ceil(clients / target)`; after the schedule, clients waiting longer than
+//! `maxClientWaitSeconds` raise the count to `current + 1` (`client-wait`); any waiting client
+//! holds scale-in like `scaleIn: disabled` does; a scale-in goes one instance per decision
+//! (`scale-in-pace`); last, the count never exceeds what the database's connection budget
+//! fits, nor goes below 1 (`connection-budget`).
+//!
+//! Precedence, strongest first: dry-run > stuck > brake > connection budget > scale-in pace >
+//! scale-in hold > quota > client wait > schedule > quorum > minReplicas/maxReplicas. The stuck hold wins over the scale-in hold: the instances it
 //! gives back never became ready, so they never served.
 use std::fmt;
 
 use serde::Serialize;
 
 use crate::metadata::{Engine, MAX_EXTRA_SIGNALS, Metric, Signal};
+use crate::pooler::ConnectionBudget;
 
 /// Why the count is what it is; one label value per variant for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -58,12 +66,19 @@ pub enum Reason {
     Stuck,
     /// Raised to the floor of an open schedule window.
     Schedule,
-    /// Kept at the current count: scale-in is disabled (always, or by an open window).
+    /// Kept at the current count: scale-in is disabled (always, or by an open window), or
+    /// (PgBouncer) clients are waiting.
     ScaleInHold,
+    /// PgBouncer: raised by one, clients wait longer than `maxClientWaitSeconds`.
+    ClientWait,
+    /// PgBouncer: a scale-in limited to one instance per decision.
+    ScaleInPace,
+    /// PgBouncer: capped at the instances whose pools the database's connections fit.
+    ConnectionBudget,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 14] = [
         Self::Load,
         Self::Floor,
         Self::Quorum,
@@ -75,6 +90,9 @@ impl Reason {
         Self::Stuck,
         Self::Schedule,
         Self::ScaleInHold,
+        Self::ClientWait,
+        Self::ScaleInPace,
+        Self::ConnectionBudget,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -90,6 +108,9 @@ impl Reason {
             Self::Stuck => "stuck",
             Self::Schedule => "schedule",
             Self::ScaleInHold => "scale-in-hold",
+            Self::ClientWait => "client-wait",
+            Self::ScaleInPace => "scale-in-pace",
+            Self::ConnectionBudget => "connection-budget",
         }
     }
 }
@@ -125,6 +146,19 @@ pub struct Policy {
     pub schedule_floor: u32,
     /// Scale-in is off (`scaleIn: disabled`, or an open window says so).
     pub scale_in_disabled: bool,
+    /// PgBouncer: a longest client wait above this raises the count; 0 = off. Never read for
+    /// other engines.
+    pub max_client_wait_seconds: f64,
+}
+
+/// A Pooler's clients and the database's connection budget (CNPG's pooler exporter).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PoolerLoad {
+    /// Clients waiting for a server connection now (SHOW POOLS `cl_waiting`, summed).
+    pub waiting: u32,
+    /// How long the oldest waiting client of any pool has waited, in seconds.
+    pub max_wait_seconds: f64,
+    pub budget: ConnectionBudget,
 }
 
 /// The largest total instance count the namespace's ResourceQuotas fit, and the resource that
@@ -181,6 +215,8 @@ pub struct Observation {
     pub primary_writing: Option<bool>,
     /// Redis replication health; `None` for CNPG.
     pub redis: Option<RedisReplication>,
+    /// PgBouncer's waits and budget; `None` for other engines.
+    pub pooler: Option<PoolerLoad>,
     /// `None` without a Kubernetes topology or without a ResourceQuota that limits instances.
     pub quota: Option<QuotaCeiling>,
     /// `None` without a Kubernetes topology or without Cluster status.
@@ -303,9 +339,11 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
     let bounds = bounds(policy);
     let loaded = clamp(policy, &bounds, raw);
     let scheduled = schedule(policy, &bounds, loaded);
+    let waited = client_wait(policy, obs, &bounds, scheduled);
     let quota_ceiling = quota_ceiling(obs, &bounds);
-    let capped = quota(obs, quota_ceiling, scheduled);
-    let recommended = scale_in_hold(policy, obs, &bounds, capped);
+    let capped = quota(obs, quota_ceiling, waited);
+    let held = scale_in_hold(policy, obs, &bounds, capped);
+    let recommended = connection_budget(obs, scale_in_pace(obs, &bounds, held));
     let convergence = convergence(policy, obs);
     let brake = brake(policy, obs);
     let hold = obs.current.clamp(bounds.floor, bounds.ceiling);
@@ -343,7 +381,7 @@ struct Bounds {
 }
 
 /// Step 1: `1 + ceil(load / target)` of the signal that needs the most replicas (ties: `metric`,
-/// then `signals` order).
+/// then `signals` order); a Pooler has no primary: `ceil(load / target)`.
 fn raw(policy: &Policy, obs: &Observation) -> (u32, Metric) {
     let needed = |load: f64, target: f64| {
         if target > 0.0 && load.is_finite() && load > 0.0 {
@@ -362,7 +400,8 @@ fn raw(policy: &Policy, obs: &Observation) -> (u32, Metric) {
             }
         }
     }
-    (replicas_needed.saturating_add(1), signal)
+    let primary = u32::from(policy.engine != Engine::Pgbouncer);
+    (replicas_needed.saturating_add(primary), signal)
 }
 
 /// Step 2: `floor = max(minReplicas, quorum + 1, 2)`, and the ceiling `max(maxReplicas, floor)`:
@@ -417,6 +456,54 @@ fn schedule(policy: &Policy, bounds: &Bounds, step: Step) -> Step {
     }
 }
 
+/// PgBouncer: the oldest client waiting longer than the threshold raises the count to one more
+/// than now, within the ceiling (the wait says the instances there are do not suffice, whatever
+/// the client count says).
+fn client_wait(policy: &Policy, obs: &Observation, bounds: &Bounds, step: Step) -> Step {
+    let raised = obs.current.saturating_add(1).min(bounds.ceiling);
+    match obs.pooler {
+        Some(p)
+            if policy.max_client_wait_seconds > 0.0
+                && p.max_wait_seconds > policy.max_client_wait_seconds
+                && step.count < raised =>
+        {
+            Step {
+                count: raised,
+                reason: Reason::ClientWait,
+            }
+        }
+        _ => step,
+    }
+}
+
+/// PgBouncer: a scale-in goes one instance at a time (a pooler that loses an instance drops its
+/// clients, who reconnect to the others); a lowered maxReplicas still wins.
+fn scale_in_pace(obs: &Observation, bounds: &Bounds, step: Step) -> Step {
+    let paced = obs.current.saturating_sub(1).min(bounds.ceiling);
+    if obs.pooler.is_some() && step.count < paced {
+        Step {
+            count: paced,
+            reason: Reason::ScaleInPace,
+        }
+    } else {
+        step
+    }
+}
+
+/// PgBouncer, last of the count's steps: never more instances than the database's connections
+/// fit, whatever raised the count (the floor and minReplicas included), and never fewer than
+/// one: with no room left a Pooler of one still serves its clients within what exists, where
+/// none would cut them all off.
+fn connection_budget(obs: &Observation, step: Step) -> Step {
+    match obs.pooler {
+        Some(p) if step.count > p.budget.fits.max(1) => Step {
+            count: p.budget.fits.max(1),
+            reason: Reason::ConnectionBudget,
+        },
+        _ => step,
+    }
+}
+
 /// The quota's cap as applied: it only limits growth, never below the current count or the floor.
 fn quota_ceiling(obs: &Observation, bounds: &Bounds) -> Option<u32> {
     obs.quota
@@ -437,11 +524,13 @@ fn quota(obs: &Observation, quota_ceiling: Option<u32>, step: Step) -> Step {
     }
 }
 
-/// Step 6: with scale-in off, never below `min(current, ceiling)`. The quota's cap is never
-/// below the current count, so it never conflicts with this hold.
+/// Step 6: with scale-in off, or (PgBouncer) any client waiting, never below
+/// `min(current, ceiling)`. The quota's cap is never below the current count, so it never
+/// conflicts with this hold.
 fn scale_in_hold(policy: &Policy, obs: &Observation, bounds: &Bounds, step: Step) -> Step {
     let kept = obs.current.min(bounds.ceiling);
-    if policy.scale_in_disabled && step.count < kept {
+    let waiting = obs.pooler.is_some_and(|p| p.waiting > 0);
+    if (policy.scale_in_disabled || waiting) && step.count < kept {
         Step {
             count: kept,
             reason: Reason::ScaleInHold,
@@ -513,6 +602,8 @@ fn brake(policy: &Policy, obs: &Observation) -> Brake {
             obs.max_lag_seconds
                 .is_some_and(|lag| lag > policy.max_lag_seconds),
         ),
+        // A Pooler has no replication to brake on.
+        Engine::Pgbouncer => (false, false),
         // Evaluation refuses a Redis answer without health series, so `None` never gets here.
         Engine::Redis => (
             true,
@@ -555,12 +646,18 @@ impl Decision {
                     .map(|s| (load, s.target))
             })
             .unwrap_or((obs.load, policy.target));
-        let load = format!(
-            "{} {load} / target {target} needs 1 primary + {} replicas = {}",
-            self.signal,
-            self.raw.saturating_sub(1),
-            self.raw
-        );
+        let load = match obs.pooler {
+            Some(p) => format!(
+                "{} {load} ({} waiting) / target {target} needs {} instances",
+                self.signal, p.waiting, self.raw
+            ),
+            None => format!(
+                "{} {load} / target {target} needs 1 primary + {} replicas = {}",
+                self.signal,
+                self.raw.saturating_sub(1),
+                self.raw
+            ),
+        };
         match self.reason {
             Reason::Load => format!("{load}; within [{}, {}]", self.floor, self.ceiling),
             Reason::Floor => format!(
@@ -580,10 +677,52 @@ impl Decision {
                 "{load}; raised to {} by an open schedule window (its floor {})",
                 self.desired, policy.schedule_floor
             ),
+            Reason::ScaleInHold if !policy.scale_in_disabled => format!(
+                "{load}; clients are waiting for a server connection: holding the current {} \
+                 instances",
+                self.desired
+            ),
             Reason::ScaleInHold => format!(
                 "{load}; scale-in is disabled: holding the current {} instances",
                 self.desired
             ),
+            Reason::ClientWait => format!(
+                "{load}; the oldest waiting client has waited {}s > maxClientWaitSeconds {}s: \
+                 raised to {} (current {})",
+                obs.pooler.map_or(0.0, |p| p.max_wait_seconds),
+                policy.max_client_wait_seconds,
+                self.desired,
+                obs.current
+            ),
+            Reason::ScaleInPace => format!(
+                "{load}; scale-in goes one instance per decision: {} (current {})",
+                self.desired, obs.current
+            ),
+            Reason::ConnectionBudget => match obs.pooler {
+                Some(p) => {
+                    let b = p.budget;
+                    format!(
+                        "{load}; capped at {} by the connection budget: max_connections {} − \
+                         reserved {} − other clients {} leaves room for {} instances of {} server \
+                         connections each{}",
+                        self.desired,
+                        b.max_connections,
+                        b.reserved,
+                        b.other,
+                        b.fits,
+                        b.per_instance,
+                        if b.fits == 0 {
+                            " (none fits: held at 1, the least that serves clients)"
+                        } else {
+                            ""
+                        }
+                    )
+                }
+                None => format!(
+                    "{load}; capped at {} by the connection budget",
+                    self.desired
+                ),
+            },
             Reason::Brake => match (policy.engine, obs.redis) {
                 (Engine::Redis, Some(r)) => format!(
                     "replication brake: {} replica link(s) down, {} in a full sync, offset lag {} \

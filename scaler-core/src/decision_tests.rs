@@ -17,6 +17,7 @@ fn policy() -> Policy {
         convergence_deadline_seconds: 600.0,
         schedule_floor: 0,
         scale_in_disabled: false,
+        max_client_wait_seconds: 0.0,
     }
 }
 
@@ -29,6 +30,7 @@ fn obs(current: u32, load: f64) -> Observation {
         lag_unknown: false,
         primary_writing: Some(false),
         redis: None,
+        pooler: None,
         quota: None,
         convergence: None,
     }
@@ -345,6 +347,7 @@ fn any_policy() -> impl Strategy<Value = Policy> {
                 convergence_deadline_seconds: 600.0,
                 schedule_floor,
                 scale_in_disabled,
+                max_client_wait_seconds: 0.0,
             },
         )
 }
@@ -376,6 +379,7 @@ fn any_obs() -> impl Strategy<Value = Observation> {
                         syncing,
                         max_lag_bytes,
                     }),
+                    pooler: None,
                     quota: quota(quota_max.unwrap_or(0)).filter(|_| quota_max.is_some()),
                     convergence: convergence.map(|(ready, not_ready_seconds)| Convergence {
                         ready,
@@ -1034,4 +1038,146 @@ fn redis_brake_is_never_off_and_dry_run_still_wins() {
     };
     let d = decide(&dry, &redis_obs(3, 900.0, down, true));
     assert_eq!((d.desired, d.recommended, d.reason), (3, 6, Reason::DryRun));
+}
+
+fn pooler_policy() -> Policy {
+    Policy {
+        engine: Engine::Pgbouncer,
+        metric: Metric::ClientConnections,
+        target: 50.0,
+        max_replicas: 8,
+        max_client_wait_seconds: 1.0,
+        ..policy()
+    }
+}
+
+/// `current` pooler instances, `clients` of them (`waiting` waiting, the oldest `wait` s), and
+/// a budget that fits `fits` instances.
+fn pooler_obs(current: u32, clients: f64, waiting: u32, wait: f64, fits: u32) -> Observation {
+    Observation {
+        primary_writing: None,
+        pooler: Some(PoolerLoad {
+            waiting,
+            max_wait_seconds: wait,
+            budget: ConnectionBudget {
+                max_connections: 100,
+                reserved: 5,
+                other: 15,
+                per_instance: 20,
+                fits,
+            },
+        }),
+        ..obs(current, clients)
+    }
+}
+
+#[test]
+fn a_pooler_needs_clients_over_target_instances_and_no_primary() {
+    let p = pooler_policy();
+    let d = decide(&p, &pooler_obs(3, 160.0, 0, 0.0, 8));
+    assert_eq!((d.raw, d.desired, d.reason), (4, 4, Reason::Load));
+    // The floor keeps two for availability; no brake, ever.
+    let d = decide(&p, &pooler_obs(2, 10.0, 0, 0.0, 8));
+    assert_eq!(
+        (d.desired, d.reason, d.brake),
+        (2, Reason::Floor, Brake::Off)
+    );
+    assert!(
+        d.summary(&p, &pooler_obs(2, 10.0, 0, 0.0, 8))
+            .contains("needs 1 instances"),
+    );
+}
+
+#[test]
+fn clients_waiting_too_long_raise_by_one_and_any_waiting_client_holds_scale_in() {
+    let p = pooler_policy();
+    // 100 clients want 2 of the 3, but the oldest waited 2.5 s > 1 s: 4.
+    let o = pooler_obs(3, 100.0, 7, 2.5, 8);
+    let d = decide(&p, &o);
+    assert_eq!((d.desired, d.reason), (4, Reason::ClientWait));
+    assert!(d.summary(&p, &o).contains("2.5s > maxClientWaitSeconds 1s"));
+    // At the threshold nothing is raised; the waiting clients still hold the 3.
+    let d = decide(&p, &pooler_obs(3, 100.0, 7, 1.0, 8));
+    assert_eq!((d.desired, d.reason), (3, Reason::ScaleInHold));
+    // 0 turns the raise off; maxReplicas bounds it.
+    let off = Policy {
+        max_client_wait_seconds: 0.0,
+        ..p
+    };
+    assert_eq!(decide(&off, &pooler_obs(3, 100.0, 7, 60.0, 8)).desired, 3);
+    let low = Policy {
+        max_replicas: 3,
+        ..p
+    };
+    let d = decide(&low, &pooler_obs(3, 100.0, 7, 60.0, 8));
+    assert_eq!((d.desired, d.reason), (3, Reason::ClientWait));
+    let d = decide(&low, &pooler_obs(3, 200.0, 7, 60.0, 8));
+    assert_eq!((d.desired, d.reason), (3, Reason::Max));
+    // Without waiting clients a scale-in goes one instance per decision.
+    let d = decide(&p, &pooler_obs(6, 10.0, 0, 0.0, 8));
+    assert_eq!((d.desired, d.reason), (5, Reason::ScaleInPace));
+    let d = decide(&p, &pooler_obs(3, 10.0, 0, 0.0, 8));
+    assert_eq!((d.desired, d.reason), (2, Reason::Floor));
+}
+
+#[test]
+fn the_connection_budget_is_never_exceeded() {
+    let p = pooler_policy();
+    // The load asks 6; 4 fit exactly.
+    let o = pooler_obs(3, 300.0, 0, 0.0, 4);
+    let d = decide(&p, &o);
+    assert_eq!(
+        (d.desired, d.recommended, d.reason),
+        (4, 4, Reason::ConnectionBudget)
+    );
+    let text = d.summary(&p, &o);
+    for number in [
+        "max_connections 100",
+        "reserved 5",
+        "other clients 15",
+        "room for 4 instances of 20",
+    ] {
+        assert!(text.contains(number), "{text}");
+    }
+    // Fits exactly what is asked: the load decides.
+    assert_eq!(
+        decide(&p, &pooler_obs(3, 300.0, 0, 0.0, 6)).reason,
+        Reason::Load
+    );
+    // It wins over a waiting client's raise and hold, and over the floor: 1 fits, 1 it is.
+    let d = decide(&p, &pooler_obs(3, 300.0, 9, 30.0, 1));
+    assert_eq!((d.desired, d.reason), (1, Reason::ConnectionBudget));
+    // Nothing fits: a Pooler of one, never 0, and the reason says so.
+    let o = pooler_obs(3, 300.0, 0, 0.0, 0);
+    let d = decide(&p, &o);
+    assert_eq!((d.desired, d.reason), (1, Reason::ConnectionBudget));
+    assert!(
+        d.summary(&p, &o).contains("none fits"),
+        "{}",
+        d.summary(&p, &o)
+    );
+    // Dry-run still holds what is there, and publishes the capped recommendation.
+    let dry = Policy { dry_run: true, ..p };
+    let d = decide(&dry, &pooler_obs(3, 300.0, 0, 0.0, 2));
+    assert_eq!((d.desired, d.recommended, d.reason), (3, 2, Reason::DryRun));
+}
+
+proptest! {
+    #[test]
+    fn a_pooler_decision_never_exceeds_its_budget_nor_reaches_zero(
+        current in 0u32..20, clients in 0.0f64..2000.0, waiting in 0u32..50,
+        wait in 0.0f64..100.0, fits in 0u32..20, min in 0u32..6, max in 6u32..20,
+    ) {
+        let p = Policy { min_replicas: min, max_replicas: max, ..pooler_policy() };
+        let d = decide(&p, &pooler_obs(current, clients, waiting, wait, fits));
+        prop_assert!(d.desired >= 1);
+        prop_assert!(d.desired <= fits.max(1));
+        prop_assert!(d.desired <= max);
+        if waiting > 0 && current <= fits.max(1) && current <= max {
+            prop_assert!(d.desired >= current, "{d:?}");
+        }
+        if d.desired < current {
+            prop_assert!(d.desired + 1 == current || d.reason == Reason::ConnectionBudget || current > max, "{d:?}");
+        }
+    }
 }

@@ -7,9 +7,10 @@ use serde::Serialize;
 
 use crate::cluster::{ClusterFacts, Snapshot};
 use crate::decision::{
-    self, Convergence, Decision, Observation, Policy, QuotaCeiling, RedisReplication,
+    self, Convergence, Decision, Observation, Policy, PoolerLoad, QuotaCeiling, RedisReplication,
 };
-use crate::metadata::{Engine, MAX_EXTRA_SIGNALS, Metric, ScalerConfig};
+use crate::metadata::{Engine, MAX_EXTRA_SIGNALS, Metric, PoolerConfig, ScalerConfig};
+use crate::pooler;
 use crate::promql::part;
 use crate::promql::redis::BACKGROUND_REPL_BYTES_PER_SECOND;
 use crate::quota::{self, Fit};
@@ -89,6 +90,34 @@ pub enum EvaluateError {
         cluster: String,
         replicas: u32,
         with_series: u32,
+    },
+    #[error(
+        "no pooler series for Pooler {pooler:?} in namespace {namespace:?} (cnpg_pgbouncer_up \
+         with pod=~\"{pooler}-<hash>-<hash>\"): is it running, with spec.monitoring.enablePodMonitor \
+         (or another scrape of its pods' metrics port)?"
+    )]
+    NoPoolerInstances { namespace: String, pooler: String },
+    #[error(
+        "{with_series} of the {pods} pods of Pooler {pooler:?} in namespace {namespace:?} report \
+         {what}: the clients of the others are unknown"
+    )]
+    MissingPoolerSeries {
+        namespace: String,
+        pooler: String,
+        pods: u32,
+        with_series: u32,
+        what: &'static str,
+    },
+    #[error(
+        "the connection budget of Pooler {pooler:?} is unknown: {what} of CNPG cluster \
+         {cluster:?} in namespace {namespace:?} is not in the answer (is metadata key \"cluster\" \
+         the Pooler's spec.cluster.name, and are CNPG's default monitoring queries on?)"
+    )]
+    UnknownBudget {
+        namespace: String,
+        pooler: String,
+        cluster: String,
+        what: &'static str,
     },
 }
 
@@ -188,8 +217,18 @@ pub fn evaluate(
         .collect();
     check_pod_series(namespace, config, parts, &metrics)?;
     let redis = match config.engine {
-        Engine::Cnpg => None,
+        Engine::Cnpg | Engine::Pgbouncer => None,
         Engine::Redis => Some(redis_health(namespace, config, parts, &metrics)?),
+    };
+    let pooler = match &config.pooler {
+        Some(sizes) => Some(pooler_load(
+            namespace,
+            config,
+            sizes,
+            parts,
+            instance_series,
+        )?),
+        None => None,
     };
     let (current, current_source) = match (inputs.current, facts) {
         (Some(current), _) => (current, CurrentSource::Simulated),
@@ -202,7 +241,12 @@ pub fn evaluate(
         .unwrap_or_default();
     let (policy, quorum_source) = policy(config, inputs, facts, &schedule);
     let fit = snapshot.and_then(|s| quota::tightest(&s.quotas, &s.cluster.cost));
-    let observation = observation(config, inputs, parts, current, redis, fit.as_ref(), facts);
+    let mut observation = observation(config, inputs, parts, current, redis, fit.as_ref(), facts);
+    if let Some(p) = pooler {
+        // Clients served and clients waiting: both are the instances' load.
+        observation.load += f64::from(p.waiting);
+        observation.pooler = Some(p);
+    }
     let decision = decision::decide(&policy, &observation);
     let load = parts.get(part::LOAD).copied();
     Ok(Evaluation {
@@ -246,7 +290,75 @@ fn instance_series(
         .ok_or(match config.engine {
             Engine::Cnpg => EvaluateError::NoInstances { namespace, cluster },
             Engine::Redis => EvaluateError::NoRedisInstances { namespace, cluster },
+            Engine::Pgbouncer => EvaluateError::NoPoolerInstances {
+                namespace,
+                pooler: cluster,
+            },
         })
+}
+
+/// A Pooler's clients, waits and connection budget: every pod reporting, every budget input
+/// known, or an error.
+fn pooler_load(
+    namespace: &str,
+    config: &ScalerConfig,
+    sizes: &PoolerConfig,
+    parts: &HashMap<String, f64>,
+    pods: u32,
+) -> Result<PoolerLoad, EvaluateError> {
+    for (name, what) in [
+        (part::UP_PODS, "PgBouncer up (cnpg_pgbouncer_up 1)"),
+        (
+            part::POOL_PODS,
+            "SHOW POOLS series (cnpg_pgbouncer_pools_cl_active, _cl_waiting, _maxwait)",
+        ),
+    ] {
+        if count(parts, name) < pods {
+            return Err(EvaluateError::MissingPoolerSeries {
+                namespace: namespace.to_owned(),
+                pooler: config.cluster.clone(),
+                pods,
+                with_series: count(parts, name),
+                what,
+            });
+        }
+    }
+    let unknown = |what| EvaluateError::UnknownBudget {
+        namespace: namespace.to_owned(),
+        pooler: config.cluster.clone(),
+        cluster: sizes.cluster.clone(),
+        what,
+    };
+    if count(parts, part::PRIMARIES) != 1 {
+        return Err(unknown("one primary (cnpg_pg_replication_in_recovery 0)"));
+    }
+    let known = |name: &str, what| parts.get(name).copied().ok_or_else(|| unknown(what));
+    let measured = pooler::Measured {
+        max_connections: known(
+            part::MAX_CONNECTIONS,
+            "max_connections (cnpg_pg_settings_setting) on the primary",
+        )?,
+        superuser_reserved: known(
+            part::SUPERUSER_RESERVED,
+            "superuser_reserved_connections (cnpg_pg_settings_setting) on the primary",
+        )?,
+        // PostgreSQL 16 added reserved_connections; before it there is none to reserve.
+        reserved: parts.get(part::RESERVED).copied().unwrap_or(0.0),
+        backends: known(
+            part::BACKENDS,
+            "the client backends (cnpg_backends_total) on the primary",
+        )?,
+        // Pools without a server connection, or no client pool at all: 0 (SHOW POOLS has rows
+        // for every pool; pool_pods above proved the pods report).
+        pooler_servers: parts.get(part::SERVER_CONNECTIONS).copied().unwrap_or(0.0),
+        pools: parts.get(part::POOLS).copied().unwrap_or(0.0),
+        databases: parts.get(part::POOL_DATABASES).copied().unwrap_or(0.0),
+    };
+    Ok(PoolerLoad {
+        waiting: count(parts, part::WAITING),
+        max_wait_seconds: parts.get(part::MAX_WAIT).copied().unwrap_or(0.0),
+        budget: pooler::budget(sizes, &measured),
+    })
 }
 
 /// Every replica a per-pod signal needs has its series: a scrape gap is an error, never load 0.
@@ -325,6 +437,10 @@ fn policy(
             .unwrap_or(inputs.default_deadline.as_secs_f64()),
         schedule_floor: schedule.floor,
         scale_in_disabled: config.scale_in_disabled || schedule.scale_in_disabled,
+        max_client_wait_seconds: config
+            .pooler
+            .as_ref()
+            .map_or(0.0, |p| p.max_client_wait_seconds),
     };
     (policy, quorum_source)
 }
@@ -367,8 +483,10 @@ fn observation(
             Engine::Redis => parts
                 .get(part::REPL_RATE)
                 .map(|rate| *rate > BACKGROUND_REPL_BYTES_PER_SECOND),
+            Engine::Pgbouncer => None,
         },
         redis,
+        pooler: None,
         quota: fit.map(|f| QuotaCeiling {
             instances: existing.saturating_add(f.more),
             resource: f.resource,
@@ -395,6 +513,7 @@ fn lag_unknown(config: &ScalerConfig, parts: &HashMap<String, f64>) -> bool {
                 && count(parts, part::REPLICAS) > 0
                 && !parts.contains_key(part::LAG_BYTES)
         }
+        Engine::Pgbouncer => false,
     }
 }
 
@@ -1121,5 +1240,147 @@ mod tests {
             (3, CurrentSource::InstanceSeries, 0)
         );
         assert_eq!(e.cluster_spec, None);
+    }
+
+    fn pooler_config(extra: &[(&str, &str)]) -> ScalerConfig {
+        let mut md: HashMap<String, String> = [
+            ("target", "50"),
+            ("maxReplicas", "8"),
+            ("engine", "pgbouncer"),
+            ("cluster", "pg"),
+            ("defaultPoolSize", "20"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        md.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        parse("pg-pooler-rw", &md).unwrap()
+    }
+
+    /// Three pooler pods, `active` and `waiting` clients, one pool; the primary of max 100
+    /// connections (3 reserved for superusers) with 40 client backends, 20 of them the pooler's.
+    fn pooler_answer(active: f64, waiting: f64) -> HashMap<String, f64> {
+        parts(&[
+            ("instances", 3.0),
+            ("up_pods", 3.0),
+            ("pool_pods", 3.0),
+            ("load", active),
+            ("waiting", waiting),
+            ("max_wait", 0.0),
+            ("server_connections", 20.0),
+            ("pools", 1.0),
+            ("pool_databases", 1.0),
+            ("primaries", 1.0),
+            ("max_connections", 100.0),
+            ("superuser_reserved_connections", 3.0),
+            ("backends", 40.0),
+        ])
+    }
+
+    #[test]
+    fn a_pooler_counts_served_and_waiting_clients_within_its_budget() {
+        let cfg = pooler_config(&[]);
+        let e = evaluate(
+            "ns",
+            &cfg,
+            &inputs("metrics"),
+            &pooler_answer(120.0, 30.0),
+            None,
+        )
+        .unwrap();
+        // (120 + 30) / 50 = 3; the waiting clients hold the 3 anyway.
+        assert_eq!((e.observation.load, e.decision.desired), (150.0, 3));
+        let p = e.observation.pooler.unwrap();
+        // 100 − 3 − (40 − 20) = 77 → 3 instances of 20.
+        assert_eq!(
+            (
+                p.waiting,
+                p.budget.reserved,
+                p.budget.other,
+                p.budget.per_instance,
+                p.budget.fits
+            ),
+            (30, 3, 20, 20, 3)
+        );
+        // 250 clients ask 5: capped at the 3 that fit, and the summary names the numbers.
+        let e = evaluate(
+            "ns",
+            &cfg,
+            &inputs("metrics"),
+            &pooler_answer(250.0, 0.0),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (e.decision.desired, e.decision.reason),
+            (3, Reason::ConnectionBudget)
+        );
+        assert!(
+            e.summary()
+                .contains("max_connections 100 − reserved 3 − other clients 20"),
+            "{}",
+            e.summary()
+        );
+        // reserved_connections (PostgreSQL 16) counts as reserved: 100 − 3 − 17 − 20 = 60.
+        let mut a = pooler_answer(250.0, 0.0);
+        a.insert("reserved_connections".into(), 17.0);
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &a, None).unwrap();
+        assert_eq!(e.observation.pooler.unwrap().budget.fits, 3);
+        a.insert("reserved_connections".into(), 18.0);
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &a, None).unwrap();
+        assert_eq!(
+            (
+                e.decision.desired,
+                e.observation.pooler.unwrap().budget.fits
+            ),
+            (2, 2)
+        );
+    }
+
+    #[test]
+    fn pooler_unknowns_are_errors_never_zero() {
+        let cfg = pooler_config(&[]);
+        let eval = |a: &HashMap<String, f64>| evaluate("ns", &cfg, &inputs("metrics"), a, None);
+        assert!(matches!(
+            eval(&parts(&[])),
+            Err(EvaluateError::NoPoolerInstances { .. })
+        ));
+        for (part, value, want) in [
+            ("up_pods", Some(2.0), "PgBouncer up"),
+            ("pool_pods", None, "SHOW POOLS"),
+            ("primaries", Some(0.0), "one primary"),
+            ("primaries", Some(2.0), "one primary"),
+            ("max_connections", None, "max_connections"),
+            (
+                "superuser_reserved_connections",
+                None,
+                "superuser_reserved_connections",
+            ),
+            ("backends", None, "cnpg_backends_total"),
+        ] {
+            let mut a = pooler_answer(10.0, 0.0);
+            match value {
+                Some(v) => a.insert(part.into(), v),
+                None => a.remove(part),
+            };
+            let err = eval(&a).unwrap_err().to_string();
+            assert!(err.contains(want), "{part}: {err}");
+        }
+        // No client pool yet (only the admin console's): no load, no server connection, and the
+        // budget counts one pool.
+        let mut a = pooler_answer(0.0, 0.0);
+        for part in [
+            "load",
+            "waiting",
+            "max_wait",
+            "server_connections",
+            "pools",
+            "pool_databases",
+        ] {
+            a.remove(part);
+        }
+        let e = eval(&a).unwrap();
+        assert_eq!((e.decision.desired, e.decision.reason), (2, Reason::Floor));
+        assert_eq!(e.observation.pooler.unwrap().budget.per_instance, 20);
     }
 }

@@ -8,6 +8,7 @@ pub mod decision;
 pub mod evaluate;
 pub mod hpa;
 pub mod metadata;
+pub mod pooler;
 pub mod promql;
 pub mod quantity;
 pub mod quota;

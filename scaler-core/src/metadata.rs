@@ -17,9 +17,10 @@ pub const MAX_REPLICATION_LAG_BYTES: u64 = 1_000_000_000_000_000;
 
 /// Keys KEDA itself reads from the same trigger metadata; accepted and ignored.
 const KEDA_KEYS: [&str; 3] = ["scalerAddress", "enableTLS", "unsafeSsl"];
-const OUR_KEYS: [&str; 14] = [
+const OUR_KEYS: [&str; 19] = [
     "engine",
     "cluster",
+    "pooler",
     "metric",
     "target",
     "minReplicas",
@@ -32,6 +33,18 @@ const OUR_KEYS: [&str; 14] = [
     "scaleIn",
     "schedules",
     "signals",
+    "maxClientWaitSeconds",
+    "defaultPoolSize",
+    "reservePoolSize",
+    "maxDbConnections",
+];
+/// The keys only `engine: pgbouncer` reads.
+const POOLER_KEYS: [&str; 5] = [
+    "pooler",
+    "maxClientWaitSeconds",
+    "defaultPoolSize",
+    "reservePoolSize",
+    "maxDbConnections",
 ];
 
 /// The database behind the trigger: what the query reads and which brake applies.
@@ -43,6 +56,8 @@ pub enum Engine {
     Cnpg,
     /// A spotahome-style `RedisFailover` (redis_exporter series); docs/redis.md.
     Redis,
+    /// A CloudNativePG `Pooler` (PgBouncer; CNPG's pooler exporter series); docs/pooler.md.
+    Pgbouncer,
 }
 
 impl Engine {
@@ -50,6 +65,7 @@ impl Engine {
         match self {
             Self::Cnpg => "cnpg",
             Self::Redis => "redis",
+            Self::Pgbouncer => "pgbouncer",
         }
     }
 
@@ -62,6 +78,7 @@ impl Engine {
                 Metric::ReadConnectionUsage,
             ],
             Self::Redis => &[Metric::ReadConnections, Metric::ReadCommandsPerSecond],
+            Self::Pgbouncer => &[Metric::ClientConnections],
         }
     }
 }
@@ -77,14 +94,18 @@ pub enum Metric {
     ReadConnectionUsage,
     /// Redis only: read commands per second on replicas (docs/redis.md).
     ReadCommandsPerSecond,
+    /// PgBouncer only: client connections (served and waiting) per pooler instance
+    /// (docs/pooler.md).
+    ClientConnections,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 4] = [
+    pub const ALL: [Metric; 5] = [
         Self::ReadConnections,
         Self::ReadCpuUtilization,
         Self::ReadConnectionUsage,
         Self::ReadCommandsPerSecond,
+        Self::ClientConnections,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -93,6 +114,7 @@ impl Metric {
             Self::ReadCpuUtilization => "ReadCPUUtilization",
             Self::ReadConnectionUsage => "ReadConnectionUsage",
             Self::ReadCommandsPerSecond => "ReadCommandsPerSecond",
+            Self::ClientConnections => "ClientConnections",
         }
     }
 
@@ -108,8 +130,8 @@ impl std::str::FromStr for Metric {
     fn from_str(value: &str) -> Result<Self, Self::Err> {
         Self::parse(value).ok_or_else(|| {
             format!(
-                "{} is not a metric: use ReadConnections, ReadCPUUtilization, ReadConnectionUsage or \
-                 ReadCommandsPerSecond (Redis)",
+                "{} is not a metric: use ReadConnections, ReadCPUUtilization, ReadConnectionUsage, \
+                 ReadCommandsPerSecond (Redis) or ClientConnections (PgBouncer)",
                 echo(value)
             )
         })
@@ -169,7 +191,32 @@ pub struct ScalerConfig {
     pub schedules: Schedules,
     /// Signals besides `metric`/`target`; the larger count wins. Each metric at most once.
     pub signals: Vec<Signal>,
+    /// `engine: pgbouncer` only: the database behind the Pooler and its pool sizes.
+    pub pooler: Option<PoolerConfig>,
 }
+
+/// What `engine: pgbouncer` reads besides the common keys (docs/pooler.md). `ScalerConfig::cluster`
+/// is then the Pooler's name; `cluster` here is the CNPG Cluster it serves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolerConfig {
+    /// The CNPG Cluster whose connection budget bounds the Pooler.
+    pub cluster: String,
+    /// Clients waiting longer than this (seconds) raise the count by one; 0 turns that off.
+    pub max_client_wait_seconds: f64,
+    /// PgBouncer's `default_pool_size`, `reserve_pool_size` and `max_db_connections` (0 = no
+    /// limit), as the Pooler's `spec.pgbouncer.parameters` set them.
+    pub default_pool_size: u32,
+    pub reserve_pool_size: u32,
+    pub max_db_connections: u32,
+}
+
+/// PgBouncer's own defaults of the pool sizes (pgbouncer.ini(5)).
+pub const PGBOUNCER_DEFAULT_POOL_SIZE: u32 = 20;
+/// Largest pool size accepted (PgBouncer has no upper bound; PostgreSQL's `max_connections` is
+/// at most 262143).
+pub const MAX_POOL_SIZE: u32 = 262_143;
+/// Longest `maxClientWaitSeconds`: an hour.
+pub const MAX_CLIENT_WAIT_SECONDS: f64 = 3600.0;
 
 // Floats are validated finite and never -0.0, so equality is reflexive and bit-hashing agrees.
 impl Eq for ScalerConfig {}
@@ -194,6 +241,16 @@ impl std::hash::Hash for ScalerConfig {
         for s in &self.signals {
             s.metric.hash(state);
             s.target.to_bits().hash(state);
+        }
+        if let Some(p) = &self.pooler {
+            p.cluster.hash(state);
+            p.max_client_wait_seconds.to_bits().hash(state);
+            (
+                p.default_pool_size,
+                p.reserve_pool_size,
+                p.max_db_connections,
+            )
+                .hash(state);
         }
     }
 }
@@ -252,7 +309,18 @@ pub enum MetadataError {
     DefaultCluster { name: String },
 }
 
-const ENGINE_ALLOWED: &str = "cnpg (the default) or redis";
+const ENGINE_ALLOWED: &str = "cnpg (the default), redis or pgbouncer";
+const POOLER_CLUSTER_ALLOWED: &str = "with engine pgbouncer, the CNPG Cluster the Pooler serves \
+     (its spec.cluster.name): lowercase letters, digits and '-', at most 63 characters";
+const POOLER_ALLOWED: &str =
+    "a CNPG Pooler name: lowercase letters, digits and '-', at most 63 characters";
+const POOLER_METRIC_ALLOWED: &str = "with engine pgbouncer, ClientConnections";
+const CLIENT_WAIT_ALLOWED: &str =
+    "a number of seconds from 0 to 3600 (0 turns the client-wait raise off)";
+const POOL_SIZE_ALLOWED: &str =
+    "a whole number from 0 to 262143, as the Pooler's spec.pgbouncer.parameters set it";
+const DEFAULT_POOL_SIZE_ALLOWED: &str =
+    "a whole number from 1 to 262143, as the Pooler's spec.pgbouncer.parameters set it";
 const CLUSTER_ALLOWED: &str = "a CNPG Cluster or RedisFailover name: lowercase letters, digits and \
      '-', at most 63 characters";
 const METRIC_ALLOWED: &str = "one of ReadConnections, ReadCPUUtilization, ReadConnectionUsage";
@@ -288,12 +356,19 @@ pub fn parse(
 ) -> Result<ScalerConfig, MetadataError> {
     let keys = Keys::known(metadata)?;
     let engine = keys.engine()?;
-    let cluster = keys.cluster(so_name)?;
+    let cluster = match engine {
+        Engine::Pgbouncer => keys.pooler_name(so_name)?,
+        Engine::Cnpg | Engine::Redis => keys.cluster(so_name)?,
+    };
     let (metric, target) = keys.load(engine)?;
     let replicas = keys.replicas()?;
     let guards = keys.guards()?;
     let schedules = keys.schedules(replicas.max)?;
     let signals = keys.signals(engine, metric)?;
+    let pooler = match engine {
+        Engine::Pgbouncer => Some(keys.pooler()?),
+        Engine::Cnpg | Engine::Redis => None,
+    };
     Ok(ScalerConfig {
         engine,
         cluster,
@@ -309,6 +384,7 @@ pub fn parse(
         scale_in_disabled: guards.scale_in_disabled,
         schedules,
         signals,
+        pooler,
     })
 }
 
@@ -376,11 +452,9 @@ impl<'a> Keys<'a> {
     fn engine(&self) -> Result<Engine, MetadataError> {
         let engine = self
             .value("engine", ENGINE_ALLOWED, |value| {
-                switch(value, "redis", "cnpg").map(
-                    |redis| {
-                        if redis { Engine::Redis } else { Engine::Cnpg }
-                    },
-                )
+                [Engine::Cnpg, Engine::Redis, Engine::Pgbouncer]
+                    .into_iter()
+                    .find(|e| value.eq_ignore_ascii_case(e.as_str()))
             })?
             .unwrap_or(Engine::Cnpg);
         // Each engine's brake has its own unit: a seconds threshold never meets a byte offset.
@@ -389,6 +463,29 @@ impl<'a> Keys<'a> {
                 "maxReplicationLagBytes",
                 "it is Redis's byte-offset threshold; CNPG's is maxReplicationLagSeconds",
             )],
+            Engine::Pgbouncer => &[
+                (
+                    "maxReplicationLagSeconds",
+                    "a Pooler has no replication: remove it",
+                ),
+                (
+                    "maxReplicationLagBytes",
+                    "a Pooler has no replication: remove it",
+                ),
+                (
+                    "maxSyncReplicas",
+                    "a Pooler has no synchronous quorum: remove it",
+                ),
+                (
+                    "convergenceDeadlineSeconds",
+                    "the convergence hold reads a CNPG Cluster's ready count, and a Pooler's is \
+                     not read: remove it",
+                ),
+                (
+                    "signals",
+                    "a Pooler has one signal, ClientConnections: remove it",
+                ),
+            ],
             Engine::Redis => &[
                 (
                     "maxReplicationLagSeconds",
@@ -405,14 +502,66 @@ impl<'a> Keys<'a> {
                 ),
             ],
         };
-        match foreign.iter().find(|(k, _)| self.0.contains_key(*k)) {
-            Some(&(key, fix)) => Err(MetadataError::WrongEngine {
+        if let Some(&(key, fix)) = foreign.iter().find(|(k, _)| self.0.contains_key(*k)) {
+            return Err(MetadataError::WrongEngine {
                 key,
                 engine: engine.as_str(),
                 fix,
-            }),
-            None => Ok(engine),
+            });
         }
+        match POOLER_KEYS.iter().find(|k| self.0.contains_key(**k)) {
+            Some(&key) if engine != Engine::Pgbouncer => Err(MetadataError::WrongEngine {
+                key,
+                engine: engine.as_str(),
+                fix: "it is read only with engine pgbouncer (a CNPG Pooler): remove it or set engine",
+            }),
+            _ => Ok(engine),
+        }
+    }
+
+    /// `pooler`, else the ScaledObject's name when it is a valid one: the Pooler to scale.
+    fn pooler_name(&self, so_name: &str) -> Result<String, MetadataError> {
+        match self.value("pooler", POOLER_ALLOWED, |value| {
+            is_dns_label(value).then(|| value.to_owned())
+        })? {
+            Some(pooler) => Ok(pooler),
+            None if is_dns_label(so_name) => Ok(so_name.to_owned()),
+            None => Err(MetadataError::DefaultCluster {
+                name: echo(so_name),
+            }),
+        }
+    }
+
+    /// `engine: pgbouncer`'s keys: `cluster` (required: the budget's database), the wait
+    /// threshold and the pool sizes.
+    fn pooler(&self) -> Result<PoolerConfig, MetadataError> {
+        let cluster = self.required("cluster", POOLER_CLUSTER_ALLOWED, |value| {
+            is_dns_label(value).then(|| value.to_owned())
+        })?;
+        let max_client_wait_seconds = self
+            .value("maxClientWaitSeconds", CLIENT_WAIT_ALLOWED, |value| {
+                parse_number(value).filter(|s| (0.0..=MAX_CLIENT_WAIT_SECONDS).contains(s))
+            })?
+            .unwrap_or(1.0);
+        let size = |value: &str, min: u32| {
+            value
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (min..=MAX_POOL_SIZE).contains(n))
+        };
+        Ok(PoolerConfig {
+            cluster,
+            max_client_wait_seconds,
+            default_pool_size: self
+                .value("defaultPoolSize", DEFAULT_POOL_SIZE_ALLOWED, |v| size(v, 1))?
+                .unwrap_or(PGBOUNCER_DEFAULT_POOL_SIZE),
+            reserve_pool_size: self
+                .value("reservePoolSize", POOL_SIZE_ALLOWED, |v| size(v, 0))?
+                .unwrap_or(0),
+            max_db_connections: self
+                .value("maxDbConnections", POOL_SIZE_ALLOWED, |v| size(v, 0))?
+                .unwrap_or(0),
+        })
     }
 
     /// `cluster`, else the ScaledObject's name when it is a valid one.
@@ -433,12 +582,13 @@ impl<'a> Keys<'a> {
         let metric_allowed = match engine {
             Engine::Cnpg => METRIC_ALLOWED,
             Engine::Redis => REDIS_METRIC_ALLOWED,
+            Engine::Pgbouncer => POOLER_METRIC_ALLOWED,
         };
         let metric = self
             .value("metric", metric_allowed, |value| {
                 Metric::parse(value).filter(|m| engine.metrics().contains(m))
             })?
-            .unwrap_or(Metric::ReadConnections);
+            .unwrap_or(engine.metrics()[0]);
         let target = self.required("target", TARGET_ALLOWED, parse_target)?;
         Ok((metric, target))
     }
@@ -524,6 +674,8 @@ impl<'a> Keys<'a> {
         let allowed = match engine {
             Engine::Cnpg => SIGNALS_ALLOWED,
             Engine::Redis => REDIS_SIGNALS_ALLOWED,
+            // Refused before: a Pooler has one signal.
+            Engine::Pgbouncer => POOLER_METRIC_ALLOWED,
         };
         Ok(self
             .value("signals", allowed, |value| {
@@ -624,6 +776,7 @@ mod tests {
                 scale_in_disabled: false,
                 schedules: Schedules::default(),
                 signals: vec![],
+                pooler: None,
             }
         );
         assert_eq!(cfg.metric_name(), "cnpg-pg-readconnections");
@@ -792,6 +945,100 @@ mod tests {
     }
 
     #[test]
+    fn engine_pgbouncer_reads_the_pooler_its_cluster_and_pool_sizes() {
+        let pooler = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base();
+            pairs.extend([("engine", "PgBouncer"), ("cluster", "pg")]);
+            pairs.extend_from_slice(extra);
+            parse("pg-pooler-rw", &md(&pairs))
+        };
+        let cfg = pooler(&[]).unwrap();
+        assert_eq!(
+            (cfg.engine, cfg.cluster.as_str(), cfg.metric),
+            (Engine::Pgbouncer, "pg-pooler-rw", Metric::ClientConnections)
+        );
+        assert_eq!(
+            cfg.pooler,
+            Some(PoolerConfig {
+                cluster: "pg".into(),
+                max_client_wait_seconds: 1.0,
+                default_pool_size: 20,
+                reserve_pool_size: 0,
+                max_db_connections: 0,
+            })
+        );
+        assert_eq!(
+            cfg.metric_name(),
+            "pgbouncer-pg-pooler-rw-clientconnections"
+        );
+        let cfg = pooler(&[
+            ("pooler", "front"),
+            ("maxClientWaitSeconds", "0.5"),
+            ("defaultPoolSize", "10"),
+            ("reservePoolSize", "5"),
+            ("maxDbConnections", "40"),
+        ])
+        .unwrap();
+        let p = cfg.pooler.unwrap();
+        assert_eq!(cfg.cluster, "front");
+        assert_eq!(
+            (
+                p.max_client_wait_seconds,
+                p.default_pool_size,
+                p.reserve_pool_size,
+                p.max_db_connections
+            ),
+            (0.5, 10, 5, 40)
+        );
+        // The Cluster is required: the budget cannot be guessed.
+        let mut pairs = base();
+        pairs.push(("engine", "pgbouncer"));
+        let err = parse("pg-pooler-rw", &md(&pairs)).unwrap_err();
+        assert!(
+            matches!(err, MetadataError::Missing { key: "cluster", .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("spec.cluster.name"), "{err}");
+        for (key, value) in [
+            ("defaultPoolSize", "0"),
+            ("reservePoolSize", "-1"),
+            ("maxDbConnections", "262144"),
+            ("maxClientWaitSeconds", "3601"),
+            ("pooler", "Pooler_1"),
+            ("metric", "ReadConnections"),
+        ] {
+            let text = pooler(&[(key, value)]).unwrap_err().to_string();
+            assert!(
+                text.contains(&format!("\"{key}\"")),
+                "{key}={value}: {text}"
+            );
+        }
+        // The other engines' keys are refused, and the Pooler's keys elsewhere.
+        for key in [
+            "maxReplicationLagSeconds",
+            "maxReplicationLagBytes",
+            "maxSyncReplicas",
+            "convergenceDeadlineSeconds",
+            "signals",
+        ] {
+            let err = pooler(&[(key, "1")]).unwrap_err();
+            assert!(
+                matches!(err, MetadataError::WrongEngine { key: k, engine: "pgbouncer", .. } if k == key),
+                "{err}"
+            );
+        }
+        for key in POOLER_KEYS {
+            let mut pairs = base();
+            pairs.push((key, "1"));
+            let err = parse("pg", &md(&pairs)).unwrap_err();
+            assert!(
+                matches!(err, MetadataError::WrongEngine { key: k, engine: "cnpg", .. } if k == key),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn an_unknown_engine_is_invalid_and_named() {
         for value in ["mysql", "", "redis-cluster"] {
             let mut pairs = base();
@@ -801,7 +1048,10 @@ mod tests {
                 matches!(err, MetadataError::Invalid { key: "engine", .. }),
                 "{value}: {err}"
             );
-            assert!(err.to_string().contains("cnpg (the default) or redis"));
+            assert!(
+                err.to_string()
+                    .contains("cnpg (the default), redis or pgbouncer")
+            );
         }
     }
 
@@ -836,7 +1086,7 @@ mod tests {
                 "[0-9]{1,4}",
                 "-?[0-9]{0,3}\\.?[0-9]{0,4}(e-?[0-9]{1,3})?",
                 "(?i)(true|false|nan|inf|-inf|0x1f)",
-                "(ReadConnections|ReadCPUUtilization|ReadCommandsPerSecond|redis|cnpg|pg|[a-z0-9-]{1,70})",
+                "(ReadConnections|ReadCPUUtilization|ReadCommandsPerSecond|ClientConnections|redis|cnpg|pgbouncer|pg|[a-z0-9-]{1,70})",
                 ".{0,40}",
                 // Huge values must not make huge messages.
                 (1usize..20_000).prop_map(|n| "\n".repeat(n)),
@@ -866,7 +1116,10 @@ mod tests {
                         match c.engine {
                             Engine::Cnpg => prop_assert_eq!(c.max_replication_lag_bytes, 0.0),
                             Engine::Redis => prop_assert!(c.max_replication_lag_seconds == 0.0 && c.max_sync_replicas.is_none()),
+                            Engine::Pgbouncer => prop_assert!(c.pooler.as_ref().is_some_and(|p| is_dns_label(&p.cluster) && p.default_pool_size >= 1)
+                                && c.signals.is_empty() && c.max_sync_replicas.is_none()),
                         }
+                        prop_assert_eq!(c.pooler.is_some(), c.engine == Engine::Pgbouncer);
                     }
                     Err(e) => {
                         let message = e.to_string();

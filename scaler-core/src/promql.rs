@@ -11,7 +11,7 @@
 //! `cnpg_pg_replication_in_recovery` is 1, the primary the one where it is 0.
 //!
 //! `engine: redis` has its own query of the same shape over redis_exporter series
-//! ([`redis`], docs/redis.md).
+//! ([`redis`], docs/redis.md), and `engine: pgbouncer` two ([`pooler`], docs/pooler.md).
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -45,7 +45,7 @@ pub(crate) struct PodNames {
     pub name_of_pod: &'static str,
 }
 
-const CNPG_PODS: PodNames = PodNames {
+pub(crate) const CNPG_PODS: PodNames = PodNames {
     prefix: "",
     suffix: INSTANCE_SUFFIX,
     name_of_pod: CLUSTER_OF_POD,
@@ -77,6 +77,7 @@ pub mod part {
             (false, Metric::ReadCpuUtilization) => "load_readcpuutilization",
             (false, Metric::ReadConnectionUsage) => "load_readconnectionusage",
             (false, Metric::ReadCommandsPerSecond) => "load_readcommandspersecond",
+            (false, Metric::ClientConnections) => "load_clientconnections",
         }
     }
     pub const LAG: &str = "lag";
@@ -98,8 +99,28 @@ pub mod part {
     pub const LAG_BYTES: &str = "lag_bytes";
     /// Redis: the master's replication offset growth, in bytes per second.
     pub const REPL_RATE: &str = "repl_rate";
+    /// PgBouncer (docs/pooler.md): pooler pods whose exporter reached PgBouncer.
+    pub const UP_PODS: &str = "up_pods";
+    /// PgBouncer: pooler pods with SHOW POOLS series (clients active, waiting, maxwait).
+    pub const POOL_PODS: &str = "pool_pods";
+    /// PgBouncer: clients waiting for a server connection, summed.
+    pub const WAITING: &str = "waiting";
+    /// PgBouncer: the longest wait of a pool's oldest waiting client, in seconds.
+    pub const MAX_WAIT: &str = "max_wait";
+    /// PgBouncer: server connections the pooler holds, summed over its pods.
+    pub const SERVER_CONNECTIONS: &str = "server_connections";
+    /// PgBouncer: distinct (database, user) pools, and distinct databases, over its pods.
+    pub const POOLS: &str = "pools";
+    pub const POOL_DATABASES: &str = "pool_databases";
+    /// The budget query (the Pooler's Cluster): primaries, and on the primary the settings and
+    /// the client backends.
+    pub const PRIMARIES: &str = "primaries";
+    pub const MAX_CONNECTIONS: &str = "max_connections";
+    pub const SUPERUSER_RESERVED: &str = "superuser_reserved_connections";
+    pub const RESERVED: &str = "reserved_connections";
+    pub const BACKENDS: &str = "backends";
     /// Every part name the query can label a series with.
-    pub const ALL: [&str; 21] = [
+    pub const ALL: [&str; 34] = [
         INSTANCES,
         LOAD,
         REPLICAS,
@@ -121,6 +142,19 @@ pub mod part {
         SYNCING,
         LAG_BYTES,
         REPL_RATE,
+        "load_clientconnections",
+        UP_PODS,
+        POOL_PODS,
+        WAITING,
+        MAX_WAIT,
+        SERVER_CONNECTIONS,
+        POOLS,
+        POOL_DATABASES,
+        PRIMARIES,
+        MAX_CONNECTIONS,
+        SUPERUSER_RESERVED,
+        RESERVED,
+        BACKENDS,
     ];
 }
 
@@ -140,6 +174,9 @@ pub struct Shape {
     pub extra: [Option<Metric>; MAX_EXTRA_SIGNALS],
     /// The lag brake is on: the query adds replica lag and primary WAL rate (always for Redis).
     pub brake: bool,
+    /// The connection-budget query of the Clusters behind Poolers ([`pooler::budget_query`]):
+    /// its targets are CNPG Clusters, not the Poolers.
+    pub budget: bool,
 }
 
 impl Shape {
@@ -155,8 +192,28 @@ impl Shape {
             brake: match config.engine {
                 Engine::Cnpg => config.max_replication_lag_seconds > 0.0,
                 Engine::Redis => true,
+                Engine::Pgbouncer => false,
             },
+            budget: false,
         }
+    }
+
+    /// The shape of the budget query, and the target it asks for, of a Pooler's config; `None`
+    /// for other engines.
+    pub fn budget_of(config: &ScalerConfig, namespace: &str) -> Option<(Self, Target)> {
+        let pooler = config.pooler.as_ref()?;
+        let shape = Self {
+            engine: Engine::Pgbouncer,
+            metric: Metric::ClientConnections,
+            extra: [None; MAX_EXTRA_SIGNALS],
+            brake: false,
+            budget: true,
+        };
+        let target = Target {
+            namespace: namespace.to_owned(),
+            cluster: pooler.cluster.clone(),
+        };
+        Some((shape, target))
     }
 
     /// `metric` (the trigger's, `true`) then the extra signals (`false`), in order.
@@ -175,8 +232,11 @@ pub type Parts = HashMap<String, f64>;
 /// added only to such reduced vectors, so a scraped `cluster` label (an external label, say)
 /// can never collide with it.
 pub fn decision_query(targets: &[Target], shape: Shape) -> String {
-    if shape.engine == Engine::Redis {
-        return redis::decision_query(targets, shape);
+    match (shape.engine, shape.budget) {
+        (Engine::Redis, _) => return redis::decision_query(targets, shape),
+        (Engine::Pgbouncer, false) => return pooler::decision_query(targets),
+        (Engine::Pgbouncer, true) => return pooler::budget_query(targets),
+        (Engine::Cnpg, _) => {}
     }
     let q = CnpgSeries::of(targets);
     let mut parts = vec![(part::INSTANCES, q.instances())];
@@ -193,7 +253,7 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
                 parts.extend(q.cpu(load));
             }
             // Refused for CNPG by the metadata parser; never in a CNPG shape.
-            Metric::ReadCommandsPerSecond => {}
+            Metric::ReadCommandsPerSecond | Metric::ClientConnections => {}
             Metric::ReadConnectionUsage => {
                 needs_replicas = true;
                 parts.extend(q.connection_usage(load));
@@ -513,7 +573,7 @@ const _: () = assert!(crate::metadata::MAX_REPLICATION_LAG_BYTES as f64 <= MAX_V
 /// Largest pod count a counting part may carry.
 pub const MAX_COUNT: f64 = 100_000.0;
 /// The parts that count pods: whole numbers from 0 to [`MAX_COUNT`].
-const COUNT_PARTS: [&str; 11] = [
+const COUNT_PARTS: [&str; 16] = [
     part::INSTANCES,
     part::REPLICAS,
     part::LOAD_PODS,
@@ -525,6 +585,11 @@ const COUNT_PARTS: [&str; 11] = [
     part::HEALTH_PODS,
     part::LINKS_DOWN,
     part::SYNCING,
+    part::UP_PODS,
+    part::POOL_PODS,
+    part::POOLS,
+    part::POOL_DATABASES,
+    part::PRIMARIES,
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -667,6 +732,8 @@ pub fn parse_matrix(
 
 #[path = "promql_matrix.rs"]
 mod matrix;
+#[path = "promql_pooler.rs"]
+pub mod pooler;
 #[path = "promql_redis.rs"]
 pub mod redis;
 

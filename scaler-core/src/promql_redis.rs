@@ -50,7 +50,9 @@ pub(super) fn decision_query(targets: &[Target], shape: Shape) -> String {
             Metric::ReadConnections => parts.extend(q.connections(load)),
             Metric::ReadCommandsPerSecond => parts.push((load, q.commands())),
             // Refused for Redis by the metadata parser; never in a Redis shape.
-            Metric::ReadCpuUtilization | Metric::ReadConnectionUsage => {}
+            Metric::ReadCpuUtilization
+            | Metric::ReadConnectionUsage
+            | Metric::ClientConnections => {}
         }
     }
     // The brake's parts: always, the Redis brake has no off switch.

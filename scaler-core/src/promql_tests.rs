@@ -14,6 +14,7 @@ const CONNECTIONS_BRAKE: Shape = Shape {
     metric: Metric::ReadConnections,
     extra: [None; 2],
     brake: true,
+    budget: false,
 };
 
 #[test]
@@ -63,6 +64,7 @@ fn lag_and_wal_are_only_queried_for_the_brake() {
         metric: Metric::ReadConnections,
         extra: [None; 2],
         brake: false,
+        budget: false,
     };
     let q = decision_query(&[t("ns", "pg")], shape);
     // instances, load, replicas with backend rows, replicas.
@@ -77,6 +79,7 @@ fn cpu_query_reads_the_postgres_container_in_millicores() {
         metric: Metric::ReadCpuUtilization,
         extra: [None; 2],
         brake: false,
+        budget: false,
     };
     let q = decision_query(&[t("ns", "db")], shape);
     assert!(q.contains(r#"container_cpu_usage_seconds_total{namespace="ns",pod=~"db-[1-9][0-9]*",container="postgres"}[5m]"#));
@@ -100,6 +103,7 @@ fn every_signal_has_its_load_part_and_usage_reads_max_connections() {
             Some(Metric::ReadCpuUtilization),
         ],
         brake: false,
+        budget: false,
     };
     let q = decision_query(&[t("ns", "pg")], shape);
     for part in [
@@ -308,6 +312,7 @@ fn shape() -> impl Strategy<Value = Shape> {
             metric,
             extra: [usage.filter(|u| *u != metric), None],
             brake,
+            budget: false,
         })
 }
 
@@ -418,6 +423,7 @@ const REDIS: Shape = Shape {
     metric: Metric::ReadConnections,
     extra: [None; 2],
     brake: true,
+    budget: false,
 };
 
 /// Every selector of the query, as written (the text between `{` and `}` after a metric name).

@@ -39,6 +39,7 @@ pub enum Guard {
     Schedule,
     ScaleInHold,
     DryRun,
+    ConnectionBudget,
 }
 
 impl Guard {
@@ -52,7 +53,13 @@ impl Guard {
             Reason::Schedule => Some(Self::Schedule),
             Reason::ScaleInHold => Some(Self::ScaleInHold),
             Reason::DryRun => Some(Self::DryRun),
-            Reason::Load | Reason::Floor | Reason::Max => None,
+            Reason::ConnectionBudget => Some(Self::ConnectionBudget),
+            // The pooler's wait raise and paced scale-in follow its load, as `load` does.
+            Reason::Load
+            | Reason::Floor
+            | Reason::Max
+            | Reason::ClientWait
+            | Reason::ScaleInPace => None,
         }
     }
 
@@ -66,13 +73,18 @@ impl Guard {
             Self::Schedule => "ScheduleWindow",
             Self::ScaleInHold => "ScaleInHold",
             Self::DryRun => "DryRun",
+            Self::ConnectionBudget => "ConnectionBudget",
         }
     }
 
     /// Guards that hold growth the load asks for are warnings; chosen holds are normal.
     fn engaged_type(self) -> EventType {
         match self {
-            Self::Brake | Self::Quota | Self::QuotaUnreadable | Self::Stuck => EventType::Warning,
+            Self::Brake
+            | Self::Quota
+            | Self::QuotaUnreadable
+            | Self::Stuck
+            | Self::ConnectionBudget => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -324,7 +336,7 @@ mod tests {
             .into_iter()
             .filter(|r| Guard::of(*r).is_some())
             .collect();
-        assert_eq!(guarded.len(), 8, "{guarded:?}");
+        assert_eq!(guarded.len(), 9, "{guarded:?}");
         for r in guarded {
             assert_eq!(transition(Some(Reason::Load), r, "").len(), 1, "{r}");
             assert_eq!(transition(Some(r), Reason::Load, "").len(), 1, "{r}");

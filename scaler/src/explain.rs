@@ -20,7 +20,7 @@ use crate::topology::{self, Topology};
 use runtime::logging::LogArgs;
 use scaler_core::decision::{Brake, ConvergencePhase};
 use scaler_core::evaluate::{CurrentSource, Evaluation, QuorumSource};
-use scaler_core::metadata::{self, Metric};
+use scaler_core::metadata::{self, Engine, Metric};
 use scaler_core::promql::{self, Shape, Target};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -217,13 +217,20 @@ impl Args {
             summary: evaluation.summary(),
             metric_name: config.metric_name(),
             metric_value: f64::from(evaluation.decision.desired) * config.target,
-            query: promql::decision_query(
-                &[Target {
-                    namespace,
-                    cluster: config.cluster.clone(),
-                }],
-                Shape::of(&config),
-            ),
+            query: {
+                let mut query = promql::decision_query(
+                    &[Target {
+                        namespace: namespace.clone(),
+                        cluster: config.cluster.clone(),
+                    }],
+                    Shape::of(&config),
+                );
+                if let Some((shape, cluster)) = Shape::budget_of(&config, &namespace) {
+                    query.push_str("\n\n# the connection budget, a second query\n");
+                    query.push_str(&promql::decision_query(&[cluster], shape));
+                }
+                query
+            },
         };
         match self.output {
             Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -236,9 +243,14 @@ impl Args {
 fn text(report: &Report<'_>) -> String {
     let e = report.evaluation;
     let mut s = String::new();
+    let (what, per) = match e.policy.engine {
+        Engine::Cnpg => ("CNPG cluster", "read replica"),
+        Engine::Redis => ("RedisFailover", "read replica"),
+        Engine::Pgbouncer => ("CNPG Pooler", "pooler instance"),
+    };
     let _ = writeln!(
         s,
-        "CNPG cluster {}/{} ({}, target {} per read replica)",
+        "{what} {}/{} ({}, target {} per {per})",
         e.namespace, e.cluster, e.metric, e.policy.target
     );
     decision_section(&mut s, report);
@@ -263,6 +275,9 @@ fn unit(metric: Metric) -> &'static str {
             "client connections over max_connections on streaming replicas, percent summed"
         }
         Metric::ReadCommandsPerSecond => "read commands per second on Redis replicas",
+        Metric::ClientConnections => {
+            "clients of the Pooler's PgBouncers, served (cl_active) and waiting (cl_waiting)"
+        }
     }
 }
 
@@ -326,6 +341,20 @@ fn inputs_section(s: &mut String, e: &Evaluation) {
         }
     }
     let _ = writeln!(s, "  winning signal        {}", d.signal);
+    if let Some(pooler) = o.pooler {
+        let b = pooler.budget;
+        let _ = writeln!(
+            s,
+            "  waiting clients       {} (oldest waited {}s; maxClientWaitSeconds {})",
+            pooler.waiting, pooler.max_wait_seconds, p.max_client_wait_seconds
+        );
+        let _ = writeln!(
+            s,
+            "  connection budget     max_connections {} − reserved {} − other clients {} = room \
+             for {} instances of {} server connections",
+            b.max_connections, b.reserved, b.other, b.fits, b.per_instance
+        );
+    }
     if let Some(warming) = e.warming_replicas {
         let _ = writeln!(
             s,

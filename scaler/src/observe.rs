@@ -48,12 +48,16 @@ impl Evaluate for Observer {
 
     async fn evaluate(&self, keys: &[Arc<Key>]) -> Vec<Result<Evaluation, ObserveError>> {
         // Keys that ask the same cluster the same way share a target; each shape is its own query.
+        // A Pooler's key also asks for its Cluster's connection budget, a query of its own.
         let mut targets: HashMap<Shape, Vec<Target>> = HashMap::new();
         for key in keys {
             targets
                 .entry(Shape::of(&key.config))
                 .or_default()
                 .push(target(key));
+            if let Some((shape, target)) = Shape::budget_of(&key.config, &key.namespace) {
+                targets.entry(shape).or_default().push(target);
+            }
         }
         let batches: Vec<(Shape, promql::Batch)> = targets
             .into_iter()
@@ -71,7 +75,8 @@ impl Evaluate for Observer {
         let queries = futures::stream::iter(queries)
             .buffered(self.concurrency.max(1))
             .collect::<Vec<_>>();
-        // The topology knows CNPG Clusters only; a Redis key's count is its instance series'.
+        // The topology knows CNPG Clusters only; a Redis or Pooler key's count is its instance
+        // series'.
         let lookups = futures::future::join_all(keys.iter().map(|key| async move {
             match key.config.engine {
                 Engine::Cnpg => {
@@ -79,7 +84,7 @@ impl Evaluate for Observer {
                         .lookup(&key.namespace, &key.config.cluster, &self.metrics)
                         .await
                 }
-                Engine::Redis => Ok(None),
+                Engine::Redis | Engine::Pgbouncer => Ok(None),
             }
         }));
         let (answers, snapshots) = tokio::join!(queries, lookups);
@@ -111,6 +116,23 @@ impl Evaluate for Observer {
                 let parts = match answer_of[&(Shape::of(&key.config), &target)] {
                     Ok(answer) => answer.get(&target).unwrap_or(&none),
                     Err(error) => return Err(error.clone().into()),
+                };
+                // A Pooler's parts and its Cluster's budget parts have distinct names: one map.
+                let joined;
+                let parts = match Shape::budget_of(&key.config, &key.namespace) {
+                    Some((shape, cluster)) => {
+                        let budget = match answer_of[&(shape, &cluster)] {
+                            Ok(answer) => answer.get(&cluster).unwrap_or(&none),
+                            Err(error) => return Err(error.clone().into()),
+                        };
+                        joined = parts
+                            .iter()
+                            .chain(budget)
+                            .map(|(k, v)| (k.clone(), *v))
+                            .collect::<Parts>();
+                        &joined
+                    }
+                    None => parts,
                 };
                 Ok(evaluate::evaluate(
                     &key.namespace,

@@ -414,6 +414,13 @@ impl Args {
         config: &ScalerConfig,
         range: &Range,
     ) -> anyhow::Result<History> {
+        // A Pooler's decision needs its Cluster's budget from a second query, which the
+        // backtest's one range query does not have.
+        anyhow::ensure!(
+            config.engine != scaler_core::metadata::Engine::Pgbouncer,
+            "the backtest does not replay engine pgbouncer yet (its connection budget is a second \
+             query): use scaler explain"
+        );
         let target = promql::Target {
             namespace: namespace.clone(),
             cluster: config.cluster.clone(),
@@ -631,6 +638,7 @@ fn load_label(metric: Metric) -> &'static str {
         Metric::ReadCpuUtilization => "CPU millicores",
         Metric::ReadConnectionUsage => "connection usage (%)",
         Metric::ReadCommandsPerSecond => "read commands per second",
+        Metric::ClientConnections => "pooler clients",
     }
 }
 
