@@ -35,17 +35,6 @@ pub enum EvaluateError {
         with_series: u32,
     },
     #[error(
-        "instance series (cnpg_pg_replication_in_recovery) exist for {with_series} of the {ready} ready instances \
-         of CNPG cluster {cluster:?} in namespace {namespace:?} (status.readyInstances): an instance not scraped has \
-         an unknown load, never none; is a scrape target restarting, or the scraper behind?"
-    )]
-    UnscrapedInstances {
-        namespace: String,
-        cluster: String,
-        ready: u32,
-        with_series: u32,
-    },
-    #[error(
         "client sessions (cnpg_backends_total) were scraped from {with_series} of {replicas} replicas of CNPG \
          cluster {cluster:?} in namespace {namespace:?}: a scrape gap reads as no sessions, so the load is unknown; \
          are the instances scraped, and CNPG's default monitoring queries (backends) enabled?"
@@ -227,7 +216,6 @@ pub fn evaluate(
         .chain(config.signals.iter().map(|s| s.metric))
         .collect();
     check_pod_series(namespace, config, parts, &metrics)?;
-    check_ready_instances_scraped(namespace, config, facts, instance_series)?;
     let redis = match config.engine {
         Engine::Cnpg | Engine::Pgbouncer => None,
         Engine::Redis => Some(redis_health(namespace, config, parts, &metrics)?),
@@ -414,27 +402,6 @@ fn check_pod_series(
         });
     }
     Ok(())
-}
-
-/// Every instance the Cluster reports ready has series. Seen on the real node: while standbys
-/// joined, discovery restarted the busy replica's scrape target, every series of it went stale for
-/// a scrape, and the answer had the primary alone: load 0, and the HPA removed a standby mid
-/// scale-out. A newly ready instance not yet discovered is unknown too, until its first scrape.
-fn check_ready_instances_scraped(
-    namespace: &str,
-    config: &ScalerConfig,
-    facts: Option<ClusterFacts>,
-    instance_series: u32,
-) -> Result<(), EvaluateError> {
-    match facts.and_then(|f| f.status) {
-        Some(status) if instance_series < status.ready => Err(EvaluateError::UnscrapedInstances {
-            namespace: namespace.to_owned(),
-            cluster: config.cluster.clone(),
-            ready: status.ready,
-            with_series: instance_series,
-        }),
-        _ => Ok(()),
-    }
 }
 
 /// The config with the quorum resolved (metadata, else the Cluster's, else 0) and the open
@@ -931,42 +898,6 @@ mod tests {
         }
         let e = evaluate("ns", &cfg, &inputs("metrics"), &answer(Some(0.0)), None).unwrap();
         assert_eq!((e.decision.desired, e.decision.brake), (6, Brake::IdleLag));
-    }
-
-    #[test]
-    fn a_ready_instance_without_series_makes_the_answer_unknown() {
-        let cluster = |ready: u32| json!({"spec": {"instances": 4}, "status": {"instances": 4, "readyInstances": ready}});
-        // The primary alone in the answer while the Cluster reports three ready: the replicas'
-        // targets were restarting. Before: load 0, the floor, a standby removed mid scale-out.
-        let primary_alone = parts(&[
-            ("instances", 1.0),
-            ("replicas", 0.0),
-            ("connection_pods", 0.0),
-        ]);
-        let snap = snapshot(cluster(3), vec![]);
-        assert!(matches!(
-            evaluate(
-                "ns",
-                &config(&[]),
-                &inputs("kube"),
-                &primary_alone,
-                Some(&snap)
-            ),
-            Err(EvaluateError::UnscrapedInstances {
-                ready: 3,
-                with_series: 1,
-                ..
-            })
-        ));
-        // Every ready instance scraped (a joining one may not be yet): a decision.
-        let joined = parts(&[
-            ("instances", 3.0),
-            ("replicas", 2.0),
-            ("connection_pods", 2.0),
-            ("load", 25.0),
-        ]);
-        let e = evaluate("ns", &config(&[]), &inputs("kube"), &joined, Some(&snap)).unwrap();
-        assert_eq!(e.observation.load, 25.0);
     }
 
     #[test]
