@@ -68,7 +68,9 @@ release_build() {
 image() {
   [[ -z ${1:-} || $1 == --inputs-only ]] || { echo "usage: ./run.sh image [--inputs-only]" >&2; exit 2; }
   tests/image/setup.sh
-  local host out=target/image chart=charts/cozy-autoscaling
+  # COZY_IMAGE_DIR: another staging directory, for a suite that builds the image beside the image
+  # suite (the node suite).
+  local host out=${COZY_IMAGE_DIR:-target/image} chart=charts/cozy-autoscaling
   host=$(rustc -vV | sed -n 's/^host: //p')
   # crt-static links glibc in (every dependency is Rust or ring's C); --target keeps these flags
   # off build scripts and proc macros. The clone's own target/ caches it: a target dir shared by
@@ -151,14 +153,15 @@ case "${1:-}" in
       echo "== suite $1 $( ((rc == 0)) && echo took || echo "FAILED after") $((SECONDS - t)) s"
       return "$rc"
     }
-    # The live database suites mostly wait on their databases, and the image's static release build
-    # is CPU work the e2e suite's waiting leaves idle: both run beside the other suites (the build at
-    # the lowest priority, so the timed suites keep the CPU), which takes minutes off the command
-    # (docs/testing.md). Beside-suites' output is printed when the command reaches them.
+    # The live database suites and the real node mostly wait on their databases and pods, and the
+    # image's static release build is CPU work the e2e suite's waiting leaves idle: they run beside
+    # the other suites (the build at the lowest priority, so the timed suites keep the CPU), which
+    # takes minutes off the command (docs/testing.md). Beside-suites' output is printed when the
+    # command reaches them.
     # shellcheck disable=SC2086 # one suite per word
     selected=" $(printf '%s ' ${SUITES:-$(suites)})" beside=() logs=target/suite-logs
     rm -rf "$logs" && mkdir -p "$logs"
-    for s in livepg liveredis; do
+    for s in livepg liveredis node; do
       if [[ $selected == *" $s "* && -x tests/$s/run.sh ]]; then beside+=("$s") selected=${selected/ $s / }; fi
     done
     if ((${#beside[@]})); then

@@ -4,8 +4,7 @@
 # its own small module under tools/ (upstream `replace` lines repeated with published versions)
 # because they pin different k8s.io versions. KEDA's operator and adapter, kube-apiserver and
 # kube-controller-manager each share one `go build`.
-# E2E_KEYS_ONLY=1 prints each build's cache key and builds nothing (tests/lib/check-setup.sh);
-# E2E_CONTROL_PLANE_ONLY=1 stops after etcd, kube-apiserver and kube-controller-manager.
+# E2E_KEYS_ONLY=1 prints each build's cache key and builds nothing (tests/lib/check-setup.sh).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=tests/lib/versions.sh
@@ -20,8 +19,6 @@ build "$ETCD_VERSION" "$HERE/tools/etcd" "" etcd=cozy.local/e2e/tools/etcd
 build "$KUBE_VERSION" "$HERE/tools/kube" "$(kube_ldflags "$KUBE_VERSION")" \
   kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
-# The real node's suite runs only the control plane (tests/node/run.sh).
-[[ ${E2E_CONTROL_PLANE_ONLY:-} != 1 ]] || exit 0
 build "$KEDA_VERSION" "$HERE/tools/keda" "" \
   keda-operator=github.com/kedacore/keda/v2/cmd/operator \
   keda-adapter=github.com/kedacore/keda/v2/cmd/adapter

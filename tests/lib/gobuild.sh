@@ -75,5 +75,9 @@ build() {
       "$(go env GOVERSION)" | tee -a "$COZY_BUILD_CACHE/build-times.log" >&2
   )
   local name
-  for name in "${names[@]}"; do ln -sfn "$out/$name" "$BIN/$name-$version"; done
+  # Re-linked only when it changed: ln -sfn unlinks first, and a suite running beside this setup
+  # (./run.sh test runs the node suite beside the e2e suite) must never see the link missing.
+  for name in "${names[@]}"; do
+    [[ $(readlink "$BIN/$name-$version") == "$out/$name" ]] || ln -sfn "$out/$name" "$BIN/$name-$version"
+  done
 }

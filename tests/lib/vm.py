@@ -16,13 +16,14 @@ Spawn = Callable[[str, list], Proc]
 
 class VictoriaMetrics:
     def __init__(self, workdir, port: int | None = None, extra_args: tuple[str, ...] = (),
-                 spawn: Spawn | None = None):
+                 spawn: Spawn | None = None, host: str = "127.0.0.1"):
         self.extra_args = tuple(extra_args)  # e.g. -promscrape.config for a scraping instance
         os.makedirs(workdir, exist_ok=True)
         self.workdir = str(workdir)
         self.data = os.path.join(self.workdir, "vmdata")
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.host = host  # a real node's address, for its pods (tests/node)
+        self.url = f"http://{host}:{self.port}"
         self.spawn = spawn or (lambda name, argv: Proc(argv, os.path.join(self.workdir, f"{name}.log")))
         self.proc = None
 
@@ -35,7 +36,7 @@ class VictoriaMetrics:
             "victoria-metrics",
             [
                 binary,
-                f"-httpListenAddr=127.0.0.1:{self.port}",
+                f"-httpListenAddr={self.host}:{self.port}",
                 f"-storageDataPath={self.data}",
                 "-retentionPeriod=100y",
                 # Default 30s hides fresh samples from instant queries "now".

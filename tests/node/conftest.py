@@ -1,11 +1,13 @@
 """One real node per pytest session. The rig enters its own network and mount namespace, so it
 starts before pytest runs any thread; logs stay in a directory printed on failure."""
 
+import json
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[0] / "lib"))  # testkit
 sys.path.insert(0, str(HERE.parents[0] / "e2e"))  # rig (control plane, API client)
 
-from noderig import NodeRig  # noqa: E402
+from noderig import NodeRig, node_binary  # noqa: E402
+from noderig.cnpg import CLUSTER, CLUSTER_NAMESPACE, Operator, pod_monitor_scrape_config, provide_volumes  # noqa: E402
+from noderig.node import NETWORK  # noqa: E402
+from testkit import TOOLS, upstream, versions  # noqa: E402
+from vm import VictoriaMetrics  # noqa: E402
 
 
 INTERRUPTED = []
@@ -58,3 +64,25 @@ def node(request):
             shutil.rmtree(logs, ignore_errors=True)
         if problems:
             pytest.fail(f"the node's cleanup left: {problems}")
+
+
+@pytest.fixture(scope="session")
+def cnpg(node):
+    """The real CloudNativePG operator as a pod, with static volumes for the suite's Cluster."""
+    t = time.monotonic()
+    provide_volumes(node.kube, node.dir / "pv", 8)
+    op = Operator(node.node, node.kube, node_binary("cnpg-manager", versions()["CNPG_OPERATOR_VERSION"]),
+                  upstream("cnpg-operator"), TOOLS / "node/rootfs/postgresql.tar").install()
+    TIMINGS["CNPG operator available"] = time.monotonic() - t
+    return op
+
+
+@pytest.fixture(scope="session")
+def metrics(node):
+    """VictoriaMetrics on the node's address (the scaler's pods query it), scraping the suite's
+    Cluster with the job CNPG's PodMonitor produces and the kubelet's cAdvisor."""
+    config = node.dir / "scrape.json"
+    config.write_text(json.dumps({"scrape_configs": [
+        pod_monitor_scrape_config(node.cp, CLUSTER_NAMESPACE, CLUSTER), node.node.cadvisor_scrape_config()]}))
+    return VictoriaMetrics(node.dir / "vm", extra_args=(f"-promscrape.config={config}",),
+                           spawn=node.group.start, host=NETWORK.ip).start()

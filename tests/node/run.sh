@@ -9,6 +9,11 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
 . tests/lib/pytest.sh
 [[ -x "$COZY_TOOLS/venv/bin/python" ]] || tests/lib/setup.sh
-E2E_CONTROL_PLANE_ONLY=1 tests/e2e/setup.sh
+[[ -x "$COZY_TOOLS/helm4/helm" ]] || tests/chartgen/setup.sh
+tests/e2e/setup.sh
 "$here/setup.sh"
+# The package's image, run as pods (test_3_package.py): the image suite's, staged apart because
+# ./run.sh test runs this suite beside the others.
+export COZY_IMAGE_DIR=target/node-image
+./run.sh image >/dev/null
 run_pytest "$here" -rs --durations=10 "$@"

@@ -4,33 +4,15 @@ instance count below maxSyncReplicas + 1."""
 
 from __future__ import annotations
 
-import base64
-import json
-import os
-import subprocess
 import time
 
 import pytest
 
-from testkit import TOOLS, upstream, versions, wait_until
+from testkit import wait_until
 from rig.cnpg import selector as stand_in_selector
 from rig.kube import ApiError
-from noderig import node_binary
-from noderig.cnpg import STORAGE_CLASS, Operator, pod_monitor_scrape_config, provide_volumes
-from vm import VictoriaMetrics
+from noderig.cnpg import CLUSTER as NAME, CLUSTER_NAMESPACE as NS, STORAGE_CLASS, sql
 
-NS, NAME = "db", "pg"
-PSQL = "/usr/lib/postgresql/15/bin/psql"
-
-
-@pytest.fixture(scope="module")
-def cnpg(node):
-    t = time.monotonic()
-    provide_volumes(node.kube, node.dir / "pv", 6)
-    op = Operator(node.node, node.kube, node_binary("cnpg-manager", versions()["CNPG_OPERATOR_VERSION"]),
-                  upstream("cnpg-operator"), TOOLS / "node/rootfs/postgresql.tar").install()
-    node.timings["CNPG operator available"] = time.monotonic() - t
-    return op
 
 
 def cluster(image: str, instances: int) -> dict:
@@ -58,19 +40,6 @@ def wait_ready(kube, instances: int, timeout: float) -> dict:
         pods = {p["metadata"]["name"]: p["status"].get("phase") for p in kube.list("v1", "Pod", NS)}
         s = status(kube)
         raise TimeoutError(f"{e}; phase {s.get('phase')!r} ({s.get('phaseReason')!r}), pods {pods}") from None
-
-
-def sql(kube, service: str, query: str) -> list[list[str]]:
-    """Runs `query` as the superuser through the Cluster's `<name>-<service>` Service (a ClusterIP
-    kube-proxy routes from the node's namespace) with the host's psql."""
-    secret = kube.get("v1", "Secret", f"{NAME}-superuser", NS)["data"]
-    user, password = (base64.b64decode(secret[k]).decode() for k in ("username", "password"))
-    ip = kube.get("v1", "Service", f"{NAME}-{service}", NS)["spec"]["clusterIP"]
-    out = subprocess.run([PSQL, "-h", ip, "-U", user, "-d", "postgres", "-AtF", "|", "-c", query],
-                         env={**os.environ, "PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"},
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return [line.split("|") for line in out.stdout.splitlines()]
 
 
 def streaming(kube) -> list[list[str]]:
@@ -140,7 +109,7 @@ def test_a_scale_subresource_write_below_the_floor_passes_the_webhook_and_wedges
     def invalid():
         s = status(kube)
         return s.get("phase") == "Invalid cluster definition" and s
-    s = wait_until(invalid, timeout=60, interval=1, what="the operator marking the Cluster invalid")
+    s = wait_until(invalid, timeout=120, interval=1, what="the operator marking the Cluster invalid")
     assert s["phaseReason"] == ("the resource failed admission validation on: spec.maxSyncReplicas "
                                 "(see the operator logs for details)")
     assert {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "False"
@@ -162,15 +131,11 @@ SCALER_SERIES = ("cnpg_backends_total", "cnpg_pg_replication_in_recovery",
                  "cnpg_collector_wal_bytes")
 
 
-def test_vmagent_scrapes_the_instances_with_the_pod_monitor_config(node, cnpg):
+def test_vmagent_scrapes_the_instances_with_the_pod_monitor_config(node, cnpg, metrics):
     """VictoriaMetrics' scraper (vmagent's) on the real instances' exporters with the job CNPG's
     PodMonitor produces: every series the scaler reads is there with the labels its queries assume,
     and the replicas are the pods in recovery."""
-    config = node.dir / "scrape.json"
-    config.write_text(json.dumps({"scrape_configs": [pod_monitor_scrape_config(node.cp, NS, NAME),
-                                                     node.node.cadvisor_scrape_config()]}))
-    vm = VictoriaMetrics(node.dir / "vm", extra_args=(f"-promscrape.config={config}",),
-                         spawn=node.group.start).start()
+    vm = metrics
     pods = {f"{NAME}-1", f"{NAME}-2", f"{NAME}-3"}
 
     def scraped():

@@ -52,8 +52,11 @@ def start(cp: ControlPlane, operator_bin: Path, adapter_bin: Path, group: Group)
         "--cert-dir", cert_dir, "--ca-dir", cert_dir, "--enable-cert-rotation=false",
         "--leader-elect=false", "--zap-log-level=info", "--zap-encoder=console"], env=env)
     kc = str(cp.kubeconfig)
+    # On a real node kube-proxy routes the ClusterIP to the EndpointSlice's address, so the
+    # adapter listens on the node's address; on loopback the rig's apiserver dials the ClusterIP.
+    bind, port = (cp.host, free_port()) if cp.node else (ip, 443)
     adapter = group.start("keda-adapter", [
-        adapter_bin, "--secure-port", "443", "--bind-address", ip,
+        adapter_bin, "--secure-port", port, "--bind-address", bind,
         "--tls-cert-file", pair.cert, "--tls-private-key-file", pair.key, "--cert-dir", cert_dir,
         "--metrics-service-address", f"127.0.0.1:{grpc_port}", "--port", free_port(),
         "--lister-kubeconfig", kc, "--authentication-kubeconfig", kc,
@@ -61,17 +64,19 @@ def start(cp: ControlPlane, operator_bin: Path, adapter_bin: Path, group: Group)
     kube.apply({"apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": ADAPTER_SERVICE, "namespace": NAMESPACE},
                 "spec": {"clusterIP": ip, "ports": [{"name": "https", "port": 443,
-                                                     "targetPort": 443}]}})
+                                                     "targetPort": port}]}})
     # The aggregator's availability check wants a ready EndpointSlice behind a ClusterIP Service
-    # (the endpointslice controller would write the adapter pod's IP). Traffic never goes there:
-    # with aggregator routing off the apiserver dials the ClusterIP. Loopback IPs are rejected in
-    # EndpointSlices, so the placeholder is from the documentation range (RFC 5737), never dialed.
+    # (the endpointslice controller would write the adapter pod's IP). On loopback traffic never
+    # goes there: with aggregator routing off the apiserver dials the ClusterIP. Loopback IPs are
+    # rejected in EndpointSlices, so the placeholder is from the documentation range (RFC 5737),
+    # never dialed.
+    endpoint = cp.host if cp.node else "192.0.2.10"
     kube.apply({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                 "metadata": {"name": f"{ADAPTER_SERVICE}-rig", "namespace": NAMESPACE,
                              "labels": {"kubernetes.io/service-name": ADAPTER_SERVICE}},
                 "addressType": "IPv4",
-                "endpoints": [{"addresses": ["192.0.2.10"], "conditions": {"ready": True}}],
-                "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]})
+                "endpoints": [{"addresses": [endpoint], "conditions": {"ready": True}}],
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}]})
     kube.apply({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
                 "metadata": {"name": APISERVICE},
                 "spec": {"group": "external.metrics.k8s.io", "version": "v1beta1",

@@ -14,7 +14,7 @@ from rig.controlplane import Binaries, ControlPlane
 from rig.procs import Group
 
 from . import host
-from .node import NETWORK, Node, NodeBinaries
+from .node import DNS_IP, NETWORK, Node, NodeBinaries
 
 
 def node_binary(name: str, version: str) -> Path:
@@ -61,6 +61,8 @@ class NodeRig:
         self.kube = self.cp.start()
         self.timings["control plane"] = time.monotonic() - t
         self.node = Node(self.cp, self.run, self.node_bins, self.dir, self.group, self.timings).start(self.kube)
+        # The processes beside the node (KEDA, the clients) resolve Service names as pods do.
+        host.use_cluster_dns(self.run, DNS_IP)
         return self
 
     def stop(self) -> list[str]:

@@ -7,8 +7,10 @@ Debian's postgresql-15 by mmdebstrap (tests/node/setup.sh)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import subprocess
 from pathlib import Path
 
 from testkit import wait_until
@@ -26,6 +28,9 @@ CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResou
 MANIFESTS = ("role.yaml", "role_binding.yaml", "manager.yaml", "default-monitoring.yaml",
              "manifests.yaml", "service.yaml")
 POSTGRES_UID = 26
+PSQL = "/usr/lib/postgresql/15/bin/psql"
+# The suite's Cluster: made by test_2_cnpg.py, autoscaled by test_3_package.py.
+CLUSTER_NAMESPACE, CLUSTER = "db", "pg"
 STORAGE_CLASS = "cozy-local"
 
 
@@ -140,3 +145,24 @@ def pod_monitor_scrape_config(cp, namespace: str, cluster: str, interval: str = 
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
             {"target_label": "job", "replacement": f"{namespace}/{cluster}"},
             {"target_label": "endpoint", "replacement": "metrics"}]}
+
+
+def sql(kube, service: str, query: str) -> list[list[str]]:
+    """Runs `query` as the superuser through the Cluster's `<name>-<service>` Service (a ClusterIP
+    kube-proxy routes from the node's namespace), or at a pod's address, with the host's psql."""
+    secret = kube.get("v1", "Secret", f"{CLUSTER}-superuser", CLUSTER_NAMESPACE)["data"]
+    user, password = (base64.b64decode(secret[k]).decode() for k in ("username", "password"))
+    ip = service if service[0].isdigit() else kube.get("v1", "Service", f"{CLUSTER}-{service}", CLUSTER_NAMESPACE)["spec"]["clusterIP"]
+
+    def run():
+        out = subprocess.run([PSQL, "-h", ip, "-U", user, "-d", "postgres", "-AtF", "|", "-c", query],
+                             env={**os.environ, "PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"},
+                             capture_output=True, text=True, timeout=60)
+        # The Service's endpoints and kube-proxy's rules trail an instance's readiness by a moment:
+        # a refused connection is retried, as clients do.
+        if out.returncode and "Connection refused" in out.stderr:
+            raise ConnectionRefusedError(out.stderr.strip())
+        return out
+    out = wait_until(run, timeout=30, interval=1, retry=(ConnectionRefusedError,), what=f"psql at {ip}")
+    assert out.returncode == 0, out.stderr
+    return [line.split("|") for line in out.stdout.splitlines()]

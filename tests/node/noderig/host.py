@@ -173,6 +173,16 @@ def _enter(run: Run, keep: tuple[Path, ...]) -> None:
         Path("/proc/sys", key).write_text("1\n")
 
 
+def use_cluster_dns(run: Run, dns_ip: str) -> None:
+    """Points this process and every one it starts from now on (KEDA's operator, the clients) at
+    the cluster DNS, as a pod's resolv.conf does: Service names resolve as they do in a cluster.
+    The host's file is untouched (the bind lives in the run's mount namespace)."""
+    conf = Path(run.tmp, "resolv.conf")
+    conf.write_text(f"nameserver {dns_ip}\nsearch svc.cluster.local cluster.local\n")
+    target = os.path.realpath("/etc/resolv.conf")
+    _check(_libc.mount(str(conf).encode(), target.encode(), None, MS_BIND, None), f"mount --bind {target}")
+
+
 def _pids_with(needle: bytes) -> list[int]:
     """Processes whose command line mentions `needle` (a run's unique temp path)."""
     pids = []
@@ -245,6 +255,10 @@ def cleanup(run: Run) -> list[str]:
     # Mounts inside the temp dir are the run's own mount namespace's: gone with its processes (or
     # detached here, by the run itself). One the host sees would be a leak rm -rf must not hide.
     if run.pid == os.getpid():
+        # The paths bound back into the private directories first: the host's own files must never
+        # be within reach of the rmtree below.
+        for target in PRIVATE:
+            _unmount_own(target)
         _unmount_own(run.tmp)
     leaked = [line.split()[4] for line in Path("/proc/1/mountinfo").read_text().splitlines()
               if line.split()[4].startswith(run.tmp)]

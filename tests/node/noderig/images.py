@@ -113,3 +113,16 @@ def _add_bytes(out: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
     out.addfile(info, io.BytesIO(data))
+
+
+def import_oci_archive(archive: Path, address: Path, repository: str) -> str:
+    """Imports an OCI archive (what `./run.sh image` writes: one manifest whose ref name is the
+    tag) as `repository:<tag>`, unpacked; returns that reference."""
+    out = subprocess.run(["ctr", "--address", str(address), "-n", "k8s.io", "images", "import",
+                          "--base-name", repository, str(archive)], capture_output=True, text=True, timeout=300)
+    if out.returncode:
+        raise RuntimeError(f"ctr images import {archive}: {out.stderr.strip()}")
+    refs = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("unpacking ")]
+    if len(refs) != 1 or not refs[0].startswith(f"{repository}:"):
+        raise RuntimeError(f"ctr images import {archive} gave {refs}, not one {repository}:<tag>")
+    return refs[0]

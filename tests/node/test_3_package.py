@@ -1,0 +1,337 @@
+"""The package as an operator installs it, on the real node, closing the loop on the real Cluster:
+`charts/cozy-autoscaling` installed with helm, the scaler, webhook and shard controller running as
+pods of the project's own image (`./run.sh image`, imported into containerd) in a namespace that
+enforces restricted PodSecurity; KEDA's operator and metrics apiserver as processes beside the node,
+resolving the scaler's Service through CoreDNS and dialling it over mutual TLS; the HPA of
+kube-controller-manager writing the real CloudNativePG Cluster's /scale; the scaler reading only
+what vmagent scraped from the instances. Real read sessions through the `-ro` Service drive it.
+
+Stand-in, named as one: cert-manager (noderig/certs.py issues the package's Certificates)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+import requests
+import yaml
+
+from charts import package_chart
+from helm import Helm
+from placement import MWC
+from rig import REPO, binary, install_crds, keda
+from scaledobject import FAST_BEHAVIOR, cluster_and_scaledobject
+from secured import CERT_MANAGER_NS, FLUX_NS, VALUES
+from testkit import crd_files, versions, wait_until
+from noderig import images
+from noderig.certs import CertManagerStandIn
+from noderig.cnpg import CLUSTER as NAME, CLUSTER_NAMESPACE as DB_NS, PSQL, sql
+
+NS = RELEASE = "cozy-autoscaling"
+REPOSITORY = "ghcr.io/cozystack/cozy-autoscaling"
+CNPG = "postgresql.cnpg.io/v1"
+HPA = "autoscaling/v2"
+TARGET = 10  # active read sessions per replica (the example chart's value in scaledobject.py)
+SESSIONS = 25  # on one replica: ceil(25 / 10) = 3 replicas, 4 instances
+FLOOR, MAX = 2, 4
+
+
+# Where tests/node/run.sh has `./run.sh image` stage the image and its binaries.
+IMAGE_DIR = REPO / os.environ.get("COZY_IMAGE_DIR", "target/image")
+
+
+def image_archive():
+    """What `./run.sh image` wrote for the chart's appVersion."""
+    version = yaml.safe_load((package_chart() / "Chart.yaml").read_text())["appVersion"]
+    path = IMAGE_DIR / f"cozy-autoscaling-{version}.oci.tar"
+    assert path.is_file(), f"{path} is missing: run ./run.sh image"
+    return path
+
+
+@dataclass
+class Sample:
+    at: float
+    instances: int
+    ready: int
+    phase: str
+
+
+@dataclass
+class ClusterWatch:
+    """Samples the Cluster once a second for the whole loop: what the count, the ready instances and
+    the operator's phase were at every moment (a refusal or a revert would show here)."""
+    kube: object
+    samples: list[Sample] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.wait(1):
+            try:
+                c = self.kube.get(CNPG, "Cluster", NAME, DB_NS)
+            except Exception:  # noqa: BLE001 - a failed read is a missing sample, not a failure
+                continue
+            s = c.get("status", {})
+            self.samples.append(Sample(time.monotonic(), c["spec"]["instances"], s.get("readyInstances", 0),
+                                       s.get("phase", "")))
+
+    def since(self, t: float) -> list[Sample]:
+        return [s for s in self.samples if s.at >= t]
+
+
+class Sessions:
+    """Real client sessions on the replicas: psql processes each running one long query through the
+    `-ro` Service as the application's user (the scaler counts active non-internal backends)."""
+
+    def __init__(self, kube):
+        secret = kube.get("v1", "Secret", f"{NAME}-app", DB_NS)["data"]
+        self.user, self.password = (base64.b64decode(secret[k]).decode() for k in ("username", "password"))
+        self.ip = kube.get("v1", "Service", f"{NAME}-ro", DB_NS)["spec"]["clusterIP"]
+        self.procs: list[subprocess.Popen] = []
+
+    def open(self, n: int) -> None:
+        env = {**os.environ, "PGPASSWORD": self.password, "PGCONNECT_TIMEOUT": "10"}
+        for _ in range(n):
+            self.procs.append(subprocess.Popen(
+                [PSQL, "-h", self.ip, "-U", self.user, "-d", "app", "-c", "select pg_sleep(1200)"],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def close(self, kube) -> None:
+        """Ends the sessions on the server too: a backend in pg_sleep never notices its client left
+        (client_connection_check_interval is off by default), so it would stay active."""
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait(timeout=30)
+        self.procs = []
+        for pod in kube.list("v1", "Pod", DB_NS, selector=f"cnpg.io/cluster={NAME},cnpg.io/instanceRole=replica"):
+            sql(kube, pod["status"]["podIP"], f"select pg_terminate_backend(pid) from pg_stat_activity "
+                                              f"where usename = '{self.user}'")
+
+
+@pytest.fixture(scope="module")
+def package(node, cnpg, metrics):
+    kube, t = node.kube, time.monotonic()
+    ref = images.import_oci_archive(image_archive(), node.node.containerd_sock, REPOSITORY)
+    repository, tag = ref.rsplit(":", 1)
+    install_crds(kube, [*crd_files("keda", "helm-controller", "source-controller"), REPO / "tests/e2e/fixtures/cert-manager-crds.yaml"])
+    kube.ensure_namespace(NS, {"pod-security.kubernetes.io/enforce": "restricted",
+                               "pod-security.kubernetes.io/enforce-version": "latest"})
+    for ns in (FLUX_NS, CERT_MANAGER_NS, keda.NAMESPACE):
+        kube.ensure_namespace(ns)
+    values = {**VALUES,
+              "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+              "scaler": {"replicas": 1, "prometheusUrl": metrics.url, "refreshInterval": "2s",
+                         "staleness": "30s", "logLevel": "debug"},
+              "webhook": {"replicas": 1}, "shardController": {"replicas": 1}}
+    Helm(node.dir / "helm", kubeconfig=node.cp.kubeconfig).upgrade_install(RELEASE, package_chart(), NS, values)
+    certs = CertManagerStandIn(kube, node.dir / "cert-manager", CERT_MANAGER_NS)
+    issued = certs.issue_all((CERT_MANAGER_NS, NS, keda.NAMESPACE))
+    certs.inject_ca_bundles("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", MWC)
+
+    def available():
+        deployments = kube.list("apps/v1", "Deployment", NS)
+        return deployments and all(d["status"].get("availableReplicas") == d["spec"]["replicas"]
+                                   for d in deployments) and deployments
+    try:
+        wait_until(available, timeout=180, interval=1, what="the package's Deployments available")
+    except TimeoutError as e:
+        pods = {p["metadata"]["name"]: p["status"] for p in kube.list("v1", "Pod", NS)}
+        events = [f"{e['involvedObject']['name']}: {e['reason']} {e['message']}" for e in kube.list("v1", "Event", NS)]
+        raise TimeoutError(f"{e}\npods: {pods}\nevents: {events[-20:]}") from None
+    node.timings["package installed, pods available"] = time.monotonic() - t
+    return {"image": ref, "issued": issued}
+
+
+def scaler_admin(kube) -> str:
+    [pod] = kube.list("v1", "Pod", NS, selector="app.kubernetes.io/component=scaler")
+    return f"http://{pod['status']['podIP']}:9090"
+
+
+def test_the_package_runs_as_pods_of_its_image_under_restricted_pod_security(node, package):
+    kube = node.kube
+    pods = kube.list("v1", "Pod", NS)
+    components = sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
+    assert components == ["scaler", "shard-controller", "webhook"], components
+    for p in pods:
+        assert p["status"]["phase"] == "Running", (p["metadata"]["name"], p["status"])
+        [c] = p["spec"]["containers"]
+        assert c["image"] == package["image"]
+        assert p["spec"]["securityContext"]["runAsNonRoot"] is True
+    # Admitted by the namespace's restricted PodSecurity, then served by the scaler from its image.
+    assert kube.get("v1", "Namespace", NS)["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert requests.get(f"{scaler_admin(kube)}/readyz", timeout=5).ok
+
+
+@pytest.fixture(scope="module")
+def loop(node, package):
+    kube, v = node.kube, versions()
+    t = time.monotonic()
+    keda.start(node.cp, binary("keda-operator", v["KEDA_VERSION"]), binary("keda-adapter", v["KEDA_VERSION"]),
+               node.group)
+    node.timings["KEDA available"] = time.monotonic() - t
+    watch = ClusterWatch(kube)
+    threading.Thread(target=watch.run, daemon=True).start()
+    # The ScaledObject the example app chart renders (its default scalerAddress is the package's
+    # Service name), for the real Cluster the suite made.
+    rig = type("HelmRig", (), {"dir": node.dir, "cp": node.cp})
+    [so] = [d for d in cluster_and_scaledobject(rig, "cozy-autoscaling-scaler.cozy-autoscaling.svc:6000",
+                                                DB_NS, NAME, minReplicas=FLOOR, maxReplicas=MAX, target=TARGET,
+                                                behavior=FAST_BEHAVIOR)
+            if d["kind"] == "ScaledObject"]
+    assert so["spec"]["scaleTargetRef"]["name"] == NAME
+    kube.apply(so)
+    sessions = Sessions(kube)
+    yield {"watch": watch, "sessions": sessions, "started": t}
+    sessions.close(kube)
+    watch.stop.set()
+
+
+def hpa_active(kube) -> bool:
+    hpa = kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{NAME}", DB_NS) or {}
+    return any(c["type"] == "ScalingActive" and c["status"] == "True"
+               for c in hpa.get("status", {}).get("conditions", []))
+
+
+def scraped(metrics) -> dict:
+    """What the scaler reads: each instance's recovery flag and its scrape's `up`, by pod."""
+    return {"in_recovery": {r["metric"]["pod"]: r["value"][1] for r in metrics.query(
+                f'cnpg_pg_replication_in_recovery{{namespace="{DB_NS}"}}')},
+            "up": {r["metric"]["pod"]: r["value"][1] for r in metrics.query(f'up{{job="{DB_NS}/{NAME}"}}')}}
+
+
+def wait_ready(node, metrics, instances: int, timeout: float, what: str) -> None:
+    try:
+        wait_until(lambda: ready(node.kube, instances), timeout=timeout, interval=2, what=what)
+    except TimeoutError as e:
+        pods = {p["metadata"]["name"]: p["status"].get("phase") for p in node.kube.list("v1", "Pod", DB_NS)}
+        raise TimeoutError(f"{e}; pods {pods}; scraped {scraped(metrics)}; decision {decision(node.kube)}") from None
+
+
+def ready(kube, instances: int) -> bool:
+    c = kube.get(CNPG, "Cluster", NAME, DB_NS)
+    s = c.get("status", {})
+    return (c["spec"]["instances"] == instances and s.get("readyInstances") == instances
+            and s.get("phase") == "Cluster in healthy state")
+
+
+def claims(kube) -> list[str]:
+    return sorted(claim_uids(kube))
+
+
+def claim_uids(kube) -> dict[str, str]:
+    return {c["metadata"]["name"]: c["metadata"]["uid"] for c in kube.list("v1", "PersistentVolumeClaim", DB_NS)}
+
+
+def decision(kube) -> dict:
+    answer = requests.get(f"{scaler_admin(kube)}/decisions?namespace={DB_NS}", timeout=5).json()
+    [entry] = answer["entries"]
+    return entry
+
+
+def test_keda_reads_the_scaler_pod_by_its_service_name_over_mtls(node, loop):
+    wait_until(lambda: hpa_active(node.kube), timeout=120, interval=1,
+               what="the HPA reading the scaler's metric through KEDA")
+    entry = wait_until(lambda: decision(node.kube).get("lastSuccess") and decision(node.kube), timeout=30,
+                       interval=1, what="a decision for db/pg in the scaler pod's /decisions")
+    assert entry["cluster"] == NAME and entry["desired"] >= FLOOR
+
+
+def test_an_idle_cluster_goes_to_the_floor_and_the_operator_deletes_the_standby_and_its_volume(node, loop, metrics):
+    kube = node.kube
+    loop["removed"] = claim_uids(kube)[f"{NAME}-3"]
+    t = time.monotonic()
+    wait_ready(node, metrics, FLOOR, 300, f"Cluster at the floor {FLOOR}")
+    node.timings["idle: 3 -> 2 ready"] = time.monotonic() - t
+    assert decision(kube)["desired"] == FLOOR
+    wait_until(lambda: claims(kube) == [f"{NAME}-1", f"{NAME}-2"], timeout=60, interval=1,
+               what="pg-3's PVC deleted with its instance")
+    assert min(s.instances for s in loop["watch"].since(loop["started"])) == FLOOR
+
+
+def test_read_load_drives_the_cluster_to_four_with_fresh_clones(node, loop, metrics):
+    kube, watch = node.kube, loop["watch"]
+    loop["sessions"].open(SESSIONS)
+    t = time.monotonic()
+    wait_until(lambda: kube.get(CNPG, "Cluster", NAME, DB_NS)["spec"]["instances"] == MAX, timeout=120,
+               interval=1, what=f"the HPA writing {MAX} instances")
+    decided = time.monotonic()
+    node.timings["load -> HPA writes 4"] = decided - t
+    assert decision(kube)["desired"] == MAX
+    wait_ready(node, metrics, MAX, 600, f"{MAX} ready instances")
+    node.timings["HPA writes 4 -> 4 ready (2 clones)"] = time.monotonic() - decided
+    # The operator reuses the freed serial: a new pg-3 on a new volume (the old one went with the
+    # scale-down), cloned again with pg_basebackup, and pg-4.
+    uids = claim_uids(kube)
+    assert sorted(uids) == [f"{NAME}-1", f"{NAME}-2", f"{NAME}-3", f"{NAME}-4"]
+    assert uids[f"{NAME}-3"] != loop["removed"]
+    # While the standbys joined the count never went under the floor, and it settles at 4. A
+    # step back is an open finding (docs/e2e.md, the scrape gap): counted for the figures.
+    time.sleep(15)
+    counts = [s.instances for s in watch.since(t)]
+    assert min(counts) >= FLOOR and counts[-1] == MAX and ready(kube, MAX), counts
+    node.timings["count steps back during the scale-out"] = sum(b < a for a, b in zip(counts, counts[1:]))
+
+
+def scaler_cli(node, *args) -> dict:
+    """The package image's own `scaler` binary (what `./run.sh image` staged), as an operator runs
+    it from a workstation: the admin kubeconfig, JSON output."""
+    r = subprocess.run([str(IMAGE_DIR / "scaler"), *args], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "KUBECONFIG": str(node.cp.kubeconfig)})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_status_explain_and_events_speak_for_the_real_cluster(node, loop, metrics):
+    kube = node.kube
+    served = decision(kube)
+    report = scaler_cli(node, "status", "-n", DB_NS, "-o", "json", "--decisions-url",
+                        f"{scaler_admin(kube)}/decisions")
+    [row] = report["items"]
+    assert row["name"] == NAME and row["desired"] == MAX, row
+    explained = scaler_cli(node, "explain", "--prometheus-url", metrics.url, "--scaled-object", f"{DB_NS}/{NAME}",
+                           "--topology", "kube", "--output", "json")
+    assert (explained["decision"]["desired"], explained["decision"]["reason"]) == (served["desired"], served["reason"])
+
+
+def test_load_gone_the_cluster_returns_to_the_floor(node, loop, metrics):
+    kube = node.kube
+    loop["sessions"].close(kube)
+    t = time.monotonic()
+    wait_ready(node, metrics, FLOOR, 300, f"Cluster back at the floor {FLOOR}")
+    node.timings["load gone: 4 -> 2 ready"] = time.monotonic() - t
+    wait_until(lambda: claims(kube) == [f"{NAME}-1", f"{NAME}-2"], timeout=60, interval=1,
+               what="the removed standbys' PVCs deleted")
+
+
+def scaler_events(kube) -> set[str]:
+    return {e["reason"] for e in kube.list("events.k8s.io/v1", "Event", DB_NS)
+            if e.get("reportingController") == "cozy-autoscaling-scaler" and e["regarding"]["name"] == NAME}
+
+
+def test_dry_run_set_on_the_live_scaled_object_is_told_on_it_and_holds_the_count(node, loop):
+    """An SRE turns dry-run on: KEDA passes the new metadata, the scaler holds the count and says
+    so with an Event on the ScaledObject (the pod's own RBAC writes it)."""
+    kube = node.kube
+    so = kube.get("keda.sh/v1alpha1", "ScaledObject", NAME, DB_NS)
+    triggers = so["spec"]["triggers"]
+    triggers[0]["metadata"]["dryRun"] = "true"
+    kube.merge_patch("keda.sh/v1alpha1", "ScaledObject", NAME, {"spec": {"triggers": triggers}}, DB_NS)
+    wait_until(lambda: "DryRunEngaged" in scaler_events(kube), timeout=90, interval=2,
+               what="the scaler's DryRunEngaged Event on the ScaledObject")
+    assert decision(kube)["reason"] == "dry-run"
+    assert kube.get(CNPG, "Cluster", NAME, DB_NS)["spec"]["instances"] == FLOOR
+
+
+def test_the_operator_refused_nothing_and_reverted_nothing_during_the_loop(node, loop):
+    samples = loop["watch"].since(loop["started"])
+    assert len(samples) > 30
+    assert min(s.instances for s in samples) >= FLOOR
+    assert not [s for s in samples if s.phase == "Invalid cluster definition"]
+    reasons = {e["reason"] for e in node.kube.list("v1", "Event", DB_NS)}
+    assert not reasons & {"NoScaleDown"}, reasons
