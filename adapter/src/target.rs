@@ -23,10 +23,17 @@ pub struct Target {
 /// Stands for the target's name in a label value of [`POD_LABELS`].
 const NAME: &str = "<name>";
 
+/// API group, kind, and the `(key, value)` labels of its pods.
+type PodLabels = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
 /// The labels an operator puts on the pods of a kind the adapter knows, so an adapter of that
 /// kind may leave `spec.selector` unset. Each operator labels its pods its own way, so this is
 /// a table of what each one is known to set, not a discovery (which would need `pods list`).
-const POD_LABELS: &[(&str, &str, &[(&str, &str)])] = &[
+const POD_LABELS: &[PodLabels] = &[
     // spotahome redis-operator v1.3.0-rc1, `generateSelectorLabels`
     // (operator/redisfailover/service/client.go): the Redis pods, not the sentinels.
     (
