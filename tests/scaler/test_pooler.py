@@ -85,6 +85,8 @@ def test_a_pooler_scales_on_its_clients_and_the_budget_caps_it(vm, scaler, keda)
     assert keda.desired(ref, 30) == 6
     e = decision(scaler, "so-rw")
     assert (e["current"], e["desired"], e["reason"]) == (3, 6, "load"), e
+    # /decisions names the Pooler and says it is one.
+    assert (e["cluster"], e["engine"]) == ("pg-pooler-rw", "pgbouncer"), e
     # 25 + 5 per instance: 157 / 30 fits 5, and the reason names the numbers.
     ref = keda.ref(NS, "so-rw-big", pooler_md("pg-pooler-rw", defaultPoolSize="25", reservePoolSize="5"))
     assert keda.desired(ref, 30) == 5
