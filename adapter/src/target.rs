@@ -57,7 +57,7 @@ const POD_LABELS: &[PodLabels] = &[
 
 /// The selector of a known kind's pods for the target `name`; `None` for a kind not in
 /// [`POD_LABELS`].
-pub fn known_selector(group: &str, kind: &str, name: &str) -> Option<String> {
+fn known_selector(group: &str, kind: &str, name: &str) -> Option<String> {
     let (_, _, labels) = POD_LABELS
         .iter()
         .find(|(g, k, _)| *g == group && *k == kind)?;
