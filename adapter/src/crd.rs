@@ -47,10 +47,11 @@ pub struct ScaleAdapterSpec {
     #[serde(default)]
     pub paused: bool,
     /// Label selector of the target's pods, copied to `status.selector` for the HPA (which
-    /// needs one): for a RedisFailover's Redis pods `app.kubernetes.io/component=redis,
-    /// app.kubernetes.io/part-of=redis-failover,app.kubernetes.io/name=<name>`.
+    /// needs one). Unset: the pods' labels of a kind the controller knows (a RedisFailover's
+    /// Redis pods, a CNPG Pooler's `cnpg.io/poolerName=<name>`); another kind needs it set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
-    pub selector: String,
+    pub selector: Option<String>,
 }
 
 /// The target, by apiVersion, kind and name.
@@ -79,7 +80,8 @@ pub struct ScaleAdapterStatus {
     /// The target's count as read at `replicasPath` (the HPA's current replicas).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
-    /// `spec.selector`, for the `/scale` subresource.
+    /// `spec.selector`, else the known pod labels of the target kind, for the `/scale`
+    /// subresource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
     /// The generation this status describes.

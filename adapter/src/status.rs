@@ -11,7 +11,8 @@ pub struct Report<'a> {
     pub previous: Option<&'a ScaleAdapterStatus>,
     pub generation: Option<i64>,
     pub replicas: Option<i32>,
-    /// `spec.selector`; `None` when the spec cannot be read.
+    /// `spec.selector`, else the known pod labels of the target kind; `None` when the spec
+    /// cannot be read or is invalid.
     pub selector: Option<&'a str>,
     pub verdict: &'a Verdict,
     pub last_write: Option<Timestamp>,

@@ -173,6 +173,7 @@ impl Syncer {
         let namespace = adapter.namespace()?;
         let name = adapter.name_any();
         let key = (namespace.clone(), name.clone());
+        let selector = target.as_ref().ok().map(|t| t.selector.clone());
         let current = match (target, conflict) {
             (Err(message), _) => Err(Blocked::InvalidSpec(message)),
             (Ok(_), Some(owner)) => Err(Blocked::Conflict(owner)),
@@ -233,7 +234,7 @@ impl Syncer {
                 previous: stored,
                 generation: adapter.metadata.generation,
                 replicas,
-                selector: Some(&adapter.spec.selector),
+                selector: selector.as_deref(),
                 verdict: &verdict,
                 last_write,
                 now,

@@ -43,7 +43,7 @@ fn adapter(name: &str, replicas: i32) -> Arc<DynamicObject> {
             replicas_path: "/spec/redis/replicas".into(),
             replicas: Some(replicas),
             paused: false,
-            selector: "app=redis".into(),
+            selector: Some("app=redis".into()),
         },
     );
     a.metadata.namespace = Some(NS.into());
@@ -271,4 +271,66 @@ async fn an_adapter_that_does_not_decode_is_reported_on_itself_while_the_others_
     );
     let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     assert_eq!(logs.matches("does not decode").count(), 1, "{logs}");
+}
+
+/// A CNPG Pooler (a `/scale` without a selector the HPA accepts) driven by an adapter that sets
+/// no selector: `spec.instances` is written and `status.selector` holds the Pooler's pods' label.
+#[tokio::test]
+async fn a_pooler_is_driven_at_spec_instances_and_its_pods_are_selected_by_pooler_name() {
+    const POOLER: &str = "/apis/postgresql.cnpg.io/v1";
+    let path = format!("{POOLER}/namespaces/{NS}/poolers/pg-pooler-rw");
+    let pooler = |version: &str, instances: i32| {
+        json!({
+            "apiVersion": "postgresql.cnpg.io/v1", "kind": "Pooler",
+            "metadata": {"name": "pg-pooler-rw", "namespace": NS, "resourceVersion": version},
+            "spec": {"cluster": {"name": "pg"}, "instances": instances, "type": "rw"},
+        })
+    };
+    let mut a = ScaleAdapter::new(
+        "pg-pooler-rw",
+        ScaleAdapterSpec {
+            target_ref: TargetRef {
+                api_version: "postgresql.cnpg.io/v1".into(),
+                kind: "Pooler".into(),
+                name: "pg-pooler-rw".into(),
+            },
+            replicas_path: "/spec/instances".into(),
+            replicas: Some(4),
+            paused: false,
+            selector: None,
+        },
+    );
+    a.metadata.namespace = Some(NS.into());
+    let a: Arc<DynamicObject> =
+        Arc::new(serde_json::from_value(serde_json::to_value(a).unwrap()).unwrap());
+    let (syncer, mut server, _lead) = syncer();
+    mock::scripted(syncer.sync(vec![a.clone()]), async {
+        let resources = json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "postgresql.cnpg.io/v1",
+            "resources": [{"name": "poolers", "singularName": "pooler", "namespaced": true,
+                           "kind": "Pooler", "verbs": ["get", "list", "watch", "patch"]}],
+        });
+        server.get(POOLER, resources).await;
+        server.get(&path, pooler("7", 2)).await;
+        let sent = server.expect("PATCH", &path, 200, pooler("8", 4)).await;
+        assert_eq!(
+            sent.body,
+            json!({"metadata": {"resourceVersion": "7"}, "spec": {"instances": 4}})
+        );
+        let status = server
+            .expect(
+                "PATCH",
+                &status_path("pg-pooler-rw"),
+                200,
+                serde_json::to_value(&*a).unwrap(),
+            )
+            .await
+            .body["status"]
+            .clone();
+        assert_eq!(status["selector"], json!("cnpg.io/poolerName=pg-pooler-rw"));
+        assert_eq!(status["replicas"], json!(4));
+        assert_eq!(status["conditions"][0]["reason"], json!("Synced"));
+    })
+    .await;
+    server.done();
 }

@@ -16,6 +16,56 @@ pub const SELECTOR_MAX: usize = 1024;
 pub struct Target {
     pub gvk: GroupVersionKind,
     pub path: ReplicasPath,
+    /// `spec.selector`, else the known pod labels of the kind: `status.selector`.
+    pub selector: String,
+}
+
+/// Stands for the target's name in a label value of [`POD_LABELS`].
+const NAME: &str = "<name>";
+
+/// API group, kind, and the `(key, value)` labels of its pods.
+type PodLabels = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+/// The labels an operator puts on the pods of a kind the adapter knows, so an adapter of that
+/// kind may leave `spec.selector` unset. Each operator labels its pods its own way, so this is
+/// a table of what each one is known to set, not a discovery (which would need `pods list`).
+const POD_LABELS: &[PodLabels] = &[
+    // spotahome redis-operator v1.3.0-rc1, `generateSelectorLabels`
+    // (operator/redisfailover/service/client.go): the Redis pods, not the sentinels.
+    (
+        "databases.spotahome.com",
+        "RedisFailover",
+        &[
+            ("app.kubernetes.io/component", "redis"),
+            ("app.kubernetes.io/part-of", "redis-failover"),
+            ("app.kubernetes.io/name", NAME),
+        ],
+    ),
+    // CloudNativePG: every PgBouncer pod of a Pooler carries `cnpg.io/poolerName`
+    // (`utils.PgbouncerNameLabel`, the selector of CNPG's own Service and PodMonitor of the
+    // Pooler); the Pooler's `/scale` has no labelSelectorPath, so the HPA refuses it directly.
+    (
+        "postgresql.cnpg.io",
+        "Pooler",
+        &[("cnpg.io/poolerName", NAME)],
+    ),
+];
+
+/// The selector of a known kind's pods for the target `name`; `None` for a kind not in
+/// [`POD_LABELS`].
+fn known_selector(group: &str, kind: &str, name: &str) -> Option<String> {
+    let (_, _, labels) = POD_LABELS
+        .iter()
+        .find(|(g, k, _)| *g == group && *k == kind)?;
+    let pairs: Vec<String> = labels
+        .iter()
+        .map(|(key, value)| format!("{key}={}", if *value == NAME { name } else { value }))
+        .collect();
+    Some(pairs.join(","))
 }
 
 /// The spec's target, or a message naming the field and the fix.
@@ -61,15 +111,30 @@ pub fn validate(spec: &ScaleAdapterSpec) -> Result<Target, String> {
             names::echo(api_version)
         ));
     }
-    let selector = &spec.selector;
-    if selector.trim().is_empty() || selector.len() > SELECTOR_MAX {
-        return Err(format!(
-            "selector must be a label selector of the target's pods of at most {SELECTOR_MAX} characters, e.g. app.kubernetes.io/component=redis,app.kubernetes.io/part-of=redis-failover,app.kubernetes.io/name=<name>"
-        ));
-    }
+    let selector = match &spec.selector {
+        Some(selector) if selector.trim().is_empty() || selector.len() > SELECTOR_MAX => {
+            return Err(format!(
+                "selector must be a label selector of the target's pods of at most {SELECTOR_MAX} characters, e.g. cnpg.io/poolerName=<name>; or leave it unset for a kind the adapter knows"
+            ));
+        }
+        Some(selector) => selector.clone(),
+        None => known_selector(&gv.group, kind, name).ok_or_else(|| {
+            format!(
+                "selector is unset and the adapter knows no pod labels of {} {}: set spec.selector to a label selector of the target's pods (known kinds: {})",
+                names::echo(&gv.group),
+                names::echo(kind),
+                POD_LABELS
+                    .iter()
+                    .map(|(group, kind, _)| format!("{kind}.{group}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?,
+    };
     Ok(Target {
         gvk: GroupVersionKind::gvk(&gv.group, &gv.version, kind),
         path,
+        selector,
     })
 }
 
@@ -122,7 +187,7 @@ mod tests {
             replicas_path: "/spec/redis/replicas".into(),
             replicas: Some(2),
             paused: false,
-            selector: "app=redis".into(),
+            selector: Some("app=redis".into()),
         }
     }
 
@@ -182,10 +247,50 @@ mod tests {
         s.replicas_path = "/status/replicas".into();
         assert!(validate(&s).unwrap_err().contains("replicasPath"));
         s.replicas_path = "/spec/replicas".into();
-        s.selector = " ".into();
+        s.selector = Some(" ".into());
         assert!(validate(&s).unwrap_err().starts_with("selector"));
-        s.selector = "a".repeat(SELECTOR_MAX + 1);
+        s.selector = Some("a".repeat(SELECTOR_MAX + 1));
         assert!(validate(&s).unwrap_err().starts_with("selector"));
+        // Unset is refused only for a kind whose pods' labels the adapter does not know.
+        let mut s = spec("example.com/v1", "Memcached", "c");
+        s.selector = None;
+        let error = validate(&s).unwrap_err();
+        assert!(
+            error.starts_with("selector is unset")
+                && error.contains("Memcached")
+                && error.contains("Pooler.postgresql.cnpg.io"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn an_unset_selector_is_the_known_kinds_pod_labels_and_a_set_one_wins() {
+        let mut pooler = spec("postgresql.cnpg.io/v1", "Pooler", "pg-rw");
+        pooler.replicas_path = "/spec/instances".into();
+        pooler.selector = None;
+        let t = validate(&pooler).unwrap();
+        assert_eq!(
+            t.gvk,
+            GroupVersionKind::gvk("postgresql.cnpg.io", "v1", "Pooler")
+        );
+        assert_eq!(t.path.to_string(), "/spec/instances");
+        assert_eq!(t.selector, "cnpg.io/poolerName=pg-rw");
+        let mut redis = spec("databases.spotahome.com/v1", "RedisFailover", "cache");
+        redis.selector = None;
+        assert_eq!(
+            validate(&redis).unwrap().selector,
+            "app.kubernetes.io/component=redis,app.kubernetes.io/part-of=redis-failover,app.kubernetes.io/name=cache"
+        );
+        // The kind is known by its group too: another group's Pooler is not CNPG's.
+        let mut other = pooler.clone();
+        other.target_ref.api_version = "example.com/v1".into();
+        assert!(
+            validate(&other)
+                .unwrap_err()
+                .starts_with("selector is unset")
+        );
+        pooler.selector = Some("app=mine".into());
+        assert_eq!(validate(&pooler).unwrap().selector, "app=mine");
     }
 
     #[test]

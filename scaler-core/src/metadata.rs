@@ -48,7 +48,9 @@ const POOLER_KEYS: [&str; 5] = [
 ];
 
 /// The database behind the trigger: what the query reads and which brake applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// A CloudNativePG `Cluster` (CNPG's exporter series); the default.
@@ -66,6 +68,15 @@ impl Engine {
             Self::Cnpg => "cnpg",
             Self::Redis => "redis",
             Self::Pgbouncer => "pgbouncer",
+        }
+    }
+
+    /// The kind of the object whose count the trigger decides (named by `ScalerConfig::cluster`).
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Cnpg => "Cluster",
+            Self::Redis => "RedisFailover",
+            Self::Pgbouncer => "Pooler",
         }
     }
 

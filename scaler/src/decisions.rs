@@ -22,6 +22,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use futures::StreamExt as _;
 use runtime::http1::CloseConnection;
+use scaler_core::metadata::Engine;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -54,7 +55,12 @@ const PIECE_BYTES: usize = 64 * 1024;
 pub struct Entry {
     pub namespace: String,
     pub scaled_object: String,
+    /// The object whose count is decided: a CNPG Cluster, a RedisFailover or a Pooler, as
+    /// `engine` says.
     pub cluster: String,
+    /// Absent from an older scaler's answer, whose every entry was a Cluster's.
+    #[serde(default)]
+    pub engine: Engine,
     /// From the last good evaluation; absent before the first.
     pub current: Option<u32>,
     pub desired: Option<u32>,
@@ -123,6 +129,7 @@ pub fn entry(snapshot: &Snapshot, now: SystemTime) -> Entry {
         namespace: key.namespace.clone(),
         scaled_object: key.name.clone(),
         cluster: key.config.cluster.clone(),
+        engine: key.config.engine,
         current: good.map(|(_, e)| e.observation.current),
         desired: decision.map(|d| d.desired),
         recommended: decision.map(|d| d.recommended),
@@ -317,6 +324,7 @@ mod tests {
             namespace: namespace.into(),
             scaled_object: name.into(),
             cluster: name.into(),
+            engine: Engine::Cnpg,
             current: Some(3),
             desired: Some(4),
             recommended: Some(4),

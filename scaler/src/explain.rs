@@ -48,10 +48,19 @@ pub struct Args {
     /// Namespace of the ScaledObject and the Cluster (without --scaled-object).
     #[arg(long, required_unless_present = "scaled_object")]
     pub namespace: Option<String>,
-    /// CNPG Cluster name (without --scaled-object also the ScaledObject's name).
+    /// CNPG Cluster name (without --scaled-object also the ScaledObject's name, unless
+    /// --pooler names it); with --engine pgbouncer the Cluster behind the Pooler.
     #[arg(long, required_unless_present = "scaled_object")]
     pub cluster: Option<String>,
-    /// Load signal: ReadConnections, ReadCPUUtilization or ReadConnectionUsage.
+    /// cnpg (the default), redis or pgbouncer.
+    #[arg(long)]
+    pub engine: Option<String>,
+    /// With --engine pgbouncer: the CNPG Pooler (without --scaled-object also the ScaledObject's
+    /// name).
+    #[arg(long)]
+    pub pooler: Option<String>,
+    /// Load signal: ReadConnections, ReadCPUUtilization or ReadConnectionUsage (pgbouncer:
+    /// ClientConnections).
     #[arg(long)]
     pub metric: Option<String>,
     /// Load one read replica should carry (connections, CPU millicores, or percent of
@@ -68,6 +77,17 @@ pub struct Args {
     /// Lag brake threshold in seconds; 0 turns it off.
     #[arg(long)]
     pub max_replication_lag_seconds: Option<String>,
+    /// With --engine pgbouncer: a longest client wait above this raises the count; 0 = off.
+    #[arg(long)]
+    pub max_client_wait_seconds: Option<String>,
+    /// With --engine pgbouncer: the Pooler's default_pool_size, reserve_pool_size and
+    /// max_db_connections (the connection budget).
+    #[arg(long)]
+    pub default_pool_size: Option<String>,
+    #[arg(long)]
+    pub reserve_pool_size: Option<String>,
+    #[arg(long)]
+    pub max_db_connections: Option<String>,
     /// `--dry-run` alone is `--dry-run true`.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub dry_run: Option<String>,
@@ -114,6 +134,8 @@ impl Args {
     fn overrides(&self) -> Vec<(&'static str, String)> {
         [
             ("cluster", &self.cluster),
+            ("engine", &self.engine),
+            ("pooler", &self.pooler),
             ("metric", &self.metric),
             ("target", &self.target),
             ("minReplicas", &self.min_replicas),
@@ -123,6 +145,10 @@ impl Args {
                 "maxReplicationLagSeconds",
                 &self.max_replication_lag_seconds,
             ),
+            ("maxClientWaitSeconds", &self.max_client_wait_seconds),
+            ("defaultPoolSize", &self.default_pool_size),
+            ("reservePoolSize", &self.reserve_pool_size),
+            ("maxDbConnections", &self.max_db_connections),
             ("dryRun", &self.dry_run),
             (
                 "convergenceDeadlineSeconds",
@@ -143,7 +169,10 @@ impl Args {
             let (Some(namespace), Some(cluster)) = (&self.namespace, &self.cluster) else {
                 anyhow::bail!("give --scaled-object NAMESPACE/NAME, or --namespace and --cluster");
             };
-            return Ok((namespace.clone(), cluster.clone(), HashMap::new()));
+            // A pooler trigger's ScaledObject is named after its Pooler (chartgen's and the
+            // metadata's default), the Cluster being the budget's database.
+            let name = self.pooler.as_ref().unwrap_or(cluster);
+            return Ok((namespace.clone(), name.clone(), HashMap::new()));
         };
         let Some((namespace, name)) = reference.split_once('/') else {
             anyhow::bail!("--scaled-object {reference:?} is not NAMESPACE/NAME");
@@ -303,9 +332,15 @@ fn decision_section(s: &mut String, report: &Report<'_>) {
 fn inputs_section(s: &mut String, e: &Evaluation) {
     let (p, o, d) = (&e.policy, &e.observation, &e.decision);
     let _ = writeln!(s, "\nInputs (topology: {})", e.topology);
+    // Each engine counts its instances by its own exporter's pods.
+    let (prefix, pods) = match p.engine {
+        Engine::Cnpg => ("", "-<n> reporting cnpg_pg_replication_in_recovery"),
+        Engine::Redis => ("rfr-", "-<n> reporting redis_instance_info"),
+        Engine::Pgbouncer => ("", "-<hash>-<hash> reporting cnpg_pgbouncer_up"),
+    };
     let _ = writeln!(
         s,
-        "  instance series       {} (pods {}-<n> reporting cnpg_pg_replication_in_recovery)",
+        "  instance series       {} (pods {prefix}{}{pods})",
         e.instance_series, e.cluster
     );
     let current_from = match e.current_source {

@@ -50,6 +50,7 @@ def test_rbac_reaches_only_adapters_and_the_listed_targets(helm):
         ("autoscaling.cozystack.io", "scaleadapters"): {"get", "list", "watch"},
         ("autoscaling.cozystack.io", "scaleadapters/status"): {"patch"},
         ("databases.spotahome.com", "redisfailovers"): {"get", "patch"},
+        ("postgresql.cnpg.io", "poolers"): {"get", "patch"},
     }
     other = render(helm, values={"scaleAdapter": {"enabled": True, "targets": [
         {"apiGroup": "example.com", "resource": "widgets"}]}})

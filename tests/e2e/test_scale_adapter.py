@@ -1,6 +1,7 @@
 """The scale adapter (`scaler scale-adapter`) on the real kube-apiserver, with the real
 RedisFailover CRD (spotahome redis-operator's Go module at REDIS_OPERATOR_VERSION, which declares no
-scale subresource), KEDA and the HPA (kube-controller-manager).
+scale subresource), CNPG's real Pooler CRD (CNPG_OPERATOR_VERSION: a scale subresource without a
+selector), KEDA and the HPA (kube-controller-manager).
 
 Stand-ins, named: the Redis operator is absent on the rig (as CNPG's is), so nothing acts on
 spec.redis.replicas and no Redis pod runs; the test reads what the adapter wrote, and the rig's
@@ -148,6 +149,32 @@ def test_kubectl_scale_on_the_adapter_moves_the_target(rig, adapter_proc):
     assert owners_of_replicas(rig, "cache") == {MANAGER}
     rf = rig.kube.get(RF, "RedisFailover", "cache", NS)
     assert rf["spec"]["sentinel"]["replicas"] == 3, "a field the adapter does not own is untouched"
+
+
+def test_a_cnpg_pooler_is_driven_and_its_pods_selected_without_a_selector(rig, adapter_proc):
+    """Issue 41: CNPG's real Pooler CRD has a /scale the HPA refuses (no labelSelectorPath). An
+    adapter naming a Pooler with no selector, under the package chart's default RBAC: a /scale write
+    moves spec.instances, and the adapter's /scale selects the Pooler's pods by cnpg.io/poolerName."""
+    crd = rig.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "poolers.postgresql.cnpg.io")
+    (scale_sub,) = [v["subresources"]["scale"] for v in crd["spec"]["versions"]]
+    assert scale_sub["specReplicasPath"] == ".spec.instances" and "labelSelectorPath" not in scale_sub
+    pooler = {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Pooler",
+              "metadata": {"name": "pg-pooler-rw", "namespace": NS},
+              "spec": {"cluster": {"name": "pg"}, "instances": 2, "type": "rw",
+                       "pgbouncer": {"poolMode": "transaction"}}}
+    rig.kube.apply(pooler)
+    body = adapter("pg-pooler-rw", "pg-pooler-rw")
+    body["spec"] = {"targetRef": {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Pooler", "name": "pg-pooler-rw"},
+                    "replicasPath": "/spec/instances", "replicas": 2}
+    rig.kube.apply(body)
+    wait_until(lambda: synced(rig, "pg-pooler-rw").get("reason") == "Synced", timeout=30, interval=POLL,
+               what="the Pooler's adapter Synced")
+    scale(rig, "pg-pooler-rw", 3)
+    wait_until(lambda: rig.kube.get("postgresql.cnpg.io/v1", "Pooler", "pg-pooler-rw", NS)["spec"]["instances"] == 3,
+               timeout=30, interval=POLL, what="the Pooler's spec.instances at 3")
+    got = rig.kube.get(SA, "ScaleAdapter", "pg-pooler-rw", NS, sub="scale")["status"]
+    assert got == {"replicas": 3, "selector": "cnpg.io/poolerName=pg-pooler-rw"}, got
+    rig.kube.delete(SA, "ScaleAdapter", "pg-pooler-rw", NS)
 
 
 def test_writes_are_paced(rig, adapter_proc):

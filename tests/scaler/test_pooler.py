@@ -3,12 +3,15 @@ clients from CNPG's pooler exporter series, its Cluster's connection budget from
 settings and backends. Series are this module's own, in namespace tenant-pooler, shaped as CNPG
 1.30's exporters name them (pkg/management/pgbouncer/metricsserver; the default monitoring
 queries' pg_settings and backends)."""
+import json
+import subprocess
 import time
 
 import grpc
 import requests
 
 from keda import error_of
+from scaler_proc import scaler_binary
 
 NS = "tenant-pooler"
 # A Pooler's pods are its Deployment's: <pooler>-<replica set hash>-<pod hash>.
@@ -82,6 +85,8 @@ def test_a_pooler_scales_on_its_clients_and_the_budget_caps_it(vm, scaler, keda)
     assert keda.desired(ref, 30) == 6
     e = decision(scaler, "so-rw")
     assert (e["current"], e["desired"], e["reason"]) == (3, 6, "load"), e
+    # /decisions names the Pooler and says it is one.
+    assert (e["cluster"], e["engine"]) == ("pg-pooler-rw", "pgbouncer"), e
     # 25 + 5 per instance: 157 / 30 fits 5, and the reason names the numbers.
     ref = keda.ref(NS, "so-rw-big", pooler_md("pg-pooler-rw", defaultPoolSize="25", reservePoolSize="5"))
     assert keda.desired(ref, 30) == 5
@@ -112,3 +117,34 @@ def test_a_pod_without_pool_series_is_unavailable_never_zero(vm, keda):
     err = error_of(lambda: keda.metrics(ref, "pgbouncer-pg-pooler-rw-clientconnections"))
     assert err.code() == grpc.StatusCode.UNAVAILABLE
     assert "connection budget" in err.details() and "ghost" in err.details(), err.details()
+
+
+def explain(vm, *flags, output="json"):
+    r = subprocess.run([scaler_binary(), "explain", "--prometheus-url", vm.url, "--namespace", NS,
+                        "--topology", "metrics", "--output", output, *flags],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout) if output == "json" else r.stdout
+
+
+def test_explain_speaks_pooler_from_flags(vm):
+    """`scaler explain --engine pgbouncer --pooler NAME --cluster DB` (no ScaledObject): serve's
+    decision for so-rw-big above, the budget's numbers and both queries."""
+    vm.import_and_wait(series(time.time()), f'count(cnpg_pgbouncer_up{{namespace="{NS}"}})',
+                       expect=lambda n: n == len(RW_PODS) + len(RO_PODS))
+    flags = ["--engine", "pgbouncer", "--pooler", "pg-pooler-rw", "--cluster", "pg", "--target", "30",
+             "--max-replicas", "10", "--default-pool-size", "25", "--reserve-pool-size", "5"]
+    e = explain(vm, *flags)
+    assert (e["cluster"], e["decision"]["desired"], e["decision"]["reason"]) == ("pg-pooler-rw", 5,
+                                                                                "connection-budget"), e
+    assert e["observation"]["current"] == 3, e["observation"]
+    assert "room for 5 instances of 30" in e["summary"], e["summary"]
+    assert e["metric_name"] == "pgbouncer-pg-pooler-rw-clientconnections"
+    assert "cnpg_pgbouncer_pools_cl_waiting" in e["query"] and "the connection budget" in e["query"], e["query"]
+    text = explain(vm, *flags, output="text")
+    assert text.startswith(f"CNPG Pooler {NS}/pg-pooler-rw (ClientConnections, target 30 per pooler instance)"), text
+    assert "pods pg-pooler-rw-<hash>-<hash> reporting cnpg_pgbouncer_up" in text, text
+    assert "connection budget     max_connections 200" in text, text
+    # Without the pool sizes the default pools (20 + 0) fit 7: the load's 6 stands.
+    e = explain(vm, *flags[:10])
+    assert (e["decision"]["desired"], e["decision"]["reason"]) == (6, "load"), e["decision"]

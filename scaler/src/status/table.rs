@@ -1,11 +1,11 @@
 //! `scaler status`'s rows, from what was read (pure: no I/O, the clock passed in).
 //!
-//! One row per ScaledObject this scaler serves, joined with its Cluster, its HPA and the
-//! scaler's decision (`/decisions`), sorted trouble first: broken (invalid metadata, failing,
-//! no decision), then degraded (serving a stale answer, the HPA unable to scale), then held by a
-//! guard (brake, stuck, quota), then held on purpose (dry run, scale-in hold, schedule, quorum
-//! floor), then fine; by namespace and name within each. A source that could not be read leaves
-//! its columns empty (`?`) and is named in [`missing`].
+//! One row per ScaledObject this scaler serves, joined with its Cluster (a CNPG trigger's), its
+//! HPA and the scaler's decision (`/decisions`), sorted trouble first: broken (invalid metadata,
+//! failing, no decision), then degraded (serving a stale answer, the HPA unable to scale), then
+//! held by a guard (brake, stuck, quota, connection budget), then held on purpose (dry run,
+//! scale-in hold, schedule, quorum floor), then fine; by namespace and name within each. A
+//! source that could not be read leaves its columns empty (`?`) and is named in [`missing`].
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::decisions::{Entry, Page};
 use crate::scaledobject::Trigger;
-use scaler_core::metadata;
+use scaler_core::metadata::{self, Engine};
 
 /// A ScaledObject whose trigger names this scaler: what its row needs, the metadata parsed.
 #[derive(Debug, Clone)]
@@ -22,8 +22,9 @@ pub struct Object {
     pub name: String,
     /// The trigger's scalerAddress, cut just past what a row shows.
     pub address: String,
-    /// The Cluster the metadata names, or why the metadata is invalid.
-    pub cluster: Result<String, String>,
+    /// The object the metadata names (a Cluster, RedisFailover or Pooler, as its engine says),
+    /// or why the metadata is invalid.
+    pub cluster: Result<(Engine, String), String>,
     /// The HPA KEDA made for it.
     pub hpa: String,
 }
@@ -36,7 +37,7 @@ impl Object {
         let cut = |s: &str, max: usize| s.chars().take(max + 1).collect::<String>();
         // The same parser as serve: an error here is the INVALID_ARGUMENT KEDA gets.
         let cluster = metadata::parse(&name, &trigger.metadata)
-            .map(|config| config.cluster)
+            .map(|config| (config.engine, config.cluster))
             .map_err(|e| cut(&e.to_string(), ERROR_MAX));
         Object {
             namespace,
@@ -115,7 +116,10 @@ pub struct HpaState {
 pub struct Row {
     pub namespace: String,
     pub name: String,
+    /// The name of the object whose count is decided, of the engine's kind.
     pub cluster: Option<String>,
+    /// `None` with invalid metadata.
+    pub engine: Option<Engine>,
     pub current: Option<u32>,
     pub desired: Option<u32>,
     pub recommended: Option<u32>,
@@ -131,7 +135,7 @@ pub struct Row {
 
 fn severity_of(reason: &str) -> Severity {
     match reason {
-        "brake" | "stuck" | "quota" | "quota-unreadable" => Severity::Guarded,
+        "brake" | "stuck" | "quota" | "quota-unreadable" | "connection-budget" => Severity::Guarded,
         "dry-run" | "scale-in-hold" | "schedule" | "quorum" => Severity::Held,
         _ => Severity::Ok,
     }
@@ -245,13 +249,14 @@ fn object_row(
     inputs: &Inputs,
 ) -> Row {
     let address = Some(object.address.clone());
-    let cluster = match &object.cluster {
-        Ok(cluster) => cluster,
+    let (engine, cluster) = match &object.cluster {
+        Ok((engine, cluster)) => (*engine, cluster),
         Err(error) => {
             return Row {
                 namespace: object.namespace.clone(),
                 name: object.name.clone(),
                 cluster: None,
+                engine: None,
                 current: None,
                 desired: None,
                 recommended: None,
@@ -267,9 +272,7 @@ fn object_row(
     match decision {
         Some(entry) => decision_row(entry, address, hpa, clusters),
         None => {
-            let current = clusters
-                .get(&(object.namespace.as_str(), cluster.as_str()))
-                .and_then(|c| c.instances);
+            let current = cluster_count(clusters, engine, &object.namespace, cluster);
             let (reason, severity) = match inputs.decisions {
                 Ok(_) => ("no-decision", Severity::Broken),
                 Err(_) => ("unknown", Severity::Unknown),
@@ -278,6 +281,7 @@ fn object_row(
                 namespace: object.namespace.clone(),
                 name: object.name.clone(),
                 cluster: Some(cluster.clone()),
+                engine: Some(engine),
                 current,
                 desired: None,
                 recommended: None,
@@ -292,17 +296,29 @@ fn object_row(
     }
 }
 
+/// The CNPG Cluster's `spec.instances`, for a trigger that decides a Cluster's count: a Pooler
+/// or RedisFailover named like a Cluster of its namespace is not that Cluster.
+fn cluster_count(
+    clusters: &HashMap<(&str, &str), &Cluster>,
+    engine: Engine,
+    namespace: &str,
+    name: &str,
+) -> Option<u32> {
+    (engine == Engine::Cnpg)
+        .then(|| clusters.get(&(namespace, name)))
+        .flatten()
+        .and_then(|c| c.instances)
+}
+
 fn decision_row(
     entry: &Entry,
     scaler_address: Option<String>,
     hpa: Option<HpaState>,
     clusters: &HashMap<(&str, &str), &Cluster>,
 ) -> Row {
-    let current = entry.current.or_else(|| {
-        clusters
-            .get(&(entry.namespace.as_str(), entry.cluster.as_str()))
-            .and_then(|c| c.instances)
-    });
+    let current = entry
+        .current
+        .or_else(|| cluster_count(clusters, entry.engine, &entry.namespace, &entry.cluster));
     let (reason, mut severity) = match &entry.reason {
         Some(reason) => (reason.clone(), severity_of(reason)),
         None => ("error".to_owned(), Severity::Broken),
@@ -314,6 +330,7 @@ fn decision_row(
         namespace: entry.namespace.clone(),
         name: entry.scaled_object.clone(),
         cluster: Some(entry.cluster.clone()),
+        engine: Some(entry.engine),
         current,
         desired: entry.desired,
         recommended: entry.recommended,
@@ -429,7 +446,11 @@ pub fn text(rows: &[Row], wide: bool) -> String {
         let mut line = vec![
             r.namespace.clone(),
             r.name.clone(),
-            or_dash(r.cluster.as_ref()),
+            or_dash(r.cluster.as_ref().map(|name| match r.engine {
+                // Another kind than a Cluster says so: `Pooler/pg-pooler-rw`.
+                Some(engine) if engine != Engine::Cnpg => format!("{}/{name}", engine.kind()),
+                _ => name.clone(),
+            })),
             or_dash(r.current),
             or_dash(r.desired),
             or_dash(r.recommended),

@@ -27,6 +27,7 @@ fn entry(ns: &str, name: &str, reason: Option<&str>, error: Option<&str>) -> Ent
         namespace: ns.into(),
         scaled_object: name.into(),
         cluster: name.into(),
+        engine: Engine::Cnpg,
         current: reason.map(|_| 3),
         desired: reason.map(|_| 3),
         recommended: reason.map(|_| 4),
@@ -170,6 +171,72 @@ fn a_mixed_fleet_is_listed_trouble_first_with_the_right_reasons() {
     assert_eq!((h.desired, h.last_scale_age_seconds), (Some(3), Some(3600)));
     assert_eq!(rows[3].last_error_age_seconds, Some(60));
     assert!(missing(&inputs).is_empty());
+}
+
+/// The issue-41 case: pooler triggers name a Pooler (here one called like the Cluster next to
+/// it, which CNPG allows), capped by the connection budget or not yet asked.
+#[test]
+fn a_pooler_row_names_its_pooler_never_borrows_a_clusters_count_and_the_budget_is_a_guard() {
+    const POOLER: &[(&str, &str)] = &[
+        ("engine", "pgbouncer"),
+        ("cluster", "pg"),
+        ("target", "30"),
+        ("maxReplicas", "10"),
+    ];
+    let mut capped = entry("t", "pg-pooler-rw", Some("connection-budget"), None);
+    capped.engine = Engine::Pgbouncer;
+    let inputs = Inputs {
+        objects: Ok(vec![
+            object("t", "pg-pooler-rw", POOLER),
+            object("t", "pg-pooler-ro", POOLER),
+        ]),
+        clusters: Ok(vec![Cluster {
+            namespace: "t".into(),
+            name: "pg-pooler-ro".into(),
+            instances: Some(7),
+        }]),
+        hpas: Ok(vec![]),
+        decisions: Ok(Page {
+            total: 1,
+            truncated: false,
+            entries: vec![capped],
+        }),
+        now: now(),
+    };
+    let rows = rows(&inputs);
+    assert_eq!(
+        summary(&rows),
+        [
+            ("pg-pooler-ro", "no-decision", Severity::Broken),
+            ("pg-pooler-rw", "connection-budget", Severity::Guarded),
+        ]
+    );
+    // The Pooler's name from its metadata default (the ScaledObject's), not `cluster: pg` (the
+    // budget's database); the Cluster of the same name's 7 instances are not its count.
+    assert_eq!(rows[0].cluster.as_deref(), Some("pg-pooler-ro"));
+    assert_eq!(
+        (rows[0].engine, rows[0].current),
+        (Some(Engine::Pgbouncer), None)
+    );
+    let table = text(&rows, false);
+    assert!(table.contains("Pooler/pg-pooler-rw"), "{table}");
+    assert!(table.contains("Pooler/pg-pooler-ro"), "{table}");
+    // A Cluster's trigger still shows its bare name and the Cluster's count.
+    let mut cnpg = fleet();
+    cnpg.decisions = Ok(Page {
+        total: 0,
+        truncated: false,
+        entries: vec![],
+    });
+    let row = rows_of(&cnpg, "unasked");
+    assert_eq!(
+        (row.cluster.as_deref(), row.current, row.engine),
+        (Some("unasked"), Some(2), Some(Engine::Cnpg))
+    );
+}
+
+fn rows_of(inputs: &Inputs, name: &str) -> Row {
+    rows(inputs).into_iter().find(|r| r.name == name).unwrap()
 }
 
 #[test]

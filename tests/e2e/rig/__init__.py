@@ -3,9 +3,10 @@ all processes on loopback, built by tests/e2e/setup.sh into $COZY_TOOLS/e2e."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from testkit import TOOLS, crd_files as upstream_crd_files, versions, wait_until
+from testkit import TOOLS, crd_files as upstream_crd_files, upstream, versions, wait_until
 from vm import VictoriaMetrics
 
 from . import keda
@@ -26,7 +27,9 @@ def binary(name: str, version: str) -> Path:
 
 
 def crd_files() -> list[Path]:
+    # CNPG's Pooler CRD (a /scale without labelSelectorPath) for the ScaleAdapter's Pooler target.
     return [*upstream_crd_files("keda", "helm-controller", "source-controller", "cnpg", "redis-operator"),
+            upstream("cnpg-operator") / "postgresql.cnpg.io_poolers.yaml",
             REPO / "tests/e2e/fixtures/cert-manager-crds.yaml"]
 
 
@@ -71,7 +74,8 @@ class Rig:
         self._keda_bins = (binary("keda-operator", v["KEDA_VERSION"]),
                            binary("keda-adapter", v["KEDA_VERSION"]))
         # Started by the tests (secured.py), once the package's objects are installed.
-        self.scaler_bin = REPO / "target/debug/scaler"
+        # SCALER_BIN as tests/scaler reads it: a build in another CARGO_TARGET_DIR.
+        self.scaler_bin = Path(os.environ.get("SCALER_BIN") or REPO / "target/debug/scaler")
         if not self.scaler_bin.is_file():
             raise FileNotFoundError(f"{self.scaler_bin} is missing: cargo build -p cli")
         self.cnpg: CnpgStandIn | None = None
