@@ -43,8 +43,10 @@ TIMINGS: dict[str, float] = {}
 def pytest_terminal_summary(terminalreporter):
     if TIMINGS:
         terminalreporter.section("real node figures")
-        for what, seconds in TIMINGS.items():
-            terminalreporter.write_line(f"{what:50s} {seconds:7.1f} s")
+        for what, value in TIMINGS.items():
+            # Seconds, or a count (an int).
+            shown = f"{value:7d}" if isinstance(value, int) else f"{value:7.1f} s"
+            terminalreporter.write_line(f"{what:50s} {shown}")
 
 
 @pytest.fixture(scope="session")
