@@ -100,7 +100,7 @@ image() {
   revision=$(git rev-parse HEAD)
   git diff --quiet HEAD || revision="$revision-dirty"
   epoch=$(git log -1 --format=%ct)
-  local args=(--build-arg "VERSION=$version" --build-arg "REVISION=$revision")
+  local args=(--build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "STAGE=$out")
   if [[ ${1:-} == --inputs-only ]]; then
     echo "staged $out/; build with: -f Containerfile ${args[*]} --timestamp $epoch -t $repository:$version ."
     return
