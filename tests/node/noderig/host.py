@@ -255,10 +255,9 @@ def cleanup(run: Run) -> list[str]:
     # Mounts inside the temp dir are the run's own mount namespace's: gone with its processes (or
     # detached here, by the run itself). One the host sees would be a leak rm -rf must not hide.
     if run.pid == os.getpid():
-        # The paths bound back into the private directories first: the host's own files must never
-        # be within reach of the rmtree below.
-        for target in PRIVATE:
-            _unmount_own(target)
+        # The paths bound back under the private directories (`keep`) stay mounted: pytest still
+        # works in the clone. They are attached at the private paths (/tmp/...), not under
+        # run.tmp, so the rmtree below sees only their empty mount points (left while busy).
         _unmount_own(run.tmp)
     leaked = [line.split()[4] for line in Path("/proc/1/mountinfo").read_text().splitlines()
               if line.split()[4].startswith(run.tmp)]
