@@ -347,9 +347,13 @@ pub fn decide(policy: &Policy, obs: &Observation) -> Decision {
     let convergence = convergence(policy, obs);
     let brake = brake(policy, obs);
     let hold = obs.current.clamp(bounds.floor, bounds.ceiling);
+    let braked = brake_hold(brake, hold);
+    // The stuck hold caps the brake's hold too: otherwise a brake would keep instances that
+    // never became ready, and less load (not asking above the ready count) would answer more.
+    let ask = braked.unwrap_or(recommended);
     let desired = dry_run(policy, hold)
-        .or(stuck(convergence, obs, &bounds, recommended))
-        .or(brake_hold(brake, hold))
+        .or(stuck(convergence, obs, &bounds, ask))
+        .or(braked)
         .unwrap_or(recommended);
     Decision {
         desired: desired.count,
@@ -556,19 +560,17 @@ fn convergence(policy: &Policy, obs: &Observation) -> ConvergencePhase {
     }
 }
 
-/// Step 7: in a hold phase, a recommendation above the ready count is held at
-/// `max(ready, floor)`. Holding at the floor when the floor is what is asked would change
-/// nothing: no hold.
+/// Step 7: in a hold phase, an ask (the recommendation, or the brake's hold) above the ready
+/// count is held at `max(ready, floor)`. Holding at the floor when the floor is what is asked
+/// would change nothing: no hold.
 fn stuck(
     convergence: ConvergencePhase,
     obs: &Observation,
     bounds: &Bounds,
-    recommended: Step,
+    ask: Step,
 ) -> Option<Step> {
     match (convergence, obs.convergence) {
-        (ConvergencePhase::Hold { .. }, Some(c))
-            if recommended.count > c.ready.max(bounds.floor) =>
-        {
+        (ConvergencePhase::Hold { .. }, Some(c)) if ask.count > c.ready.max(bounds.floor) => {
             Some(Step {
                 count: c.ready.max(bounds.floor),
                 reason: Reason::Stuck,

@@ -595,6 +595,31 @@ fn stuck_hold_never_goes_below_the_floor_nor_blocks_a_smaller_ask() {
 }
 
 #[test]
+fn stuck_hold_caps_the_brakes_hold_too() {
+    // Redis, lag unknown and writes unknown: the brake is engaged. 34 in spec, 21 ready long
+    // past the deadline. A load asking for 21 (no more than is ready) and one asking for 34 both
+    // shed the 13 that never became ready: the brake does not keep them.
+    let p = Policy {
+        engine: Engine::Redis,
+        target: 100.0,
+        max_replicas: 34,
+        ..policy()
+    };
+    let lagging = |load| Observation {
+        lag_unknown: true,
+        primary_writing: None,
+        ..stuck(34, load, 21, 46_369.9)
+    };
+    for load in [2_000.0, 5_000.0] {
+        let d = decide(&p, &lagging(load));
+        assert_eq!(
+            (d.desired, d.reason, d.brake),
+            (21, Reason::Stuck, Brake::Engaged)
+        );
+    }
+}
+
+#[test]
 fn precedence_dry_run_then_stuck_then_brake_then_quota() {
     let braking = Policy {
         max_lag_seconds: 1.0,
@@ -799,8 +824,13 @@ proptest! {
     fn the_stuck_hold_never_goes_below_the_floor_nor_above_the_ask(p in any_policy(), o in any_obs()) {
         let d = decide(&p, &o);
         if d.reason == Reason::Stuck {
+            let ask = if d.brake == Brake::Engaged {
+                o.current.clamp(d.floor, d.ceiling)
+            } else {
+                d.recommended
+            };
             prop_assert!(d.desired >= d.floor);
-            prop_assert!(d.desired < d.recommended);
+            prop_assert!(d.desired < ask);
             prop_assert!(matches!(d.convergence, ConvergencePhase::Hold { .. }), "not in a hold");
         }
     }
