@@ -268,7 +268,9 @@ def cleanup(run: Run) -> list[str]:
     for target in run.created:
         # Busy while another run still mounts over it in its own namespace: then it stays, empty.
         host_command(["rmdir", target])
-    if not problems:
+    # The bound-back paths' mount points stay busy in this process's namespace until it exits:
+    # then the record stays, and the next run's clean_stale removes what is left.
+    if not problems and not Path(run.tmp).exists():
         run.record.unlink(missing_ok=True)
     return problems
 
