@@ -37,15 +37,16 @@ signal.signal(signal.SIGINT, _interrupt)
 
 
 # The figures the run measured, printed at the end (docs/e2e.md, Real node).
-TIMINGS: dict[str, float] = {}
+TIMINGS: dict[str, float | int | str] = {}
 
 
 def pytest_terminal_summary(terminalreporter):
     if TIMINGS:
         terminalreporter.section("real node figures")
         for what, value in TIMINGS.items():
-            # Seconds, or a count (an int).
-            shown = f"{value:7d}" if isinstance(value, int) else f"{value:7.1f} s"
+            # Seconds, a count (an int) or what happened (a str).
+            shown = (value if isinstance(value, str) else f"{value:7d}" if isinstance(value, int)
+                     else f"{value:7.1f} s")
             terminalreporter.write_line(f"{what:50s} {shown}")
 
 

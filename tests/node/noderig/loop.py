@@ -9,6 +9,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .cnpg import CLUSTER as NAME, CLUSTER_NAMESPACE as DB_NS, PSQL, sql
@@ -30,23 +31,40 @@ class Sample:
 @dataclass
 class ClusterWatch:
     """Samples the Cluster once a second for the whole loop: what the count, the ready instances,
-    the operator's phase and the primary were at every moment (a refusal or a revert shows here)."""
+    the operator's phase and the primary were at every moment (a refusal or a revert shows here);
+    and, with `decide`, each new decision of the scaler, so a step back can be explained."""
     kube: object
+    decide: Callable[[], dict] | None = None
     samples: list[Sample] = field(default_factory=list)
+    decisions: list[tuple[float, dict]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
         while not self.stop.wait(1):
             try:
                 c = self.kube.get(CNPG, "Cluster", NAME, DB_NS)
+                d = self.decide() if self.decide else None
             except Exception:  # noqa: BLE001 - a failed read is a missing sample, not a failure
                 continue
             s = c.get("status", {})
             self.samples.append(Sample(time.monotonic(), c["spec"]["instances"], s.get("readyInstances", 0),
                                        s.get("phase", ""), s.get("currentPrimary", "")))
+            if d and (not self.decisions or self.decisions[-1][1].get("lastEvaluation") != d.get("lastEvaluation")):
+                self.decisions.append((time.monotonic(), d))
 
     def since(self, t: float) -> list[Sample]:
         return [s for s in self.samples if s.at >= t]
+
+    def steps_back(self, t: float) -> list[str]:
+        """Each step down of the count since `t`, with the decision the scaler had made before it."""
+        samples, found = self.since(t), []
+        for a, b in zip(samples, samples[1:]):
+            if b.instances < a.instances:
+                before = [d for at, d in self.decisions if at <= b.at]
+                d = before[-1] if before else {}
+                found.append(f"{a.instances} -> {b.instances} at +{b.at - t:.0f} s (ready {b.ready}): "
+                             f"{d.get('reason')} {d.get('desired')}: {d.get('summary') or d.get('lastError')}")
+        return found
 
 
 def app_credentials(kube) -> tuple[str, str]:
@@ -81,8 +99,14 @@ def read_sessions_on_replicas(kube, user: str) -> dict[str, int]:
 
 
 class Sessions:
-    """Real client sessions on the replicas: psql processes each running one long query through the
-    `-ro` Service as the application's user (the scaler counts active non-internal backends)."""
+    """Real client sessions on the replicas: psql processes through the `-ro` Service as the
+    application's user, each running one-second queries back to back (the scaler counts active
+    non-internal backends; between two queries a backend is idle for a round trip). Short queries,
+    as applications run them: a query a standby's replay conflicts with is cancelled once it has run
+    longer than max_standby_streaming_delay (30 s), which a writer's vacuumed rows make certain
+    (docs/e2e.md); a cancelled one-second query is followed by the next."""
+
+    QUERIES = "select pg_sleep(1);\n" * 1200  # 20 minutes, longer than any scenario
 
     def __init__(self, kube):
         self.user, self.password = app_credentials(kube)
@@ -92,9 +116,12 @@ class Sessions:
     def open(self, n: int) -> None:
         env = {**os.environ, "PGPASSWORD": self.password, "PGCONNECT_TIMEOUT": "10"}
         for _ in range(n):
-            self.procs.append(subprocess.Popen(
-                [PSQL, "-h", self.ip, "-U", self.user, "-d", "app", "-c", "select pg_sleep(1200)"],
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            p = subprocess.Popen([PSQL, "-h", self.ip, "-U", self.user, "-d", "app", "-q", "-f", "-"],
+                                 env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, text=True)
+            p.stdin.write(self.QUERIES)  # 24 KB: within the pipe's buffer, so this never blocks
+            p.stdin.close()
+            self.procs.append(p)
 
     def close(self, kube) -> None:
         """Ends the sessions on the server too: a backend in pg_sleep never notices its client left
