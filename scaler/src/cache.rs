@@ -10,7 +10,8 @@
 //!   other cold evaluation is in flight, else together with the cold keys arriving within the
 //!   cold window
 //!   ([`crate::gather`]), so a burst of them (a scaler start) costs batched queries, not one per
-//!   key. The evaluation runs on a task of its own: a caller that gives up (KEDA's deadline)
+//!   key. The evaluation runs on a task of its own, owned by the cache ([`Cache::run`] waits for
+//!   them at shutdown; a panic is logged and counted): a caller that gives up (KEDA's deadline)
 //!   cancels neither the query nor its recording, and the answer serves the retry. One
 //!   evaluation runs at a time per key (single-flight): a caller finding the key in a tick or in
 //!   another caller's flight waits for it;
@@ -26,6 +27,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
+use runtime::tasks::Tracker;
 use std::panic::AssertUnwindSafe;
 use tokio::sync::{OwnedMutexGuard, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -172,6 +174,8 @@ pub struct Cache<E> {
     entries: RwLock<HashMap<Arc<Key>, Arc<Entry>>>,
     events: Option<Events>,
     cold: Mutex<Gathering<Waiting>>,
+    /// The cold evaluations and the gathering windows' timers.
+    tasks: Tracker,
 }
 
 impl<E: Evaluate> Cache<E> {
@@ -184,6 +188,7 @@ impl<E: Evaluate> Cache<E> {
             entries: RwLock::default(),
             events: None,
             cold: Mutex::new(cold),
+            tasks: Tracker::new("cold evaluations"),
         }
     }
 
@@ -210,13 +215,11 @@ impl<E: Evaluate> Cache<E> {
         let arrival = lock(&self.cold).arrive((key, entry, flight, answer), Instant::now());
         match arrival {
             Arrival::Send(batch) => self.send(batch),
-            Arrival::Opened(window) => {
-                tokio::spawn(self.clone().close_window(window));
-            }
+            Arrival::Opened(window) => self.tasks.spawn(self.clone().close_window(window)),
             Arrival::Joined => {}
         }
-        // The sender goes without an answer only when its task was dropped (the runtime shutting
-        // down): an error, never a panic on the request path.
+        // The sender goes without an answer only when its task was dropped (stopped at shutdown,
+        // or a panic): an error, never a panic on the request path.
         answered
             .await
             .unwrap_or(Err(ObserveError::Internal("its evaluation was cancelled")))
@@ -243,13 +246,13 @@ impl<E: Evaluate> Cache<E> {
             (&a.namespace, &a.config.cluster).cmp(&(&b.namespace, &b.config.cluster))
         });
         let cache = self.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
+            let _done = Sent(&cache.cold);
             let keys: Vec<Arc<Key>> = batch.iter().map(|(key, ..)| key.clone()).collect();
             let results = cache.evaluate_whole(&keys).await;
             for ((key, entry, _flight, answer), result) in batch.into_iter().zip(results) {
                 let _ = answer.send(cache.record(&key, &entry, result));
             }
-            lock(&cache.cold).done();
         });
     }
 
@@ -493,13 +496,15 @@ impl<E: Evaluate> Cache<E> {
     }
 
     /// Every `refresh` until `shutdown`: evicts idle keys, then refreshes the due ones. Ticks
-    /// never overlap: a tick that overruns the interval delays the next.
+    /// never overlap: a tick that overruns the interval delays the next. At shutdown, waits for
+    /// the cold evaluations in flight (their callers are being drained); dropped before they end
+    /// (the app's deadline), it stops them.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(self.timing.refresh);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return self.tasks.join_all().await,
                 _ = tick.tick() => {
                     let evicted = self.evict_idle(Instant::now());
                     let start = Instant::now();
@@ -513,6 +518,16 @@ impl<E: Evaluate> Cache<E> {
                 }
             }
         }
+    }
+}
+
+/// Marks a sent cold evaluation done when dropped: after its answers, and after a panic or a stop
+/// too, so later cold keys are never held behind an evaluation that ended.
+struct Sent<'a>(&'a Mutex<Gathering<Waiting>>);
+
+impl Drop for Sent<'_> {
+    fn drop(&mut self) {
+        lock(self.0).done();
     }
 }
 

@@ -230,17 +230,22 @@ impl Args {
             batch_size: 1,
             concurrency: 1,
         };
-        let key = Key {
+        let key = Arc::new(Key {
             namespace: namespace.clone(),
             name,
             config: config.clone().into(),
-        };
+        });
         let evaluation = observer
-            .evaluate(&[Arc::new(key)])
+            .evaluate(std::slice::from_ref(&key))
             .await
             .into_iter()
             .next()
-            .expect("Evaluate answers every key")?;
+            .with_context(|| {
+                format!(
+                    "evaluating {namespace}/{}: no result came back (a bug in the scaler)",
+                    key.name
+                )
+            })??;
         let report = Report {
             evaluation: &evaluation,
             summary: evaluation.summary(),

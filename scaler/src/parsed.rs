@@ -115,6 +115,8 @@ impl MetadataCache {
                 return parsed;
             }
             let (name, raw) = (name.to_owned(), raw.clone());
+            // A panic in the parser goes on in the rpc, which answers it INTERNAL
+            // (`grpc::caught`); its outcome is not kept, so it is not cached either.
             tokio::task::spawn_blocking(move || parse_now(&name, &raw))
                 .await
                 .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))

@@ -26,7 +26,7 @@ import yaml
 from rig import POLL, REPO
 from rig.kube import ApiError
 from scaledobject import FAST_BEHAVIOR, TARGET
-from testkit import free_port, wait_until
+from testkit import cargo_bin, free_port, wait_until
 
 NS = "tenant-redis"
 OTHER_NS = "tenant-redis-other"
@@ -371,7 +371,7 @@ def chartgen_redis_chart(rig) -> Path:
     chart = rig.dir / "redis-chart"
     shutil.rmtree(chart, ignore_errors=True)
     shutil.copytree(REPO / "tests/chartgen/fixtures/redis", chart)
-    r = subprocess.run([REPO / "target/debug/chartgen", "app", "--chart", chart], capture_output=True, text=True)
+    r = subprocess.run([cargo_bin("chartgen"), "app", "--chart", chart], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return chart
 
