@@ -402,7 +402,10 @@ fn target_spec(
     let max_sync = match c.known.engine {
         Engine::Cnpg => quorum(&doc, settings, values_root, &at, notes),
         // Redis replication is asynchronous: no quorum (the scaler refuses maxSyncReplicas).
-        Engine::Redis => String::new(),
+        Engine::Redis => {
+            redis_engine(&doc).map_err(|(line, e)| anyhow::anyhow!("{}: {e}", at(line)))?;
+            String::new()
+        }
     };
     let path = c.known.parents().iter().map(|p| (*p).to_owned());
     let spec = AppSpec {
@@ -435,6 +438,23 @@ fn target_spec(
         ));
     }
     Ok((spec, max_sync))
+}
+
+/// A literal `spec.engine` of the RedisFailover must be one its operator runs (Redis or Valkey:
+/// both are driven alike); one the template computes is checked where it renders, by --verify.
+fn redis_engine(doc: &Doc) -> Result<(), (usize, String)> {
+    let Some((line, value)) = doc.spec("engine") else {
+        return Ok(());
+    };
+    // A literal, bare, quoted or in an action, reads back as a Go string literal; anything
+    // else (`"x" | lower` too) is computed.
+    match target::value_expr(value) {
+        Expr::Known(e) => match serde_json::from_str::<String>(&e) {
+            Ok(literal) => names::redis_failover::check_engine(&literal).map_err(|why| (line, why)),
+            Err(_) => Ok(()),
+        },
+        Expr::Unknown(_) => Ok(()),
+    }
 }
 
 /// The target's name and namespace expressions, checked against the flags, and every other
@@ -1259,6 +1279,32 @@ mod tests {
             anywhere.holds(text, &lines, 3),
             "CNPG's shape: any line of the kind"
         );
+    }
+
+    #[test]
+    fn a_literal_redis_engine_is_checked_and_a_computed_one_left_to_the_render() {
+        let engine = |line: &str| {
+            let text = format!("kind: RedisFailover\nspec:\n  {line}\n  redis:\n    replicas: 3\n");
+            let lines: Vec<&str> = text.lines().collect();
+            redis_engine(&target::doc_at(&text, &lines, 0))
+        };
+        for ok in [
+            "sentinel: {}",
+            "engine: Valkey",
+            "engine: \"Redis\" # quoted",
+            "engine: {{ .Values.engine }}",
+            "engine: {{ \"VALKEY\" | title }}",
+        ] {
+            assert_eq!(engine(ok), Ok(()), "{ok}");
+        }
+        for bad in ["engine: valkey", "engine: '{{ \"KeyDB\" }}'"] {
+            let (line, why) = engine(bad).unwrap_err();
+            assert_eq!(line, 2, "{bad}");
+            assert!(
+                why.starts_with("spec.engine ") && why.contains("Redis or Valkey"),
+                "{why}"
+            );
+        }
     }
 
     #[test]

@@ -67,6 +67,11 @@ impl Doc<'_> {
         Some((line, self.lines[line - self.first]))
     }
 
+    /// The 0-based file line and value text of `spec.<field>`; None when the field is absent.
+    pub fn spec(&self, field: &str) -> Option<(usize, &str)> {
+        self.child_of(&["spec"], field)
+    }
+
     /// `metadata.<field>` as an expression; None when the field is absent.
     pub fn metadata(&self, field: &str) -> Option<(usize, Expr)> {
         let (line, value) = self.child_of(&["metadata"], field)?;

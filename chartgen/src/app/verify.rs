@@ -369,12 +369,43 @@ fn check(
                 );
             }
             let objects = documents(&out.stdout)?;
+            if spec.engine == Engine::Redis {
+                redis_engines(&objects, spec)?;
+            }
             for o in &objects {
                 schemas.validate(o)?;
             }
             check_target(&objects, spec, target.namespace, scaled, paused)
         }
     }
+}
+
+/// Every rendered RedisFailover runs an engine its operator knows (`spec.engine` unset, Redis or
+/// Valkey), whatever the CRDs given declare: spotahome's has no such field, the fork's an enum.
+fn redis_engines(objects: &[Value], spec: &AppSpec) -> anyhow::Result<()> {
+    use names::redis_failover::{ENGINE_FIELD, ENGINE_POINTER, check_engine};
+    for o in objects
+        .iter()
+        .filter(|o| o["kind"] == spec.target_kind.as_str())
+    {
+        let name = o
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        match o.pointer(ENGINE_POINTER) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(engine)) => {
+                check_engine(engine)
+                    .map_err(|e| anyhow::anyhow!("{}/{name}: {e}", spec.target_kind))?;
+            }
+            Some(other) => bail!(
+                "{}/{name}: {ENGINE_FIELD} renders {}, not Redis or Valkey",
+                spec.target_kind,
+                names::escape(&other.to_string(), names::ECHO_MAX)
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// The ScaledObject (if any) must sit next to a rendered target of the right kind and name, with
