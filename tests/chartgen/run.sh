@@ -7,7 +7,9 @@ cd "$(dirname "$0")/../.."
 . tests/lib/pytest.sh
 
 cargo build --quiet -p chartgen -p cli
-export CHARTGEN_BIN="$PWD/target/debug/chartgen"
+# The binaries just built, wherever cargo puts them (CARGO_TARGET_DIR), unless given.
+bin="${CARGO_TARGET_DIR:-$PWD/target}/debug"
+export CHARTGEN_BIN="${CHARTGEN_BIN:-$bin/chartgen}" SCALER_BIN="${SCALER_BIN:-$bin/scaler}"
 
 echo "-- chartgen package --check / app --check"
 "$CHARTGEN_BIN" package --check
