@@ -242,6 +242,27 @@ def test_check_passes_a_second_run_changes_nothing_and_drift_fails(generated, tm
     assert drift.returncode == 1 and "pooler-autoscaling.yaml" in drift.stderr, drift.stderr
 
 
+def test_a_chart_wired_before_its_pooler_gains_the_block_on_a_re_run(helm, tmp_path):
+    """The chart as chartgen left it without a Pooler, then the Pooler added: the re-run adds
+    `pooler` at the end of the existing block (every line of it kept), says what cozyvalues-gen
+    needs, and the pair renders."""
+    chart = tmp_path / "postgres-pooler"
+    shutil.copytree(FIXTURE, chart)
+    poolers = (chart / "templates/pooler.yaml").read_text()
+    (chart / "templates/pooler.yaml").unlink()
+    assert chartgen("app", "--chart", chart).returncode == 0
+    before = (chart / "values.yaml").read_text()
+    assert "pooler:\n    enabled" not in before and not (chart / "templates/pooler-autoscaling.yaml").exists()
+    (chart / "templates/pooler.yaml").write_text(poolers)
+    out = chartgen("app", "--chart", chart)
+    assert out.returncode == 0, out.stderr
+    assert "added pooler to the existing `autoscaling:` block" in out.stderr, out.stderr
+    assert "## @typedef {struct} AutoscalingPooler" in out.stderr
+    after = (chart / "values.yaml").read_text()
+    assert after.startswith(before.rstrip("\n")) and "\n  pooler:\n    enabled: false\n" in after
+    assert list(pairs(helm.render(chart, ON))) == ["pg-pooler-rw"]
+
+
 def test_the_next_steps_name_the_poolers_and_the_crds_verify_needs(generated):
     err = generated[1]
     assert "the KEDA, CNPG (Cluster and Pooler) and ScaleAdapter CRDs" in err, err

@@ -542,10 +542,14 @@ fn render(d: &Discovered, r: &Renderer) -> anyhow::Result<Rendered> {
         notes.push(format!(
             "added {} to the existing `autoscaling:` block{}",
             change.added.join(", "),
-            if convention == values::Convention::Cozy {
-                "; add their `## @field` lines to the Autoscaling typedef so cozyvalues-gen keeps them"
-            } else {
-                ""
+            match convention {
+                values::Convention::Cozy if change.added.iter().any(|k| k == "pooler") => {
+                    "; add their `## @field` lines to the Autoscaling typedef, and for `pooler` the `## @typedef {struct} AutoscalingPooler` with its fields (a fresh block shows them), so cozyvalues-gen keeps them"
+                }
+                values::Convention::Cozy => {
+                    "; add their `## @field` lines to the Autoscaling typedef so cozyvalues-gen keeps them"
+                }
+                _ => "",
             }
         ));
     }
