@@ -74,7 +74,13 @@ impl Doc<'_> {
 
     /// `metadata.<field>` as an expression; None when the field is absent.
     pub fn metadata(&self, field: &str) -> Option<(usize, Expr)> {
-        let (line, value) = self.child_of(&["metadata"], field)?;
+        self.field(&["metadata"], field)
+    }
+
+    /// `<path>.<field>` (`["spec", "cluster"]`, `name`) as an expression and its 0-based file
+    /// line; None when the field is absent.
+    pub fn field(&self, path: &[&str], field: &str) -> Option<(usize, Expr)> {
+        let (line, value) = self.child_of(path, field)?;
         Some((line, self.expr_at(line, value)))
     }
 
@@ -161,7 +167,8 @@ impl Doc<'_> {
         None
     }
 
-    fn expr_at(&self, line: usize, value: &str) -> Expr {
+    /// The expression of `value` (a YAML scalar on 0-based file `line`) as it reads at the chart's root.
+    pub fn expr_at(&self, line: usize, value: &str) -> Expr {
         let blocks = enclosing_blocks(self.file, line);
         match value_expr(value) {
             Expr::Known(e) => {

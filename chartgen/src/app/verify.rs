@@ -15,18 +15,21 @@ use super::engine::Engine;
 use super::{AppSpec, Outcome};
 use crate::output::read;
 
-const ADAPTER_API: &str = "autoscaling.cozystack.io/v1alpha1";
-const ADAPTER_KIND: &str = "ScaleAdapter";
+pub(super) const ADAPTER_API: &str = "autoscaling.cozystack.io/v1alpha1";
+pub(super) const ADAPTER_KIND: &str = "ScaleAdapter";
 
 /// One `helm template` run and what it must produce.
-struct Case {
-    name: &'static str,
-    sets: Vec<String>,
-    keda: bool,
-    expect: Expect,
+pub(super) struct Case {
+    pub name: &'static str,
+    pub sets: Vec<String>,
+    pub keda: bool,
+    pub expect: Expect,
+    /// The Poolers' pairs (pooler/verify.rs): Some(paused) when they must render, None when
+    /// none may.
+    pub poolers: Option<bool>,
 }
 
-enum Expect {
+pub(super) enum Expect {
     /// Renders; objects valid; a ScaledObject iff `scaled`, paused iff `paused`.
     Renders { scaled: bool, paused: bool },
     /// The render fails with this text in the message.
@@ -52,24 +55,28 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             sets: vec![],
             keda: false,
             expect: renders(false, false),
+            poolers: None,
         },
         Case {
             name: "on",
             sets: on(&[]),
             keda: true,
             expect: renders(true, false),
+            poolers: None,
         },
         Case {
             name: "transition",
             sets: on(&["autoscaling.transition=true"]),
             keda: true,
             expect: renders(true, true),
+            poolers: None,
         },
         Case {
             name: "dryRun",
             sets: on(&["autoscaling.dryRun=true"]),
             keda: true,
             expect: renders(true, true),
+            poolers: None,
         },
         Case {
             name: "controls: a second signal, scale-in off and a schedule",
@@ -84,6 +91,7 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             ]),
             keda: true,
             expect: renders(true, false),
+            poolers: None,
         },
         Case {
             name: "guard: schedule floor > maxReplicas",
@@ -95,24 +103,28 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             ]),
             keda: true,
             expect: Expect::Fails("is above autoscaling.maxReplicas"),
+            poolers: None,
         },
         Case {
             name: "guard: no KEDA API",
             sets: on(&[]),
             keda: false,
             expect: Expect::Fails("needs KEDA"),
+            poolers: None,
         },
         Case {
             name: "guard: target < 1",
             sets: on(&["autoscaling.target=0"]),
             keda: true,
             expect: Expect::Fails("autoscaling.target must be at least 1"),
+            poolers: None,
         },
         Case {
             name: "guard: floor > maxReplicas",
             sets: on(&["autoscaling.minReplicas=5", "autoscaling.maxReplicas=4"]),
             keda: true,
             expect: Expect::Fails(floor_refusal),
+            poolers: None,
         },
         Case {
             name: "guard: count > maxReplicas",
@@ -123,20 +135,26 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             ],
             keda: true,
             expect: Expect::Fails("is above autoscaling.maxReplicas"),
+            poolers: None,
         },
         Case {
             name: "guard: maxReplicas > 100",
             sets: on(&["autoscaling.maxReplicas=101"]),
             keda: true,
             expect: Expect::Fails("above the hard ceiling of 100"),
+            poolers: None,
         },
         Case {
             name: "guard: empty scalerAddress",
             sets: on(&["autoscaling.scalerAddress="]),
             keda: true,
             expect: Expect::Fails("scalerAddress is empty"),
+            poolers: None,
         },
     ]
+    .into_iter()
+    .chain(super::pooler::verify::cases(spec))
+    .collect()
 }
 
 /// Runs the matrix; prints one line per case and helm; exit 1 when any fails.
@@ -293,8 +311,11 @@ pub fn run(
         ("keda.sh/v1alpha1", "ScaledObject"),
         (spec.target_api_version.as_str(), spec.target_kind.as_str()),
     ];
-    if spec.engine == Engine::Redis {
+    if spec.engine == Engine::Redis || !spec.poolers.is_empty() {
         kinds.push((ADAPTER_API, ADAPTER_KIND));
+    }
+    if !spec.poolers.is_empty() {
+        kinds.push((super::pooler::API_VERSION, super::pooler::KIND));
     }
     for (api, kind) in kinds {
         if !schemas.has(api, kind) {
@@ -375,7 +396,8 @@ fn check(
             for o in &objects {
                 schemas.validate(o)?;
             }
-            check_target(&objects, spec, target.namespace, scaled, paused)
+            check_target(&objects, spec, target.namespace, scaled, paused)?;
+            super::pooler::verify::check(&objects, spec, target.namespace, case.poolers)
         }
     }
 }
@@ -430,9 +452,10 @@ fn check_target(
                 && o["apiVersion"] == spec.target_api_version.as_str()
         })
         .collect();
+    // The Poolers' pairs are checked on their own (pooler/verify.rs).
     let scaled_objects: Vec<&Value> = objects
         .iter()
-        .filter(|o| o["kind"] == "ScaledObject")
+        .filter(|o| o["kind"] == "ScaledObject" && !super::pooler::verify::is_pooler_pair(o))
         .collect();
     if targets.is_empty() {
         bail!(
