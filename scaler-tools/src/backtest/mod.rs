@@ -15,9 +15,9 @@ use anyhow::{Context as _, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use prometheus_client::registry::Registry;
 
-use crate::backend;
-use crate::metrics::Metrics;
 use runtime::logging::LogArgs;
+use scaler::backend;
+use scaler::metrics::Metrics;
 use scaler_core::metadata::{self, Metric, ScalerConfig};
 use scaler_core::promql;
 use scaler_core::replay::{HpaSpec, Replay, Row, Tally};

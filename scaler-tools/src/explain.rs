@@ -9,15 +9,15 @@ use serde::Serialize;
 
 use anyhow::Context as _;
 
-use crate::backend;
-use crate::cache::Evaluate as _;
-use crate::cache::Key;
-use crate::metrics::Metrics;
-use crate::observe::Observer;
-use crate::scaledobject::{self, AddressMatch};
-use crate::serve;
-use crate::topology::{self, Topology};
 use runtime::logging::LogArgs;
+use scaler::backend;
+use scaler::cache::Evaluate as _;
+use scaler::cache::Key;
+use scaler::metrics::Metrics;
+use scaler::observe::Observer;
+use scaler::scaledobject::{self, AddressMatch};
+use scaler::serve;
+use scaler::topology::{self, Topology};
 use scaler_core::decision::{Brake, ConvergencePhase, RedisReplication};
 use scaler_core::evaluate::{CurrentSource, Evaluation, QuorumSource};
 use scaler_core::metadata::{self, Engine, Metric};
@@ -192,7 +192,7 @@ impl Args {
             .await
             .context("--scaled-object: cannot build a Kubernetes client")?;
         let api: kube::Api<kube::api::DynamicObject> =
-            kube::Api::namespaced_with(client, namespace, &crate::scaledobject::resource());
+            kube::Api::namespaced_with(client, namespace, &scaler::scaledobject::resource());
         let object = tokio::time::timeout(self.query_timeout, api.get(name))
             .await
             .map_err(|_| anyhow::anyhow!("reading ScaledObject {reference} timed out"))?
