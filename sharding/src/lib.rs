@@ -1,7 +1,8 @@
 //! `scaler webhook`: the Flux shard-placement admission webhook (docs/design.md S8).
 //!
-//! `mutate` decides (pure), `assign` resolves a tenant's shard (index + namespace label),
-//! `watch` keeps the `index` current, `server` is the HTTPS shell, `metrics` the gauges.
+//! `webhook::mutate` decides (pure), `webhook::assign` resolves a tenant's shard (index +
+//! namespace label), `watch` keeps the `index` current, `webhook::server` is the HTTPS shell,
+//! `webhook::metrics` the gauges.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -16,15 +17,12 @@ use tracing::{Instrument, info, info_span};
 use placement::shard::{ShardIndex, parse_shard_index};
 use runtime::app::App;
 use runtime::{conn, logging::WebhookLogArgs, tls};
+use webhook::{assign, metrics, server};
 
-pub mod assign;
 pub mod controller;
 pub mod index;
-pub mod metrics;
-pub mod mutate;
-pub mod review;
-pub mod server;
 pub mod watch;
+pub mod webhook;
 
 /// How often readiness and the load gauges are recomputed from the index (cheap: one
 /// placement pass over the tenants).
