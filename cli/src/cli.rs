@@ -23,7 +23,7 @@ enum Command {
     /// Replay the decision and a simulated HPA over history: table and plot.
     Backtest(scaler_tools::backtest::Args),
     /// Serve the Flux shard-placement admission webhook.
-    Webhook(sharding::Args),
+    Webhook(sharding::webhook::Args),
     /// Run the shard placement controller: rescue stranded tenants, rebalance, paced.
     ShardController(sharding::controller::Args),
     /// Inspect shard placement (read-only).
