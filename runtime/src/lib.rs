@@ -13,6 +13,7 @@ pub mod flags;
 pub mod http1;
 pub mod identity;
 pub mod lease;
+pub mod lock;
 pub mod logging;
 #[cfg(feature = "testing")]
 pub mod mock;

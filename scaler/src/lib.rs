@@ -11,6 +11,7 @@ pub mod events;
 pub mod explain;
 pub mod gather;
 pub mod grpc;
+pub mod lru;
 pub mod metrics;
 pub mod observe;
 pub mod parsed;
