@@ -282,6 +282,12 @@ mod tests {
         assert_eq!(s.admin.admin_listen.to_string(), "0.0.0.0:9090");
         assert_eq!(s.limits.max_connections, 256);
         assert_eq!(s.limits.idle_timeout, Duration::from_secs(60));
+        // The webhook serves TLS only: its profile makes the files required.
+        let error = Cli::try_parse_from(["webhook", "--tls-key", "k", "--shards", "4"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("--tls-cert"), "{error}");
         assert_eq!(s.flux_namespace, "cozy-fluxcd");
         assert_eq!(s.shards, 4);
         assert!(
