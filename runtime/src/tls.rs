@@ -160,11 +160,7 @@ impl Reloading {
 
     /// The config new connections get right now.
     pub fn config(&self) -> Arc<ServerConfig> {
-        match self.current.read() {
-            Ok(guard) => guard.clone(),
-            // A writer never panics while holding the lock; recover the value anyway.
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        crate::lock::read(&self.current).clone()
     }
 
     /// Accepts TCP connections from `listener` under `limits` (see [`conn`]) and yields those
@@ -243,9 +239,7 @@ impl Reloading {
             }
             match contents.build(&files, &alpn) {
                 Ok(config) => {
-                    if let Ok(mut current) = self.current.write() {
-                        *current = Arc::new(config);
-                    }
+                    *crate::lock::write(&self.current) = Arc::new(config);
                     info!(cert = %files.cert.display(), "reloaded TLS certificate");
                 }
                 Err(error) => {

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
+use runtime::lock::{lock, read, write};
 use runtime::tasks::Tracker;
 use std::panic::AssertUnwindSafe;
 use tokio::sync::{OwnedMutexGuard, oneshot};
@@ -35,6 +36,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::events::{Events, transition};
 use crate::gather::{Arrival, Gathering};
+use crate::lru;
 use crate::metrics::{Metrics, ObjectLabels};
 use crate::topology::TopologyError;
 use scaler_core::evaluate::{EvaluateError, Evaluation};
@@ -400,20 +402,14 @@ impl<E: Evaluate> Cache<E> {
     /// gauges; keys never asked yet (a first caller is evaluating them) count as the newest.
     fn evict_least_recent(&self, entries: &mut HashMap<Arc<Key>, Arc<Entry>>) -> usize {
         let now = Instant::now();
-        let mut ages: Vec<(Instant, Arc<Key>)> = entries
-            .iter()
-            .map(|(key, entry)| (lock(&entry.state).last_asked.unwrap_or(now), key.clone()))
-            .collect();
-        let count = (self.timing.capacity / 16).clamp(1, ages.len());
-        if count < ages.len() {
-            ages.select_nth_unstable_by_key(count, |(at, _)| *at);
-        }
-        for (_, key) in ages.iter().take(count) {
+        let asked = |entry: &Arc<Entry>| lock(&entry.state).last_asked.unwrap_or(now);
+        let oldest = lru::least_recent(entries, self.timing.capacity, asked);
+        for key in &oldest {
             if let Some(entry) = entries.remove(key) {
                 self.forget(&entry);
             }
         }
-        count
+        oldest.len()
     }
 
     /// Drops an evicted entry's gauges. Under its state lock, so an evaluation of it still running
@@ -546,19 +542,6 @@ fn reuse(old: Option<(Instant, Arc<Evaluation>)>, new: Evaluation) -> Arc<Evalua
         },
         None => Arc::new(new),
     }
-}
-
-// Poisoning only follows a panic while holding the lock; the data is still consistent.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    m.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    m.write().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

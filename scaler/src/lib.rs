@@ -9,6 +9,7 @@ pub mod decisions;
 pub mod events;
 pub mod gather;
 pub mod grpc;
+pub mod lru;
 pub mod metrics;
 pub mod observe;
 pub mod parsed;

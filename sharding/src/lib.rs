@@ -1,16 +1,11 @@
 //! Flux shard placement: the admission webhook (`scaler webhook`, [`webhook`]) and the placement
 //! controller (`scaler shard-controller`, `scaler shards`, [`controller`]), sharing the watch
-//! [`index`] of HelmReleases, tenant Namespaces and shard Deployments ([`watch`] keeps it current)
-//! and the start-up both run (`start`).
-use std::net::SocketAddr;
+//! [`index`] of HelmReleases, tenant Namespaces and shard Deployments, which [`watch`] keeps
+//! current once `follow` has started it.
 use std::str::FromStr;
-
-use anyhow::Context as _;
-use prometheus_client::registry::Registry;
 
 use placement::shard::{ShardIndex, parse_shard_index};
 use runtime::app::App;
-use runtime::conn;
 
 pub mod controller;
 pub mod index;
@@ -33,36 +28,16 @@ impl FromStr for Pin {
     }
 }
 
-/// What the webhook and the controller both start with.
-struct Started<M> {
-    client: kube::Client,
-    metrics: M,
-    index: index::SharedIndex,
-}
-
-/// A Kubernetes client, the admin server (not ready yet) with the caller's metrics, and the
-/// watch index of HelmReleases, tenant Namespaces and, unless `flux_namespace` is `None`, the
-/// shard Deployments there; the admin server and the watches run in `app`.
-async fn start<M>(
+/// The watch index of HelmReleases, tenant Namespaces and, unless `flux_namespace` is `None`,
+/// the shard Deployments there, kept current by watches running in `app`.
+pub(crate) fn follow(
     app: &mut App,
-    admin_listen: SocketAddr,
-    register: impl FnOnce(&mut Registry) -> M,
+    client: kube::Client,
     flux_namespace: Option<&str>,
-) -> anyhow::Result<Started<M>> {
-    conn::raise_fd_limit();
-    let client = kube::Client::try_default()
-        .await
-        .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
-    let mut registry = Registry::default();
-    let metrics = register(&mut registry);
-    app.admin(admin_listen, registry).await?;
+) -> index::SharedIndex {
     let index = index::Index::shared();
-    watch::spawn(app, client.clone(), index.clone(), flux_namespace);
-    Ok(Started {
-        client,
-        metrics,
-        index,
-    })
+    watch::spawn(app, client, index.clone(), flux_namespace);
+    index
 }
 
 #[cfg(test)]

@@ -1246,35 +1246,40 @@ pub fn next_steps(chart: &Path, spec: &AppSpec) -> String {
 }
 
 /// Template files under `dir`, sorted. Symlinks are followed only while they stay inside
-/// `chart`; one that leaves it is reported and skipped (chartgen never reads or writes outside
-/// the chart).
+/// `chart`; one that leaves it (or leads nowhere) is reported and skipped (chartgen never reads or
+/// writes outside the chart).
 fn template_files(chart: &Path, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let root = chart
         .canonicalize()
         .with_context(|| format!("cannot resolve '{}'", chart.display()))?;
-    let mut out = Vec::new();
-    let entries = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot list '{}'; is this a Helm chart?", dir.display()))?;
-    for entry in entries {
-        let entry = entry?;
-        let path = entry.path();
-        if entry.file_type()?.is_symlink() {
-            let target = path.canonicalize().ok();
-            if !target.as_ref().is_some_and(|t| t.starts_with(&root)) {
-                eprintln!(
-                    "chartgen: warning: not following '{}': the link leads out of the chart",
-                    path.display()
-                );
-                continue;
-            }
+    let leaves = |link: &Path| {
+        let inside = link.canonicalize().is_ok_and(|t| t.starts_with(&root));
+        if !inside {
+            eprintln!(
+                "chartgen: warning: not following '{}': the link leads out of the chart",
+                link.display()
+            );
         }
-        if path.is_dir() {
-            out.extend(template_files(chart, &path)?);
-        } else if path
-            .extension()
-            .is_some_and(|e| e == "yaml" || e == "yml" || e == "tpl")
-        {
-            out.push(path);
+        !inside
+    };
+    let walk = walkdir::WalkDir::new(dir)
+        .follow_links(true)
+        .into_iter()
+        .filter_entry(|e| e.depth() == 0 || !e.path_is_symlink() || !leaves(e.path()));
+    let mut out = Vec::new();
+    for entry in walk {
+        let entry = match entry {
+            Ok(entry) => entry,
+            // A dangling link: following it failed.
+            Err(e) if e.path().is_some_and(|p| p.is_symlink() && leaves(p)) => continue,
+            Err(e) => {
+                let listing = format!("cannot list '{}'; is this a Helm chart?", dir.display());
+                return Err(e).context(listing);
+            }
+        };
+        let template = |e: &std::ffi::OsStr| e == "yaml" || e == "yml" || e == "tpl";
+        if entry.file_type().is_file() && entry.path().extension().is_some_and(template) {
+            out.push(entry.into_path());
         }
     }
     out.sort();

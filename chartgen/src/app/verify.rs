@@ -439,12 +439,6 @@ fn check_target(
     scaled: bool,
     paused: bool,
 ) -> anyhow::Result<()> {
-    let ns = |o: &Value| {
-        o.pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or(release_namespace)
-            .to_owned()
-    };
     let targets: Vec<&Value> = objects
         .iter()
         .filter(|o| {
@@ -469,46 +463,9 @@ fn check_target(
         (false, _) => bail!("a ScaledObject rendered with autoscaling off"),
         (true, [so]) => {
             let target = scaled_target(objects, spec, so, &targets, paused)?;
-            if ns(target) != ns(so) {
-                bail!(
-                    "the ScaledObject is in namespace `{}` but its target in `{}`: KEDA needs them together",
-                    ns(so),
-                    ns(target)
-                );
-            }
-            let quorum = [
-                "/spec/maxSyncReplicas",
-                "/spec/postgresql/synchronous/number",
-            ]
-            .iter()
-            .filter_map(|p| target.pointer(p).and_then(Value::as_i64))
-            .max()
-            .unwrap_or(0);
-            let floor = so
-                .pointer("/spec/minReplicaCount")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if floor < quorum + 1 {
-                bail!(
-                    "minReplicaCount {floor} is below the target's synchronous quorum {quorum} + 1"
-                );
-            }
-            let annotations = so
-                .pointer("/metadata/annotations")
-                .cloned()
-                .unwrap_or(json!({}));
-            let is_paused = annotations
-                .get("autoscaling.keda.sh/paused-scale-in")
-                .is_some()
-                && annotations
-                    .get("autoscaling.keda.sh/paused-scale-out")
-                    .is_some();
-            if is_paused != paused {
-                bail!(
-                    "the ScaledObject is {}paused",
-                    if is_paused { "" } else { "not " }
-                );
-            }
+            same_namespace(so, target, release_namespace)?;
+            floor_covers_quorum(so, target)?;
+            pause_matches(so, paused)?;
             if target.pointer(&spec.pointer()).is_none() {
                 bail!("the target renders no `{}`", spec.pointer());
             }
@@ -516,6 +473,65 @@ fn check_target(
         }
         (true, many) => bail!("expected one ScaledObject, got {}", many.len()),
     }
+}
+
+/// KEDA scales a target in the ScaledObject's own namespace only.
+fn same_namespace(so: &Value, target: &Value, release_namespace: &str) -> anyhow::Result<()> {
+    let ns = |o: &Value| {
+        o.pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or(release_namespace)
+            .to_owned()
+    };
+    if ns(target) != ns(so) {
+        bail!(
+            "the ScaledObject is in namespace `{}` but its target in `{}`: KEDA needs them together",
+            ns(so),
+            ns(target)
+        );
+    }
+    Ok(())
+}
+
+/// The replica floor keeps the target's synchronous quorum plus a primary.
+fn floor_covers_quorum(so: &Value, target: &Value) -> anyhow::Result<()> {
+    let quorum = [
+        "/spec/maxSyncReplicas",
+        "/spec/postgresql/synchronous/number",
+    ]
+    .iter()
+    .filter_map(|p| target.pointer(p).and_then(Value::as_i64))
+    .max()
+    .unwrap_or(0);
+    let floor = so
+        .pointer("/spec/minReplicaCount")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if floor < quorum + 1 {
+        bail!("minReplicaCount {floor} is below the target's synchronous quorum {quorum} + 1");
+    }
+    Ok(())
+}
+
+/// Paused means both of KEDA's pause annotations, exactly when the values ask for it.
+fn pause_matches(so: &Value, paused: bool) -> anyhow::Result<()> {
+    let annotations = so
+        .pointer("/metadata/annotations")
+        .cloned()
+        .unwrap_or(json!({}));
+    let is_paused = annotations
+        .get("autoscaling.keda.sh/paused-scale-in")
+        .is_some()
+        && annotations
+            .get("autoscaling.keda.sh/paused-scale-out")
+            .is_some();
+    if is_paused != paused {
+        bail!(
+            "the ScaledObject is {}paused",
+            if is_paused { "" } else { "not " }
+        );
+    }
+    Ok(())
 }
 
 /// The target the ScaledObject drives: the one its `scaleTargetRef` names, or, for a kind

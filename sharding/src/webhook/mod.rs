@@ -12,9 +12,11 @@ use tokio::net::TcpListener;
 use tracing::{Instrument, info, info_span};
 
 use runtime::app::App;
+use runtime::controller::connect;
+use runtime::flags::{Admin, ConnLimits, ServerFlags, ServerTls};
 use runtime::{conn, logging::WebhookLogArgs, tls};
 
-use crate::{Pin, Started, index, start};
+use crate::{Pin, follow, index};
 
 pub mod assign;
 pub mod metrics;
@@ -38,47 +40,50 @@ pub struct Args {
     settings: Box<Settings>,
 }
 
+/// The webhook's serving flags: TLS required, connections bounded for the API server's calls.
+#[derive(Debug, Clone, Copy)]
+struct Server;
+
+impl ServerFlags for Server {
+    const TLS_REQUIRED: bool = true;
+    const TLS_CERT_ENV: &'static str = "WEBHOOK_TLS_CERT";
+    const TLS_CERT_HELP: &'static str =
+        "Serving certificate chain (PEM); re-read when the file changes";
+    const TLS_KEY_ENV: &'static str = "WEBHOOK_TLS_KEY";
+    const TLS_KEY_HELP: &'static str = "Serving private key (PEM); re-read when the file changes";
+    const MAX_CONNECTIONS: &'static str = "256";
+    const MAX_CONNECTIONS_HELP: &'static str = "Most open connections. At the cap a new one closes, first, the oldest connection that has not been answered yet (mid-handshake, silent, half-sent), then the one idle longest; only when all are busy is it refused";
+    const MAX_CONNECTIONS_PER_PEER: &'static str = "64";
+    const HANDSHAKE_TIMEOUT_HELP: &'static str = "The TLS handshake must finish within this";
+    const IDLE_TIMEOUT: &'static str = "60s";
+    const IDLE_TIMEOUT_HELP: &'static str =
+        "Close a connection that sends nothing for this long, whatever state it is in";
+}
+
 #[derive(Debug, clap::Args)]
 struct Settings {
     /// Address of the HTTPS admission endpoint (POST /mutate-helmrelease-shard).
     #[arg(long, default_value = "0.0.0.0:9443", env = "WEBHOOK_LISTEN")]
     listen: SocketAddr,
-    /// Serving certificate chain (PEM); re-read when the file changes.
-    #[arg(long, env = "WEBHOOK_TLS_CERT")]
-    tls_cert: PathBuf,
-    /// Serving private key (PEM); re-read when the file changes.
-    #[arg(long, env = "WEBHOOK_TLS_KEY")]
-    tls_key: PathBuf,
+    #[command(flatten)]
+    tls: ServerTls<Server>,
     /// PEM CA bundle: require a client certificate signed by it, i.e. accept reviews only from
     /// an API server configured to present one (see docs/webhook.md). Re-read when it changes.
     #[arg(long, env = "WEBHOOK_CLIENT_CA")]
     client_ca: Option<PathBuf>,
-    /// Most open connections. At the cap a new one closes, first, the oldest connection that has
-    /// not been answered yet (mid-handshake, silent, half-sent), then the one idle longest; only
-    /// when all are busy is it refused.
-    #[arg(long, default_value = "256")]
-    max_connections: usize,
-    /// Most open connections from one IP address (the same room-making rule applies among them).
-    #[arg(long, default_value = "64")]
-    max_connections_per_peer: usize,
-    /// The TLS handshake must finish within this.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    handshake_timeout: Duration,
+    #[command(flatten)]
+    limits: ConnLimits<Server>,
     /// Request headers must arrive within this; also closes keep-alive connections idle this long.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     header_read_timeout: Duration,
     /// The request body must arrive within this (408 otherwise).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     body_read_timeout: Duration,
-    /// Close a connection that sends nothing for this long, whatever state it is in.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    idle_timeout: Duration,
     /// Number of helm-controller shards K; tenants are placed on shard0..shard<K-1>.
     #[arg(long, env = "WEBHOOK_SHARDS", value_parser = clap::value_parser!(u32).range(1..=4096))]
     shards: u32,
-    /// Address of the plain-HTTP admin server: /healthz, /readyz, /metrics.
-    #[arg(long, default_value = "0.0.0.0:9090")]
-    admin_listen: SocketAddr,
+    #[command(flatten)]
+    admin: Admin,
     /// Namespace of the helm-controller-shard<i> Deployments whose readiness gates placement.
     #[arg(long, default_value = "cozy-fluxcd")]
     flux_namespace: String,
@@ -105,17 +110,13 @@ impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
         let Settings {
             listen,
-            tls_cert,
-            tls_key,
+            tls,
             client_ca,
-            max_connections,
-            max_connections_per_peer,
-            handshake_timeout,
+            limits,
             header_read_timeout,
             body_read_timeout,
-            idle_timeout,
             shards,
-            admin_listen,
+            admin,
             flux_namespace,
             assume_shards_ready,
             pins,
@@ -124,35 +125,23 @@ impl Args {
             log,
         } = *self.settings;
         log.init()?;
+        let limits = limits.limits(conn::Protocol::Http1)?;
         anyhow::ensure!(
-            max_connections > 0
-                && max_connections_per_peer > 0
-                && !handshake_timeout.is_zero()
-                && !header_read_timeout.is_zero()
-                && !body_read_timeout.is_zero()
-                && !idle_timeout.is_zero(),
-            "--max-connections, --max-connections-per-peer, --handshake-timeout, --header-read-timeout, --body-read-timeout and --idle-timeout must be above 0"
+            !header_read_timeout.is_zero() && !body_read_timeout.is_zero(),
+            "--header-read-timeout and --body-read-timeout must be above 0"
         );
         let mut app = App::new("webhook").with_signals();
         let client = client_ca.map(|path| tls::ClientAuth {
             ca: tls::ClientCa::File(path),
             identities: Vec::new(),
         });
-        let files = tls::TlsFiles {
-            cert: tls_cert,
-            key: tls_key,
-            client,
-        };
-        let (tls, poller) = tls::Reloading::load(files, ALPN_HTTP1, app.shutdown())
-            .context("loading the webhook certificate")?;
-        app.spawn("TLS reload", poller);
+        let tls = tls
+            .load(&mut app, ALPN_HTTP1, client)?
+            .context("the webhook serves TLS only: --tls-cert is required")?;
         let flux_ns = (!assume_shards_ready).then_some(flux_namespace.as_str());
         let register = metrics::Metrics::register;
-        let Started {
-            client,
-            metrics,
-            index,
-        } = start(&mut app, admin_listen, register, flux_ns).await?;
+        let (client, metrics) = connect(&mut app, admin.admin_listen, register).await?;
+        let index = follow(&mut app, client.clone(), flux_ns);
         let pinned = pins.into_iter().map(|Pin(t, s)| (t, s)).collect();
         let policy = assign::Policy {
             shards,
@@ -179,13 +168,7 @@ impl Args {
             .await
             .with_context(|| format!("binding --listen {listen}"))?;
         let local = socket.local_addr()?;
-        let limits = conn::Limits {
-            max_connections,
-            max_connections_per_peer,
-            handshake_timeout,
-            idle_timeout,
-            protocol: conn::Protocol::Http1,
-        };
+        let max_connections = limits.max_connections;
         let incoming = tls.incoming(socket, limits, app.shutdown());
         info!(%local, shards, max_connections, "serving the shard-placement webhook");
         let router = server::router(webhook);
@@ -254,7 +237,15 @@ mod tests {
         .unwrap();
         let s = &cli.args.settings;
         assert_eq!(s.listen.to_string(), "0.0.0.0:9443");
-        assert_eq!(s.admin_listen.to_string(), "0.0.0.0:9090");
+        assert_eq!(s.admin.admin_listen.to_string(), "0.0.0.0:9090");
+        assert_eq!(s.limits.max_connections, 256);
+        assert_eq!(s.limits.idle_timeout, Duration::from_secs(60));
+        // The webhook serves TLS only: its profile makes the files required.
+        let error = Cli::try_parse_from(["webhook", "--tls-key", "k", "--shards", "4"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("--tls-cert"), "{error}");
         assert_eq!(s.flux_namespace, "cozy-fluxcd");
         assert_eq!(s.shards, 4);
         assert!(
