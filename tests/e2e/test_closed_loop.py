@@ -149,6 +149,7 @@ def explain(rig) -> str:
 def test_without_load_it_comes_down_paced_to_the_floor(loop):
     # Replicas caught up: drop the lag history so the 5-minute lag window is clean again.
     loop.feeder.set(NS, NAME, lag_seconds=0)
+    loop.feeder.settle()  # no push with the old lag still in flight
     loop.vm.delete_series(f'cnpg_pg_replication_lag{{namespace="{NS}"}}')
     start = time.monotonic()
     wait_until(lambda: instances(loop) == FLOOR,

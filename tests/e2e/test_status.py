@@ -173,6 +173,7 @@ def test_events_once_each_on_the_brake_engaging_and_releasing_and_on_invalid_met
     assert reasons(fleet, "braked") == ["LagBrakeEngaged"]
     # Replicas caught up: the lag history goes so the 5-minute lag window is clean again.
     fleet.feeder.set(NS, "braked", lag_seconds=0)
+    fleet.feeder.settle()  # no push with the old lag still in flight
     fleet.vm.delete_series(f'cnpg_pg_replication_lag{{namespace="{NS}",pod=~"braked-[0-9]+"}}')
     wait_until(lambda: "LagBrakeReleased" in reasons(fleet, "braked"),
                timeout=60, interval=POLL, what="the LagBrakeReleased event")

@@ -109,7 +109,12 @@ def test_a_scale_subresource_write_below_the_floor_passes_the_webhook_and_wedges
     def invalid():
         s = status(kube)
         return s.get("phase") == "Invalid cluster definition" and s
-    s = wait_until(invalid, timeout=120, interval=1, what="the operator marking the Cluster invalid")
+    try:
+        s = wait_until(invalid, timeout=180, interval=1, what="the operator marking the Cluster invalid")
+    except TimeoutError as e:
+        c = kube.get("postgresql.cnpg.io/v1", "Cluster", NAME, NS)
+        raise TimeoutError(f"{e}; generation {c['metadata']['generation']}, spec.instances "
+                           f"{c['spec']['instances']}, status {c.get('status')}") from None
     assert s["phaseReason"] == ("the resource failed admission validation on: spec.maxSyncReplicas "
                                 "(see the operator logs for details)")
     assert {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "False"

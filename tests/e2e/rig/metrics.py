@@ -109,6 +109,10 @@ class Feeder:
         self._counters: dict[tuple[str, str], Counters] = {}
         self._born: dict[tuple[str, str], float] = {}  # (namespace, pod) -> first rendered
         self._last = time.time()
+        # Pushes begun and landed: `settle` waits for one begun after it was called.
+        self._pushes = threading.Condition()
+        self._begun = 0
+        self._landed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cnpg-series-feeder", daemon=True)
 
@@ -133,12 +137,28 @@ class Feeder:
             for k, v in changes.items():
                 setattr(load, k, v)
 
+    def settle(self, timeout: float = 15) -> None:
+        """Returns once a push rendered after this call has landed, so no push carrying values
+        from before a `set` is still in flight (deleting history before that lets the old value
+        land after the delete)."""
+        with self._pushes:
+            target = self._begun + 1
+            if not self._pushes.wait_for(lambda: self._landed >= target, timeout):
+                raise TimeoutError(f"no feeder push landed within {timeout}s ({self.failures} failed)")
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            with self._pushes:
+                self._begun += 1
+                push = self._begun
             try:
                 self.vm.import_prom(self.render(time.time()))
             except (requests.RequestException, ApiError):  # VictoriaMetrics or the apiserver
                 self.failures += 1
+                continue
+            with self._pushes:
+                self._landed = push
+                self._pushes.notify_all()
 
     def render(self, now: float) -> str:
         dt, self._last = now - self._last, now
