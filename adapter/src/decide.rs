@@ -21,6 +21,9 @@ pub enum Blocked {
     KindUnknown(String),
     /// The path is absent or holds no count.
     Read(ReadError),
+    /// The target is of a kind the adapter knows, and says something its operator refuses
+    /// (a RedisFailover's unknown `spec.engine`): the message names the field.
+    TargetRefused(String),
     /// The API server refused the adapter's service account.
     Forbidden(String),
     /// Any other API failure (timeouts, 5xx): retried on the next sync.
@@ -37,6 +40,7 @@ impl Blocked {
             Blocked::KindUnknown(_) => "KindUnknown",
             Blocked::Read(ReadError::Missing(_)) => "PathMissing",
             Blocked::Read(ReadError::NotANumber { .. }) => "NotANumber",
+            Blocked::TargetRefused(_) => "TargetRefused",
             Blocked::Forbidden(_) => "Forbidden",
             Blocked::Api(_) => "ApiError",
         }
@@ -52,6 +56,7 @@ impl Blocked {
             Blocked::TargetChanged => "the target changed (or was deleted and created again) between its read and the write: nothing was written; the next sync reads it again".into(),
             Blocked::KindUnknown(m) => m.clone(),
             Blocked::Read(e) => e.to_string(),
+            Blocked::TargetRefused(m) => m.clone(),
             Blocked::Forbidden(m) => format!(
                 "{m}; list the target's group and resource in the chart's scaleAdapter.targets"
             ),
@@ -307,6 +312,10 @@ mod tests {
                     found: "the string \"x\"".into(),
                 }),
                 "NotANumber",
+            ),
+            (
+                Blocked::TargetRefused("spec.engine".into()),
+                "TargetRefused",
             ),
             (Blocked::Forbidden("403".into()), "Forbidden"),
             (Blocked::Api("timeout".into()), "ApiError"),

@@ -1,23 +1,22 @@
 //! `scaler scale-adapter`: the ScaleAdapter controller (docs/scale-adapter.md). A ScaleAdapter
 //! gives a target without a `/scale` subresource (a RedisFailover) one: the HPA or `kubectl
-//! scale` sets the adapter's `spec.replicas`, and the leader (a Lease, `runtime::lease`) writes
-//! it into the target at `replicasPath` with a merge patch conditional on the version read (never
-//! creating a target), paced, never while paused.
+//! scale` sets the adapter's `spec.replicas`, and the leader (a Lease; the harness is
+//! `runtime::controller`) writes it into the target at `replicasPath` with a merge patch
+//! conditional on the version read (never creating a target), paced, never while paused.
 //!
 //! `crd` is the API, `path` the pointer, `target` the checks before any call, `decide` and
 //! `status` the pure decision, `sync` the I/O, `metrics` the gauges.
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::Stream;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::{reflector, watcher};
 use kube::{Api, Client};
-use prometheus_client::registry::Registry;
 use tracing::{Instrument, info, info_span};
 
-use runtime::app::App;
-use runtime::{lease, logging::ScaleAdapterLogArgs};
+use runtime::controller::ControllerArgs;
+use runtime::flags::LeaseFlags;
+use runtime::logging::ScaleAdapterLogArgs;
 
 pub mod crd;
 pub mod decide;
@@ -34,6 +33,18 @@ pub struct Args {
     settings: Box<Settings>,
 }
 
+/// The ScaleAdapter controller's Lease and identity defaults.
+#[derive(Debug, Clone, Copy)]
+struct Lease;
+
+impl LeaseFlags for Lease {
+    const COMPONENT: &'static str = "scale-adapter";
+    const LEASE_NAMESPACE: &'static str = "cozy-autoscaling";
+    const LEASE_NAME: &'static str = "cozy-scale-adapter";
+    const IDENTITY_HELP: &'static str =
+        "This replica's identity in the Lease (the pod name in the chart)";
+}
+
 #[derive(Debug, clap::Args)]
 struct Settings {
     /// Least time between two writes to one target (pacing).
@@ -48,20 +59,8 @@ struct Settings {
     /// Timeout of each Kubernetes API call.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     api_timeout: Duration,
-    /// Address of the plain-HTTP admin server: /healthz, /readyz, /metrics.
-    #[arg(long, default_value = "0.0.0.0:9090")]
-    admin_listen: SocketAddr,
-    /// Namespace of the leader-election Lease (the pod's own namespace in the chart).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "cozy-autoscaling")]
-    lease_namespace: String,
-    /// Name of the leader-election Lease.
-    #[arg(long, default_value = "cozy-scale-adapter")]
-    lease_name: String,
-    /// This replica's identity in the Lease (the pod name in the chart).
-    #[arg(long, env = "POD_NAME")]
-    identity: Option<String>,
     #[command(flatten)]
-    lease_timing: lease::Timing,
+    controller: ControllerArgs<Lease>,
     #[command(flatten)]
     log: ScaleAdapterLogArgs,
 }
@@ -70,47 +69,29 @@ impl Args {
     pub async fn run(self) -> anyhow::Result<()> {
         let s = *self.settings;
         s.log.init()?;
-        s.lease_timing.check()?;
-        let identity = s
-            .identity
-            .unwrap_or_else(|| lease::default_identity("scale-adapter"));
-        let mut app = App::new("scale adapter").with_signals();
-        let client = Client::try_default().await?;
-        let mut registry = Registry::default();
-        let metrics = metrics::Metrics::register(&mut registry);
-        app.admin(s.admin_listen, registry).await?;
-
-        let (store, reflected) = watch(client.clone());
-        let watch = runtime::watch::follow(reflected, app.shutdown(), |_| {});
-        app.spawn(
+        let register = metrics::Metrics::register;
+        let mut controller = s.controller.start("scale adapter", register).await?;
+        let (store, reflected) = watch(controller.client.clone());
+        let watch = runtime::watch::follow(reflected, controller.app.shutdown(), |_| {});
+        controller.app.spawn(
             "ScaleAdapter watch",
             watch.instrument(info_span!("scaleadapters")),
         );
-        let election = lease::Election {
-            namespace: s.lease_namespace,
-            name: s.lease_name,
-            identity: identity.clone(),
-            timing: s.lease_timing,
-        };
-        let leader = lease::elect(&mut app, client.clone(), Some(election));
+        let leader = controller.elect(true);
         let settings = sync::Settings {
             min_interval: s.min_write_interval,
             api_timeout: s.api_timeout,
             concurrency: usize::from(s.concurrency),
         };
+        let metrics = controller.metrics.clone();
+        let client = controller.client.clone();
         let syncer = sync::Syncer::new(client, settings, metrics.clone(), leader.clone());
+        let identity = &controller.identity;
         info!(%identity, field_manager = sync::FIELD_MANAGER, "running the scale adapter");
 
-        let (readiness, mut synced) = (app.readiness(), false);
-        let paced = lease::paced(s.sync_interval, leader, app.shutdown(), async |leading| {
-            metrics.leader.set(i64::from(leading));
-            if !synced {
-                synced = store.wait_until_ready().now_or_never_ready();
-                if !synced {
-                    return;
-                }
-                readiness.set(true);
-            }
+        let synced = || store.wait_until_ready().now_or_never_ready();
+        let gauge = metrics.leader.clone();
+        let step = async |leading| {
             let snapshot = store.state();
             let adapters = i64::try_from(snapshot.len()).unwrap_or(i64::MAX);
             metrics.adapters.set(adapters);
@@ -118,8 +99,10 @@ impl Args {
                 metrics.syncs.inc();
                 syncer.sync(snapshot).instrument(info_span!("sync")).await;
             }
-        });
-        app.run(paced, lease::DRAIN_DEADLINE).await
+        };
+        controller
+            .run(s.sync_interval, leader, gauge, synced, step)
+            .await
     }
 }
 
@@ -217,7 +200,10 @@ mod tests {
             cli.args.settings.min_write_interval,
             Duration::from_secs(30)
         );
-        assert_eq!(cli.args.settings.lease_name, "cozy-scale-adapter");
+        assert_eq!(
+            cli.args.settings.controller.election.lease_name,
+            "cozy-scale-adapter"
+        );
         for (flag, value) in [
             ("--concurrency", "0"),
             ("--min-write-interval", "soon"),

@@ -22,6 +22,7 @@ const REASONS: &[&str] = &[
     "KindUnknown",
     "PathMissing",
     "NotANumber",
+    "TargetRefused",
     "Forbidden",
     "ApiError",
     "InvalidCount",

@@ -310,6 +310,7 @@ impl Syncer {
             .resource_version()
             .ok_or_else(|| Blocked::Api("the target was read without a resourceVersion".into()))?;
         let value = serde_json::to_value(&object).map_err(|e| Blocked::Api(e.to_string()))?;
+        crate::target::check_object(&target.gvk, &value).map_err(Blocked::TargetRefused)?;
         let count = target.path.read(&value).map_err(Blocked::Read)?;
         let read = Read {
             api,

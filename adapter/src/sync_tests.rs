@@ -148,6 +148,53 @@ async fn a_write_reports_the_count_the_target_holds() {
 }
 
 #[tokio::test]
+async fn a_valkey_failover_is_driven_and_an_unknown_engine_is_never_written() {
+    let (syncer, mut server, _lead) = syncer();
+    let with_engine = |name: &str, engine: &str, rv: &str, replicas: i32| {
+        let mut rf = redis_failover(name, rv, replicas);
+        rf["spec"]["engine"] = json!(engine);
+        rf
+    };
+    let sync = syncer.sync(vec![adapter("valkey", 4), adapter("keydb", 4)]);
+    mock::scripted(sync, async {
+        discovery(&mut server).await;
+        server
+            .get(
+                &target_path("valkey"),
+                with_engine("valkey", "Valkey", "41", 2),
+            )
+            .await;
+        server
+            .expect(
+                "PATCH",
+                &target_path("valkey"),
+                200,
+                with_engine("valkey", "Valkey", "42", 4),
+            )
+            .await;
+        let synced = reported(&mut server, "valkey").await;
+        assert_eq!(synced["reason"], json!("Synced"), "{synced}");
+        // Read, refused, reported: the next request is the status write, never a PATCH.
+        server
+            .get(&target_path("keydb"), with_engine("keydb", "KeyDB", "7", 2))
+            .await;
+        let refused = reported(&mut server, "keydb").await;
+        assert_eq!(
+            (&refused["status"], &refused["reason"]),
+            (&json!("False"), &json!("TargetRefused"))
+        );
+        let message = refused["message"].as_str().unwrap();
+        assert!(
+            message.contains("spec.engine \"KeyDB\"") && message.contains("Redis or Valkey"),
+            "{message}"
+        );
+    })
+    .await;
+    server.done();
+    assert_eq!(syncer.metrics.writes.get(), 1);
+}
+
+#[tokio::test]
 async fn a_lead_lost_mid_sync_stops_it_at_once() {
     let (syncer, mut server, lead) = syncer();
     syncer.metrics.leader.set(1);

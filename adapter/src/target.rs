@@ -55,6 +55,25 @@ const POD_LABELS: &[PodLabels] = &[
     ),
 ];
 
+/// What a target of a kind the adapter knows must say before its count is written: a
+/// RedisFailover's `spec.engine`, when set, is one its operator runs (a Valkey failover is
+/// driven like a Redis one: same `spec.redis.replicas`, same pod labels). Other kinds pass.
+pub fn check_object(gvk: &GroupVersionKind, object: &serde_json::Value) -> Result<(), String> {
+    use names::redis_failover::{ENGINE_FIELD, ENGINE_POINTER, check_engine};
+    if (gvk.group.as_str(), gvk.kind.as_str()) != ("databases.spotahome.com", "RedisFailover") {
+        return Ok(());
+    }
+    match object.pointer(ENGINE_POINTER) {
+        None | Some(serde_json::Value::Null) => Ok(()),
+        Some(serde_json::Value::String(engine)) => check_engine(engine),
+        Some(other) => Err(format!(
+            "{ENGINE_FIELD} is {}, not a string: Redis or Valkey",
+            names::escape(&other.to_string(), names::ECHO_MAX)
+        )),
+    }
+    .map_err(|e| format!("the RedisFailover's {e}; nothing is written until it is fixed"))
+}
+
 /// The selector of a known kind's pods for the target `name`; `None` for a kind not in
 /// [`POD_LABELS`].
 fn known_selector(group: &str, kind: &str, name: &str) -> Option<String> {
@@ -189,6 +208,38 @@ mod tests {
             paused: false,
             selector: Some("app=redis".into()),
         }
+    }
+
+    #[test]
+    fn a_redis_failover_names_an_engine_its_operator_runs_or_none() {
+        use serde_json::json;
+        let rf = GroupVersionKind::gvk("databases.spotahome.com", "v1", "RedisFailover");
+        for ok in [
+            json!({"spec": {}}),
+            json!({"spec": {"engine": "Redis"}}),
+            json!({"spec": {"engine": "Valkey"}}),
+        ] {
+            assert_eq!(check_object(&rf, &ok), Ok(()), "{ok}");
+        }
+        for (bad, says) in [
+            (
+                json!({"spec": {"engine": "valkey"}}),
+                "spec.engine \"valkey\" is not",
+            ),
+            (
+                json!({"spec": {"engine": 7}}),
+                "spec.engine is 7, not a string",
+            ),
+        ] {
+            let e = check_object(&rf, &bad).unwrap_err();
+            assert!(e.contains(says) && e.contains("Redis or Valkey"), "{e}");
+        }
+        // Another kind's `spec.engine` is not the adapter's business.
+        let other = GroupVersionKind::gvk("example.com", "v1", "Cache");
+        assert_eq!(
+            check_object(&other, &json!({"spec": {"engine": "x"}})),
+            Ok(())
+        );
     }
 
     #[test]

@@ -7,9 +7,9 @@ use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{Context, bail};
+use tempfile::NamedTempFile;
 
 /// Desired file contents.
 #[derive(Default)]
@@ -105,14 +105,12 @@ type Previous = Option<(Vec<u8>, u32)>;
 /// What `apply` did so far, so it can be undone.
 #[derive(Default)]
 struct Transaction {
-    /// (target, temporary holding its new content).
-    staged: Vec<(PathBuf, PathBuf)>,
+    /// (target, temporary holding its new content; removed when dropped unless persisted).
+    staged: Vec<(PathBuf, NamedTempFile)>,
     /// Targets replaced or removed, with what they were before.
     done: Vec<(PathBuf, Previous)>,
     created_dirs: Vec<PathBuf>,
 }
-
-static TMP_SEQ: AtomicU32 = AtomicU32::new(0);
 
 impl Transaction {
     /// Writes `content` into a fresh temporary beside `path` (created exclusively, so a planted
@@ -120,28 +118,10 @@ impl Transaction {
     fn stage(&mut self, path: &Path, content: &str) -> anyhow::Result<()> {
         let dir = parent(path);
         self.create_dirs(dir)?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dir.join(format!(
-            ".{name}.chartgen-{}-{}.tmp",
-            std::process::id(),
-            TMP_SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .with_context(|| format!("cannot create '{}'", tmp.display()))?;
-        self.staged.push((path.to_path_buf(), tmp.clone()));
-        file.write_all(content.as_bytes())
-            .and_then(|()| file.sync_all())
-            .with_context(|| format!("cannot write '{}'", tmp.display()))?;
-        if let Ok(meta) = fs::metadata(path) {
-            fs::set_permissions(&tmp, meta.permissions())
-                .with_context(|| format!("cannot set the mode of '{}'", tmp.display()))?;
-        }
+        let mode = fs::metadata(path).ok().map(|m| m.permissions());
+        let tmp = temporary(path, content.as_bytes(), mode)
+            .with_context(|| format!("cannot stage '{}'", path.display()))?;
+        self.staged.push((path.to_path_buf(), tmp));
         Ok(())
     }
 
@@ -160,11 +140,12 @@ impl Transaction {
     }
 
     fn replace_all(&mut self) -> anyhow::Result<()> {
-        while let Some((path, tmp)) = self.staged.first().cloned() {
+        while !self.staged.is_empty() {
+            let (path, tmp) = self.staged.remove(0);
             let before = previous(&path)?;
-            fs::rename(&tmp, &path)
+            tmp.persist(&path)
+                .map_err(|e| e.error)
                 .with_context(|| format!("cannot move '{}' into place", path.display()))?;
-            self.staged.remove(0);
             self.done.push((path, before));
         }
         Ok(())
@@ -174,9 +155,7 @@ impl Transaction {
     /// directories `stage` created. Reports every file it could not restore.
     fn rollback(mut self) -> anyhow::Result<()> {
         let mut failed = Vec::new();
-        for (_, tmp) in self.staged.drain(..) {
-            let _ = fs::remove_file(tmp);
-        }
+        self.staged.clear();
         for (path, before) in self.done.drain(..).rev() {
             let restored = match before {
                 None => fs::remove_file(&path),
@@ -213,27 +192,32 @@ fn previous(path: &Path) -> anyhow::Result<Previous> {
 }
 
 fn restore(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let tmp = parent(path).join(format!(
-        ".{}.chartgen-restore-{}.tmp",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    let result = fs::write(&tmp, bytes)
-        .and_then(|()| fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)))
-        .and_then(|()| fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    let mode = Some(fs::Permissions::from_mode(mode));
+    temporary(path, bytes, mode)?.persist(path)?;
+    Ok(())
 }
 
-impl Drop for Transaction {
-    /// Temporaries never outlive the transaction (after a commit there are none left).
-    fn drop(&mut self) {
-        for (_, tmp) in self.staged.drain(..) {
-            let _ = fs::remove_file(tmp);
-        }
+/// The one way chartgen writes a file: `bytes` in a new temporary beside `path` (created
+/// exclusively, so a planted link is never written through), synced, with `mode` when given
+/// (else a new file's usual 0666 less the umask, not tempfile's private 0600); renaming it onto
+/// `path` is the caller's step.
+fn temporary(
+    path: &Path,
+    bytes: &[u8],
+    mode: Option<fs::Permissions>,
+) -> std::io::Result<NamedTempFile> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}.chartgen-"))
+        .suffix(".tmp")
+        .permissions(fs::Permissions::from_mode(0o666))
+        .tempfile_in(parent(path))?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    if let Some(mode) = mode {
+        tmp.as_file().set_permissions(mode)?;
     }
+    Ok(tmp)
 }
 
 fn parent(path: &Path) -> &Path {
@@ -323,25 +307,13 @@ mod tests {
         dir
     }
 
-    /// Every file under `dir`, recursively, temporaries included.
-    fn walk(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-        let mut out = Vec::new();
-        for entry in fs::read_dir(dir)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                out.extend(walk(&path)?);
-            } else {
-                out.push(path);
-            }
-        }
-        Ok(out)
-    }
-
     fn listing(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = walk(dir)
-            .unwrap()
-            .iter()
-            .map(|p| p.strip_prefix(dir).unwrap().display().to_string())
+        // Every file under `dir`, temporaries included.
+        let mut names: Vec<String> = walkdir::WalkDir::new(dir)
+            .into_iter()
+            .map(Result::unwrap)
+            .filter(|e| !e.file_type().is_dir())
+            .map(|e| e.path().strip_prefix(dir).unwrap().display().to_string())
             .collect();
         names.sort();
         names
@@ -358,7 +330,7 @@ mod tests {
         tx.stage(&dir.join("b/new.yaml"), "new b\n").unwrap();
         tx.stage(&dir.join("c.yaml"), "new c\n").unwrap();
         // The last temporary vanishes, so its rename fails after `a` and `b` moved into place.
-        fs::remove_file(&tx.staged[2].1).unwrap();
+        fs::remove_file(tx.staged[2].1.path()).unwrap();
         assert!(tx.replace_all().is_err());
         assert_eq!(fs::read_to_string(dir.join("a.yaml")).unwrap(), "new a\n");
         tx.rollback().unwrap();

@@ -28,6 +28,10 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../templates/app/scaleadapter.yaml"),
     ),
     (
+        "app/pooler-autoscaling.yaml",
+        include_str!("../../templates/app/pooler-autoscaling.yaml"),
+    ),
+    (
         "app/values-autoscaling.yaml",
         include_str!("../../templates/app/values-autoscaling.yaml"),
     ),

@@ -17,13 +17,13 @@ enum Command {
     /// Serve the KEDA external-scaler gRPC API.
     Serve(scaler::serve::Args),
     /// Print one decision with every input and guard that shaped it.
-    Explain(scaler::explain::Args),
+    Explain(scaler_tools::explain::Args),
     /// List every ScaledObject this scaler serves, its decision and its HPA, trouble first.
-    Status(scaler::status::Args),
+    Status(scaler_tools::status::Args),
     /// Replay the decision and a simulated HPA over history: table and plot.
-    Backtest(scaler::backtest::Args),
+    Backtest(scaler_tools::backtest::Args),
     /// Serve the Flux shard-placement admission webhook.
-    Webhook(sharding::Args),
+    Webhook(sharding::webhook::Args),
     /// Run the shard placement controller: rescue stranded tenants, rebalance, paced.
     ShardController(sharding::controller::Args),
     /// Inspect shard placement (read-only).

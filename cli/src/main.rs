@@ -1,7 +1,8 @@
 //! `scaler`: one binary (one image) for every job, each a library crate's: the KEDA external
-//! scaler (`serve`, `explain`, `status`, `backtest`: crate scaler), Flux shard placement (crate
-//! sharding): the admission webhook (`webhook`) and the placement controller (`shard-controller`,
-//! `shards plan`); and the scale adapter (`scale-adapter`, crate adapter).
+//! scaler (`serve`: crate scaler; its operator tools `explain`, `status`, `backtest`: crate
+//! scaler-tools), Flux shard placement (crate sharding): the admission webhook (`webhook`) and
+//! the placement controller (`shard-controller`, `shards plan`); and the scale adapter
+//! (`scale-adapter`, crate adapter).
 mod cli;
 
 #[global_allocator]

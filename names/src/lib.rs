@@ -5,6 +5,8 @@
 //! server would accept is refused before it reaches a query, a URL, a log line or a metric label.
 use std::fmt::Write as _;
 
+pub mod redis_failover;
+
 /// Longest DNS-1123 label (namespaces, CNPG Cluster names).
 pub const LABEL_MAX: usize = 63;
 /// Longest DNS-1123 subdomain (most object names, ScaledObjects and HelmReleases included).

@@ -248,13 +248,14 @@ mod tests {
                 "/stuck",
                 get(
                     |Extension(close): Extension<http1::CloseConnection>| async move {
-                        tokio::spawn(async move {
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            close.0.cancel();
+                        let deadline = tokio::time::Instant::now() + Duration::from_millis(100);
+                        let held = close.at(deadline);
+                        // A body that never ends, holding its deadline.
+                        let never = futures::stream::unfold(held, |held| async move {
+                            let _held = held;
+                            std::future::pending::<Option<(std::io::Result<String>, _)>>().await
                         });
-                        axum::body::Body::from_stream(futures::stream::pending::<
-                            std::io::Result<String>,
-                        >())
+                        axum::body::Body::from_stream(never)
                     },
                 ),
             );
@@ -267,7 +268,7 @@ mod tests {
             shutdown.clone(),
         ));
         let answer = fetch(addr, "/where").await;
-        // A body that never ends, and its handler closing the connection: the reader sees the end.
+        // A body that never ends, past its handler's deadline: the connection's task closes it.
         let ended = tokio::time::timeout(Duration::from_secs(10), fetch(addr, "/stuck")).await;
         assert!(ended.unwrap().starts_with("HTTP/1.1 200"));
         assert!(

@@ -5,8 +5,10 @@
 //! * readiness that starts down and, at shutdown, goes down first and for good
 //!   ([`shutdown::unready_on_shutdown`]), so probes and balancers stop sending new work;
 //! * the admin port ([`App::admin`]), on a thread of its own;
-//! * a task set that owns every background task ([`App::spawn`]): a task that fails or panics
-//!   ends the app with its error, and none outlives [`App::run`];
+//! * a task set that owns every long-lived task ([`App::spawn`]): a task that fails or panics
+//!   ends the app with an error naming it, and none outlives [`App::run`]. Per-connection and
+//!   per-request tasks belong to what started them ([`crate::tasks`]), itself one of these or
+//!   the main future: a panic there is logged and counted, and they end with their owner;
 //! * [`App::run`]: the main future (the server or the sync loop) runs until it ends or shutdown;
 //!   its in-flight work then gets at most the drain deadline, and the remaining tasks (a lease
 //!   release, the admin server) the same again before they are aborted.

@@ -226,10 +226,7 @@ impl Shared {
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        // Nothing panics while holding the lock; recover the table anyway.
-        self.table
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock::lock(&self.table)
     }
 }
 

@@ -3,16 +3,16 @@
 //! ```no_run
 //! # use std::path::PathBuf;
 //! # use runtime::{conn, tls};
-//! # async fn run(limits: conn::Limits, shutdown: tokio_util::sync::CancellationToken) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn run(limits: conn::Limits, app: &mut runtime::app::App) -> Result<(), Box<dyn std::error::Error>> {
 //! let files = tls::TlsFiles { cert: PathBuf::from("/tls/tls.crt"), key: PathBuf::from("/tls/tls.key"), client: None };
 //! // Fails now, with the file named, if the certificate or key do not load. The caller owns the
-//! // reload poller (an app's task set runs it).
-//! let (tls, poller) = tls::Reloading::load(files, tls::ALPN_GRPC, shutdown.clone())?;
-//! tokio::spawn(poller);
+//! // reload poller: the app's task set runs it.
+//! let (tls, poller) = tls::Reloading::load(files, tls::ALPN_GRPC, app.shutdown())?;
+//! app.spawn("TLS reload", poller);
 //! let listener = tokio::net::TcpListener::bind("0.0.0.0:6000").await?;
 //! // For tonic's `serve_with_incoming_shutdown`: `TlsConn` implements its `Connected`. For
 //! // hyper-util (the webhook): wrap each `TlsConn` in `hyper_util::rt::TokioIo`.
-//! let incoming = tls.incoming(listener, limits, shutdown.clone());
+//! let incoming = tls.incoming(listener, limits, app.shutdown());
 //! # drop(incoming); Ok(()) }
 //! ```
 //!
@@ -160,11 +160,7 @@ impl Reloading {
 
     /// The config new connections get right now.
     pub fn config(&self) -> Arc<ServerConfig> {
-        match self.current.read() {
-            Ok(guard) => guard.clone(),
-            // A writer never panics while holding the lock; recover the value anyway.
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        crate::lock::read(&self.current).clone()
     }
 
     /// Accepts TCP connections from `listener` under `limits` (see [`conn`]) and yields those
@@ -243,9 +239,7 @@ impl Reloading {
             }
             match contents.build(&files, &alpn) {
                 Ok(config) => {
-                    if let Ok(mut current) = self.current.write() {
-                        *current = Arc::new(config);
-                    }
+                    *crate::lock::write(&self.current) = Arc::new(config);
                     info!(cert = %files.cert.display(), "reloaded TLS certificate");
                 }
                 Err(error) => {

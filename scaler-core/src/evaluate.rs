@@ -162,6 +162,9 @@ pub struct Evaluation {
     pub warming_replicas: Option<u32>,
     /// Primary WAL write rate in bytes/s; `None` without WAL series.
     pub wal_bytes_per_second: Option<f64>,
+    /// Redis: the master's replication offset growth in bytes/s, the brake's write gate; `None`
+    /// for other engines, or without a rate yet.
+    pub repl_bytes_per_second: Option<f64>,
     pub cluster_spec: Option<ClusterFacts>,
     /// The tightest ResourceQuota limit on one more instance; `None` without a Kubernetes
     /// topology or without a quota that limits what an instance uses.
@@ -260,6 +263,7 @@ pub fn evaluate(
             .contains(&Metric::ReadCpuUtilization)
             .then(|| count(parts, part::WARMING)),
         wal_bytes_per_second: parts.get(part::WAL).copied(),
+        repl_bytes_per_second: parts.get(part::REPL_RATE).copied(),
         cluster_spec: facts,
         quota: fit,
         current_source,

@@ -173,80 +173,25 @@ impl Schedules {
 }
 
 impl Window {
+    /// `<cron> for <duration> [floor <n>] [scaleIn disabled] [in <zone>]`, in named steps.
     fn parse(entry: &str) -> Result<Self, String> {
         let tokens: Vec<&str> = entry.split_whitespace().collect();
         let at = tokens
             .iter()
             .position(|t| *t == "for")
             .ok_or("no `for <duration>` after the cron expression")?;
-        let cron_text = tokens[..at].join(" ");
-        let cron = CronParser::builder()
-            .seconds(Seconds::Disallowed)
-            .year(Year::Disallowed)
-            .build()
-            .parse(&cron_text)
-            // croner's messages may quote the pattern: bounded and escaped like any echo.
-            .map_err(|e| format!("cron expression: {}", echo(&e.to_string())))?;
-        let duration_text = tokens.get(at + 1).ok_or("`for` needs a duration")?;
-        let duration = duration_text
-            .parse::<SignedDuration>()
-            .ok()
-            .filter(|d| (MIN_DURATION..=MAX_DURATION).contains(d))
-            .ok_or_else(|| {
-                format!(
-                    "duration {} is not one from 1m to 744h (e.g. 30m, 10h, 2h30m)",
-                    echo(duration_text)
-                )
-            })?;
-        let (mut floor, mut scale_in_disabled, mut zone) = (None, false, None);
-        let mut rest = tokens[at + 2..].iter();
-        while let Some(word) = rest.next() {
-            let arg = rest.next().ok_or_else(|| format!("{word} needs a value"))?;
-            match *word {
-                "floor" if floor.is_none() => {
-                    floor = Some(
-                        arg.parse::<u32>()
-                            .ok()
-                            .filter(|n| (1..=MAX_REPLICAS_LIMIT).contains(n))
-                            .ok_or_else(|| {
-                                format!(
-                                    "floor {} is not a whole number from 1 to {MAX_REPLICAS_LIMIT}",
-                                    echo(arg)
-                                )
-                            })?,
-                    );
-                }
-                "scaleIn" if !scale_in_disabled => {
-                    if *arg != "disabled" {
-                        return Err(format!("scaleIn {}: only `scaleIn disabled`", echo(arg)));
-                    }
-                    scale_in_disabled = true;
-                }
-                "in" if zone.is_none() => {
-                    zone = Some(TimeZone::get(arg).map_err(|_| {
-                        format!(
-                            "time zone {} is not in the tz database (e.g. UTC, Europe/Berlin)",
-                            echo(arg)
-                        )
-                    })?);
-                }
-                "floor" | "scaleIn" | "in" => return Err(format!("{word} is given twice")),
-                _ => {
-                    return Err(format!("{} is not floor, scaleIn or in", echo(word)));
-                }
-            }
-        }
-        if floor.is_none() && !scale_in_disabled {
-            return Err(
-                "the window does nothing: add `floor <n>` and/or `scaleIn disabled`".into(),
-            );
-        }
-        let zone = zone.unwrap_or(TimeZone::UTC);
+        let cron = parse_cron(&tokens[..at].join(" "))?;
+        let duration = parse_duration(tokens.get(at + 1).ok_or("`for` needs a duration")?)?;
+        let Options {
+            floor,
+            scale_in_disabled,
+            zone,
+        } = Options::parse(&tokens[at + 2..])?;
         let window = Self {
             text: tokens.join(" "),
             cron,
             duration,
-            zone,
+            zone: zone.unwrap_or(TimeZone::UTC),
             floor,
             scale_in_disabled,
         };
@@ -369,6 +314,85 @@ impl Window {
         }
         None
     }
+}
+
+fn parse_cron(text: &str) -> Result<Cron, String> {
+    CronParser::builder()
+        .seconds(Seconds::Disallowed)
+        .year(Year::Disallowed)
+        .build()
+        .parse(text)
+        // croner's messages may quote the pattern: bounded and escaped like any echo.
+        .map_err(|e| format!("cron expression: {}", echo(&e.to_string())))
+}
+
+fn parse_duration(text: &str) -> Result<SignedDuration, String> {
+    text.parse::<SignedDuration>()
+        .ok()
+        .filter(|d| (MIN_DURATION..=MAX_DURATION).contains(d))
+        .ok_or_else(|| {
+            format!(
+                "duration {} is not one from 1m to 744h (e.g. 30m, 10h, 2h30m)",
+                echo(text)
+            )
+        })
+}
+
+/// The `word value` pairs after the duration, each at most once; at least one must act.
+#[derive(Default)]
+struct Options {
+    floor: Option<u32>,
+    scale_in_disabled: bool,
+    zone: Option<TimeZone>,
+}
+
+impl Options {
+    fn parse(words: &[&str]) -> Result<Self, String> {
+        let mut options = Self::default();
+        let mut rest = words.iter();
+        while let Some(word) = rest.next() {
+            let arg = rest.next().ok_or_else(|| format!("{word} needs a value"))?;
+            match *word {
+                "floor" if options.floor.is_none() => options.floor = Some(parse_floor(arg)?),
+                "scaleIn" if !options.scale_in_disabled => {
+                    if *arg != "disabled" {
+                        return Err(format!("scaleIn {}: only `scaleIn disabled`", echo(arg)));
+                    }
+                    options.scale_in_disabled = true;
+                }
+                "in" if options.zone.is_none() => options.zone = Some(parse_zone(arg)?),
+                "floor" | "scaleIn" | "in" => return Err(format!("{word} is given twice")),
+                _ => return Err(format!("{} is not floor, scaleIn or in", echo(word))),
+            }
+        }
+        if options.floor.is_none() && !options.scale_in_disabled {
+            return Err(
+                "the window does nothing: add `floor <n>` and/or `scaleIn disabled`".into(),
+            );
+        }
+        Ok(options)
+    }
+}
+
+fn parse_floor(arg: &str) -> Result<u32, String> {
+    arg.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_REPLICAS_LIMIT).contains(n))
+        .ok_or_else(|| {
+            format!(
+                "floor {} is not a whole number from 1 to {MAX_REPLICAS_LIMIT}",
+                echo(arg)
+            )
+        })
+}
+
+fn parse_zone(arg: &str) -> Result<TimeZone, String> {
+    TimeZone::get(arg).map_err(|_| {
+        format!(
+            "time zone {} is not in the tz database (e.g. UTC, Europe/Berlin)",
+            echo(arg)
+        )
+    })
 }
 
 fn weekday_of(day: Date) -> croner::Weekday {

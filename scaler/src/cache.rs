@@ -10,7 +10,8 @@
 //!   other cold evaluation is in flight, else together with the cold keys arriving within the
 //!   cold window
 //!   ([`crate::gather`]), so a burst of them (a scaler start) costs batched queries, not one per
-//!   key. The evaluation runs on a task of its own: a caller that gives up (KEDA's deadline)
+//!   key. The evaluation runs on a task of its own, owned by the cache ([`Cache::run`] waits for
+//!   them at shutdown; a panic is logged and counted): a caller that gives up (KEDA's deadline)
 //!   cancels neither the query nor its recording, and the answer serves the retry. One
 //!   evaluation runs at a time per key (single-flight): a caller finding the key in a tick or in
 //!   another caller's flight waits for it;
@@ -26,6 +27,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
+use runtime::lock::{lock, read, write};
+use runtime::tasks::Tracker;
 use std::panic::AssertUnwindSafe;
 use tokio::sync::{OwnedMutexGuard, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -33,6 +36,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::events::{Events, transition};
 use crate::gather::{Arrival, Gathering};
+use crate::lru;
 use crate::metrics::{Metrics, ObjectLabels};
 use crate::topology::TopologyError;
 use scaler_core::evaluate::{EvaluateError, Evaluation};
@@ -172,6 +176,8 @@ pub struct Cache<E> {
     entries: RwLock<HashMap<Arc<Key>, Arc<Entry>>>,
     events: Option<Events>,
     cold: Mutex<Gathering<Waiting>>,
+    /// The cold evaluations and the gathering windows' timers.
+    tasks: Tracker,
 }
 
 impl<E: Evaluate> Cache<E> {
@@ -184,6 +190,7 @@ impl<E: Evaluate> Cache<E> {
             entries: RwLock::default(),
             events: None,
             cold: Mutex::new(cold),
+            tasks: Tracker::new("cold evaluations"),
         }
     }
 
@@ -210,13 +217,11 @@ impl<E: Evaluate> Cache<E> {
         let arrival = lock(&self.cold).arrive((key, entry, flight, answer), Instant::now());
         match arrival {
             Arrival::Send(batch) => self.send(batch),
-            Arrival::Opened(window) => {
-                tokio::spawn(self.clone().close_window(window));
-            }
+            Arrival::Opened(window) => self.tasks.spawn(self.clone().close_window(window)),
             Arrival::Joined => {}
         }
-        // The sender goes without an answer only when its task was dropped (the runtime shutting
-        // down): an error, never a panic on the request path.
+        // The sender goes without an answer only when its task was dropped (stopped at shutdown,
+        // or a panic): an error, never a panic on the request path.
         answered
             .await
             .unwrap_or(Err(ObserveError::Internal("its evaluation was cancelled")))
@@ -243,13 +248,13 @@ impl<E: Evaluate> Cache<E> {
             (&a.namespace, &a.config.cluster).cmp(&(&b.namespace, &b.config.cluster))
         });
         let cache = self.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
+            let _done = Sent(&cache.cold);
             let keys: Vec<Arc<Key>> = batch.iter().map(|(key, ..)| key.clone()).collect();
             let results = cache.evaluate_whole(&keys).await;
             for ((key, entry, _flight, answer), result) in batch.into_iter().zip(results) {
                 let _ = answer.send(cache.record(&key, &entry, result));
             }
-            lock(&cache.cold).done();
         });
     }
 
@@ -397,20 +402,14 @@ impl<E: Evaluate> Cache<E> {
     /// gauges; keys never asked yet (a first caller is evaluating them) count as the newest.
     fn evict_least_recent(&self, entries: &mut HashMap<Arc<Key>, Arc<Entry>>) -> usize {
         let now = Instant::now();
-        let mut ages: Vec<(Instant, Arc<Key>)> = entries
-            .iter()
-            .map(|(key, entry)| (lock(&entry.state).last_asked.unwrap_or(now), key.clone()))
-            .collect();
-        let count = (self.timing.capacity / 16).clamp(1, ages.len());
-        if count < ages.len() {
-            ages.select_nth_unstable_by_key(count, |(at, _)| *at);
-        }
-        for (_, key) in ages.iter().take(count) {
+        let asked = |entry: &Arc<Entry>| lock(&entry.state).last_asked.unwrap_or(now);
+        let oldest = lru::least_recent(entries, self.timing.capacity, asked);
+        for key in &oldest {
             if let Some(entry) = entries.remove(key) {
                 self.forget(&entry);
             }
         }
-        count
+        oldest.len()
     }
 
     /// Drops an evicted entry's gauges. Under its state lock, so an evaluation of it still running
@@ -493,13 +492,15 @@ impl<E: Evaluate> Cache<E> {
     }
 
     /// Every `refresh` until `shutdown`: evicts idle keys, then refreshes the due ones. Ticks
-    /// never overlap: a tick that overruns the interval delays the next.
+    /// never overlap: a tick that overruns the interval delays the next. At shutdown, waits for
+    /// the cold evaluations in flight (their callers are being drained); dropped before they end
+    /// (the app's deadline), it stops them.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(self.timing.refresh);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return self.tasks.join_all().await,
                 _ = tick.tick() => {
                     let evicted = self.evict_idle(Instant::now());
                     let start = Instant::now();
@@ -513,6 +514,16 @@ impl<E: Evaluate> Cache<E> {
                 }
             }
         }
+    }
+}
+
+/// Marks a sent cold evaluation done when dropped: after its answers, and after a panic or a stop
+/// too, so later cold keys are never held behind an evaluation that ended.
+struct Sent<'a>(&'a Mutex<Gathering<Waiting>>);
+
+impl Drop for Sent<'_> {
+    fn drop(&mut self) {
+        lock(self.0).done();
     }
 }
 
@@ -531,19 +542,6 @@ fn reuse(old: Option<(Instant, Arc<Evaluation>)>, new: Evaluation) -> Arc<Evalua
         },
         None => Arc::new(new),
     }
-}
-
-// Poisoning only follows a panic while holding the lock; the data is still consistent.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    m.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    m.write().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

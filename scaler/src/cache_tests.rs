@@ -596,3 +596,38 @@ async fn a_tick_whose_evaluation_panics_records_an_error_and_carries_on() {
         Err(tonic::Code::Internal)
     );
 }
+
+/// Issue 40: the cold evaluations are the cache's tasks. At shutdown `run` waits for the one in
+/// flight and its caller gets the answer; a `run` dropped before that (the app's deadline) stops
+/// it, and its caller gets an error, not a hang.
+#[tokio::test(start_paused = true)]
+async fn run_owns_the_cold_evaluations_in_flight() {
+    for abandoned in [false, true] {
+        let fake = Fake {
+            delay: Duration::from_secs(2),
+            ..Fake::default()
+        };
+        let cache = gathering(&fake, 0);
+        let shutdown = CancellationToken::new();
+        let running = cache.clone().run(shutdown.clone());
+        let call = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.get(key("so")).await.map_err(|e| e.code()) }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(fake.calls(), 1, "the cold evaluation is in flight");
+        shutdown.cancel();
+        let started = tokio::time::Instant::now();
+        if abandoned {
+            let ran = tokio::time::timeout(Duration::from_millis(500), running).await;
+            assert!(ran.is_err(), "still waiting for the evaluation");
+            let answer = call.await.expect("the caller does not panic");
+            assert_eq!(answer.map(|_| ()), Err(tonic::Code::Internal));
+        } else {
+            running.await;
+            assert!(started.elapsed() >= Duration::from_millis(1_900));
+            assert!(call.await.expect("the caller does not panic").is_ok());
+        }
+        assert_eq!(cache.tasks.len(), 0);
+    }
+}

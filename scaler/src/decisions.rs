@@ -25,7 +25,6 @@ use runtime::http1::CloseConnection;
 use scaler_core::metadata::Engine;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_util::sync::CancellationToken;
 
 use crate::cache::Evaluate;
 use crate::cache::{Cache, Snapshot};
@@ -162,6 +161,7 @@ pub fn render<T>(
     let mut json = Vec::new();
     for item in items.iter().take(max_entries) {
         json.clear();
+        // Cannot fail: strings, integers and an enum, into a Vec.
         serde_json::to_writer(&mut json, &entry(item)).expect("entries serialize");
         let separator = usize::from(kept > 0);
         if envelope + written + separator + json.len() > max_bytes {
@@ -279,27 +279,19 @@ async fn decisions<E: Evaluate>(
 /// An answer's body, sent in its pieces ([`render`]). It holds the reader's permit until its
 /// last piece is taken (or the connection drops), so at most [`MAX_READERS`] pages are in memory
 /// however slowly readers read. Past [`ANSWER_DEADLINE`] the connection is closed (`close`): a
-/// reader that reads nothing or a trickle is never asked for another piece, so a timer does it;
-/// a piece asked for past it is an error, which closes the connection too.
+/// reader that reads nothing or a trickle is never asked for another piece, so the connection's
+/// own task does it ([`CloseConnection::at`]); a piece asked for past it is an error, which
+/// closes the connection too.
 fn body(
     pieces: Vec<Vec<u8>>,
     permit: OwnedSemaphorePermit,
     close: Option<CloseConnection>,
 ) -> axum::body::Body {
     let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
-    let taken = CancellationToken::new();
-    if let Some(CloseConnection(close)) = close {
-        let taken = taken.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = taken.cancelled() => {}
-                _ = tokio::time::sleep_until(deadline) => close.cancel(),
-            }
-        });
-    }
-    let taken = taken.drop_guard();
+    // Lifted when the body is taken or dropped.
+    let held = close.map(|close| close.at(deadline));
     let pieces = futures::stream::iter(pieces).map(move |piece| {
-        let _held = (&permit, &taken);
+        let _held = (&permit, &held);
         if tokio::time::Instant::now() > deadline {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -448,16 +440,17 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_body_holds_its_permit_until_taken_and_closes_a_reader_past_the_deadline() {
+    async fn a_body_holds_its_permit_and_its_connection_deadline_until_taken() {
         let readers = Arc::new(Semaphore::new(1));
         let page = |n| vec![vec![b'x'; PIECE_BYTES]; n];
-        let closed = CancellationToken::new();
-        let close = || Some(CloseConnection(closed.clone()));
+        let close = CloseConnection::default();
         let whole = body(
             page(2),
             readers.clone().try_acquire_owned().unwrap(),
-            close(),
+            Some(close.clone()),
         );
+        let deadline = close.deadline().expect("a deadline while the body is out");
+        assert_eq!(deadline, tokio::time::Instant::now() + ANSWER_DEADLINE);
         let mut pieces = whole.into_data_stream();
         let mut taken = 0;
         while let Some(piece) = pieces.next().await {
@@ -467,27 +460,29 @@ mod tests {
         assert_eq!(taken, 2 * PIECE_BYTES);
         drop(pieces);
         assert_eq!(readers.available_permits(), 1);
-
-        tokio::time::sleep(ANSWER_DEADLINE * 2).await;
-        assert!(
-            !closed.is_cancelled(),
+        assert_eq!(
+            close.deadline(),
+            None,
             "a page taken in time leaves its connection open"
         );
 
         let slow = body(
             page(3),
             readers.clone().try_acquire_owned().unwrap(),
-            close(),
+            Some(close.clone()),
         );
         let mut pieces = slow.into_data_stream();
         assert_eq!(pieces.next().await.unwrap().unwrap().len(), PIECE_BYTES);
-        // Not asked for another piece (a reader that stopped reading): the timer closes it.
+        // A reader that stopped reading is never asked for another piece: the deadline stays
+        // for the connection's task to close it (runtime::http1), and a piece asked for past it
+        // is an error.
         tokio::time::sleep(ANSWER_DEADLINE + Duration::from_secs(1)).await;
-        assert!(closed.is_cancelled());
+        assert!(close.deadline().is_some());
         let cut = pieces.next().await.unwrap().unwrap_err();
         assert!(cut.to_string().contains("deadline"), "{cut}");
         drop(pieces);
         assert_eq!(readers.available_permits(), 1);
+        assert_eq!(close.deadline(), None);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The `externalscaler.ExternalScaler` gRPC service: proto ↔ cache, and the one error → status map.
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt as _;
 use futures::stream::BoxStream;
+use futures::{FutureExt as _, StreamExt as _};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -66,6 +67,10 @@ pub enum RpcError {
     UnknownMetricName { requested: String, served: String },
     #[error(transparent)]
     Observe(#[from] ObserveError),
+    /// A bug: the rpc's body panicked (logged at error and counted in
+    /// `runtime_task_panics_total`); answered, not dropped.
+    #[error("the scaler failed internally answering {rpc}: {message}")]
+    Panicked { rpc: &'static str, message: String },
 }
 
 /// The only place errors become gRPC statuses (an evaluation failure's code is
@@ -78,6 +83,7 @@ pub fn status(error: &RpcError) -> Status {
         | RpcError::Metadata(_)
         | RpcError::UnknownMetricName { .. } => Status::invalid_argument(message),
         RpcError::Observe(e) => Status::new(e.code(), message),
+        RpcError::Panicked { .. } => Status::internal(message),
     }
 }
 
@@ -89,6 +95,21 @@ pub struct Scaler<E> {
     pub shutdown: CancellationToken,
     /// How often StreamIsActive repeats `true`.
     pub heartbeat: Duration,
+}
+
+/// `body`, a panic in it becoming [`RpcError::Panicked`]: tonic runs each rpc on a task of its
+/// own that nothing here owns, where a panic would end the call with no status and no count.
+async fn caught<T>(
+    rpc: &'static str,
+    body: impl Future<Output = Result<T, RpcError>>,
+) -> Result<T, RpcError> {
+    AssertUnwindSafe(body)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|payload| {
+            let message = runtime::tasks::panicked(rpc, &*payload);
+            Err(RpcError::Panicked { rpc, message })
+        })
 }
 
 /// The deprecated int target: `max(1, ceil(target))`.
@@ -144,7 +165,7 @@ impl<E: Evaluate> Scaler<E> {
         body: impl Future<Output = Result<T, RpcError>>,
     ) -> Result<Response<T>, Status> {
         let counted = counted::Rpc::start(&self.metrics, rpc, headers);
-        let result = body.await.map_err(|error| {
+        let result = caught(rpc, body).await.map_err(|error| {
             debug!(rpc, %error, "rpc failed");
             status(&error)
         });
@@ -394,6 +415,20 @@ mod tests {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
         }
+    }
+
+    /// Issue 40: a panic in an rpc's body is answered INTERNAL, naming the rpc, and counted.
+    #[tokio::test]
+    async fn a_panicking_rpc_body_is_answered_internal_and_counted() {
+        let before = runtime::tasks::panics().get();
+        let answer = caught::<()>("GetMetrics", async { panic!("a bug in a handler") }).await;
+        let status = status(&answer.unwrap_err());
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert_eq!(
+            status.message(),
+            "the scaler failed internally answering GetMetrics: a bug in a handler"
+        );
+        assert!(runtime::tasks::panics().get() > before);
     }
 
     #[tokio::test]

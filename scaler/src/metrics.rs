@@ -40,6 +40,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, RwLock};
 
+use runtime::lock::{read, write};
+
 use scaler_core::decision::{Brake, ConvergencePhase, Reason};
 use scaler_core::evaluate::Evaluation;
 use scaler_core::metadata::Metric;
@@ -512,15 +514,6 @@ fn brake_name(state: Brake) -> &'static str {
         Brake::IdleLag => "idle-lag",
         Brake::Engaged => "engaged",
     }
-}
-
-// Poisoning only follows a panic while holding the lock; the map is still consistent.
-fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    m.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    m.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// grpc-go's spelling of status codes, as `grpc_code` labels usually carry.

@@ -14,7 +14,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
+use runtime::lock::lock;
+
 use crate::events::{self, Events};
+use crate::lru;
 use crate::metrics::Metrics;
 use scaler_core::metadata::{self, MetadataError, ScalerConfig};
 
@@ -115,6 +118,8 @@ impl MetadataCache {
                 return parsed;
             }
             let (name, raw) = (name.to_owned(), raw.clone());
+            // A panic in the parser goes on in the rpc, which answers it INTERNAL
+            // (`grpc::caught`); its outcome is not kept, so it is not cached either.
             tokio::task::spawn_blocking(move || parse_now(&name, &raw))
                 .await
                 .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
@@ -145,19 +150,12 @@ impl MetadataCache {
     fn insert(&self, content: Content, parsed: Parsed) {
         let mut entries = lock(&self.entries);
         if !entries.contains_key(&content) && entries.len() >= self.capacity {
-            // The least recently asked sixteenth at once: the scan is amortised over the inserts.
-            let mut ages: Vec<(u64, Content)> = entries
-                .iter()
-                .map(|(c, slot)| (slot.asked.load(Ordering::Relaxed), c.clone()))
-                .collect();
-            let count = (self.capacity / 16).clamp(1, ages.len());
-            if count < ages.len() {
-                ages.select_nth_unstable_by_key(count, |(asked, _)| *asked);
-            }
-            for (_, c) in ages.iter().take(count) {
+            let asked = |slot: &Slot| slot.asked.load(Ordering::Relaxed);
+            let oldest = lru::least_recent(&entries, self.capacity, asked);
+            for c in &oldest {
                 entries.remove(c);
             }
-            self.metrics.evicted("metadata", "capacity", count);
+            self.metrics.evicted("metadata", "capacity", oldest.len());
         }
         let asked = AtomicU64::new(self.tick());
         entries.insert(content, Slot { parsed, asked });
@@ -178,11 +176,6 @@ impl MetadataCache {
 
 fn parse_now(name: &str, raw: &HashMap<String, String>) -> Parsed {
     metadata::parse(name, raw).map(Arc::new)
-}
-
-// Poisoning only follows a panic while holding the lock; the map is still consistent.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use crate::parsed::MetadataCache;
 use crate::proto::external_scaler_server::ExternalScalerServer;
 use crate::topology::{self, ClusterIndex, Topology};
 use runtime::app::App;
+use runtime::flags::{Admin, AdminFlags, ConnLimits, ServerFlags, ServerTls};
 use runtime::logging::LogArgs;
 use runtime::{admin, conn, tls};
 
@@ -58,6 +59,37 @@ type Layers = Stack<GlobalConcurrencyLimitLayer, Identity>;
 /// (16 × `--observe-batch-size` keys), while cold keys still find half the query slots free.
 const TICK_QUERIES: usize = 16;
 
+/// `scaler serve`'s admin port also serves /decisions, and is set per pod through the environment.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeAdmin;
+
+impl AdminFlags for ServeAdmin {
+    const HELP: &'static str =
+        "Plaintext HTTP address for /healthz, /readyz, /metrics and /decisions";
+    const ENV: Option<&'static str> = Some("SCALER_ADMIN_LISTEN");
+}
+
+/// `scaler serve`'s TLS (optional, ALPN h2) and its connection bounds, sized for KEDA's one
+/// connection per operator replica.
+#[derive(Debug, Clone, Copy)]
+pub struct Grpc;
+
+impl ServerFlags for Grpc {
+    const TLS_REQUIRED: bool = false;
+    const TLS_CERT_ENV: &'static str = "SCALER_TLS_CERT";
+    const TLS_CERT_HELP: &'static str =
+        "PEM certificate chain: serve gRPC over TLS (ALPN h2). Reloaded when the file changes";
+    const TLS_KEY_ENV: &'static str = "SCALER_TLS_KEY";
+    const TLS_KEY_HELP: &'static str = "PEM private key for --tls-cert";
+    const MAX_CONNECTIONS: &'static str = "1024";
+    const MAX_CONNECTIONS_HELP: &'static str = "Most open client connections. At the cap a new one closes, first, the oldest connection that has sent no rpc yet, then the one idle longest; only when all are busy is it refused";
+    const MAX_CONNECTIONS_PER_PEER: &'static str = "128";
+    const HANDSHAKE_TIMEOUT_HELP: &'static str =
+        "A client must finish the TLS handshake and send its first rpc's headers within this";
+    const IDLE_TIMEOUT: &'static str = "2m";
+    const IDLE_TIMEOUT_HELP: &'static str = "Close a connection with no rpc in flight and no request for this long; PINGs from the client do not count. The server PINGs quiet connections every quarter of it to find dead peers";
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// gRPC listen address.
@@ -69,9 +101,8 @@ pub struct Args {
     /// Where Cluster spec.instances and the sync quorum come from.
     #[arg(long, value_enum, default_value = "auto", env = "SCALER_TOPOLOGY")]
     pub topology: topology::Mode,
-    /// Plaintext HTTP address for /healthz, /readyz, /metrics and /decisions.
-    #[arg(long, default_value = "0.0.0.0:9090", env = "SCALER_ADMIN_LISTEN")]
-    pub admin_listen: SocketAddr,
+    #[command(flatten)]
+    pub admin: Admin<ServeAdmin>,
     /// One decision per ScaledObject serves every call within this interval.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub refresh_interval: Duration,
@@ -122,21 +153,8 @@ pub struct Args {
     /// Close client connections after this age so new scaler pods get traffic (headless Service).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub max_connection_age: Option<Duration>,
-    /// Most open client connections. At the cap a new one closes, first, the oldest connection
-    /// that has sent no rpc yet, then the one idle longest; only when all are busy is it refused.
-    #[arg(long, default_value = "1024")]
-    pub max_connections: usize,
-    /// Most open connections from one IP address (the same room-making rule applies among them).
-    #[arg(long, default_value = "128")]
-    pub max_connections_per_peer: usize,
-    /// A client must finish the TLS handshake and send its first rpc's headers within this.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pub handshake_timeout: Duration,
-    /// Close a connection with no rpc in flight and no request for this long; PINGs from the
-    /// client do not count. The server PINGs quiet connections every quarter of it to find
-    /// dead peers.
-    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
-    pub idle_timeout: Duration,
+    #[command(flatten)]
+    pub limits: ConnLimits<Grpc>,
     /// Most concurrent HTTP/2 streams (rpcs, StreamIsActive streams) on one connection. KEDA
     /// sends every ScaledObject's calls over one connection, so this bounds how many of a
     /// restart's cold calls the scaler sees at once, and how many external-push ScaledObjects
@@ -148,12 +166,8 @@ pub struct Args {
     /// spread over many connections holds. A streaming rpc counts until its stream starts.
     #[arg(long, default_value = "4096")]
     pub max_in_flight_rpcs: usize,
-    /// PEM certificate chain: serve gRPC over TLS (ALPN h2). Reloaded when the file changes.
-    #[arg(long, requires = "tls_key", env = "SCALER_TLS_CERT")]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM private key for --tls-cert.
-    #[arg(long, requires = "tls_cert", env = "SCALER_TLS_KEY")]
-    pub tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: ServerTls<Grpc>,
     /// PEM CA bundle: require client certificates signed by it (mTLS).
     #[arg(long, requires = "tls_cert", env = "SCALER_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
@@ -218,9 +232,12 @@ impl Args {
         let grpc = TcpListener::bind(self.listen)
             .await
             .with_context(|| format!("cannot listen on --listen {}", self.listen))?;
-        let admin = TcpListener::bind(self.admin_listen)
+        let admin = TcpListener::bind(self.admin.admin_listen)
             .await
-            .with_context(|| format!("cannot listen on --admin-listen {}", self.admin_listen))?;
+            .with_context(|| {
+                let addr = self.admin.admin_listen;
+                format!("cannot listen on --admin-listen {addr}")
+            })?;
         self.serve_in(app, grpc, admin).await
     }
 
@@ -241,7 +258,7 @@ impl Args {
         grpc: TcpListener,
         admin: TcpListener,
     ) -> anyhow::Result<()> {
-        self.check()?;
+        let limits = self.check()?;
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
         let tls = self.tls(&mut app).await?;
@@ -281,37 +298,28 @@ impl Args {
             .add_service(
                 ExternalScalerServer::new(scaler).max_decoding_message_size(MAX_REQUEST_BYTES),
             );
-        let limits = conn::Limits {
-            max_connections: self.max_connections,
-            max_connections_per_peer: self.max_connections_per_peer,
-            handshake_timeout: self.handshake_timeout,
-            idle_timeout: self.idle_timeout,
-            protocol: conn::Protocol::Http2,
-        };
         info!(listen = %grpc.local_addr()?, tls = tls.is_some(), max_connections = limits.max_connections, "serving gRPC");
         let server = serve_grpc(router, grpc, limits, tls, app.shutdown());
         app.run(server, DRAIN_TIMEOUT).await
     }
 
-    /// The flag checks clap cannot make.
-    fn check(&self) -> anyhow::Result<()> {
+    /// The flag checks clap cannot make; the connection limits they leave.
+    fn check(&self) -> anyhow::Result<conn::Limits> {
         anyhow::ensure!(
             !self.refresh_interval.is_zero() && !self.query_timeout.is_zero(),
             "--refresh-interval and --query-timeout must be above 0"
         );
+        let idle_timeout = self.limits.idle_timeout;
         anyhow::ensure!(
-            self.idle_timeout >= MIN_IDLE_TIMEOUT,
+            idle_timeout >= MIN_IDLE_TIMEOUT,
             "--idle-timeout ({}) must be at least {}",
-            humantime::format_duration(self.idle_timeout),
+            humantime::format_duration(idle_timeout),
             humantime::format_duration(MIN_IDLE_TIMEOUT)
         );
+        let limits = self.limits.limits(conn::Protocol::Http2)?;
         anyhow::ensure!(
-            self.max_connections > 0
-                && self.max_connections_per_peer > 0
-                && self.max_streams_per_connection > 0
-                && self.max_in_flight_rpcs > 0
-                && !self.handshake_timeout.is_zero(),
-            "--max-connections, --max-connections-per-peer, --max-streams-per-connection, --max-in-flight-rpcs and --handshake-timeout must be above 0"
+            self.max_streams_per_connection > 0 && self.max_in_flight_rpcs > 0,
+            "--max-streams-per-connection and --max-in-flight-rpcs must be above 0"
         );
         anyhow::ensure!(
             self.cold_batch_window <= MAX_COLD_BATCH_WINDOW,
@@ -325,23 +333,17 @@ impl Args {
             humantime::format_duration(self.staleness),
             humantime::format_duration(self.refresh_interval)
         );
-        Ok(())
+        Ok(limits)
     }
 
     /// The reloading TLS identity of --tls-cert/--tls-key, if any; its reload poller (and the
     /// client CA's watch) run in `app`'s task set.
     async fn tls(&self, app: &mut App) -> anyhow::Result<Option<tls::Reloading>> {
-        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+        if !self.tls.enabled() {
             return Ok(None);
-        };
-        let files = tls::TlsFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-            client: self.client_auth(app).await?,
-        };
-        let (tls, poller) = tls::Reloading::load(files, tls::ALPN_GRPC, app.shutdown())?;
-        app.spawn("TLS reload", poller);
-        Ok(Some(tls))
+        }
+        let client = self.client_auth(app).await?;
+        self.tls.load(app, tls::ALPN_GRPC, client)
     }
 
     /// The decision cache over Prometheus and `topology`.
@@ -378,8 +380,8 @@ impl Args {
         let builder = Server::builder()
             // Sheds what the limits below cannot take at once instead of queueing it.
             .load_shed(true)
-            .http2_keepalive_interval(Some(self.idle_timeout / KEEPALIVE_DIVISOR))
-            .http2_keepalive_timeout(Some(self.idle_timeout / KEEPALIVE_DIVISOR))
+            .http2_keepalive_interval(Some(self.limits.idle_timeout / KEEPALIVE_DIVISOR))
+            .http2_keepalive_timeout(Some(self.limits.idle_timeout / KEEPALIVE_DIVISOR))
             .max_concurrent_streams(self.max_streams_per_connection)
             .concurrency_limit_per_connection(self.max_streams_per_connection as usize)
             .http2_max_header_list_size(MAX_HEADER_LIST_SIZE)

@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::watcher;
 use runtime::app::App;
+use runtime::lock;
 use runtime::watch::{self, Project, Projected};
 use tracing::{Instrument as _, info, info_span, warn};
 
@@ -223,24 +224,18 @@ impl<V> Default for Watched<V> {
 impl<V> Watched<V> {
     fn apply<K: kube::Resource>(&self, event: watcher::Event<K>, read: impl Fn(&K) -> V) {
         let listed = matches!(event, watcher::Event::InitDone);
-        self.objects
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .apply(&ByName(read), event);
+        lock::write(&self.objects).apply(&ByName(read), event);
         if listed {
-            *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            *lock::lock(&self.last_error) = None;
         }
     }
 
     fn failed(&self, error: String) {
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+        *lock::lock(&self.last_error) = Some(error);
     }
 
     fn is_synced(&self) -> bool {
-        self.objects
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_synced()
+        lock::read(&self.objects).is_synced()
     }
 }
 
@@ -323,14 +318,10 @@ impl ClusterIndex {
             let error = |w: &Option<String>| w.clone();
             let last_error = [&self.clusters.last_error, &self.quotas.last_error]
                 .into_iter()
-                .find_map(|e| error(&e.lock().unwrap_or_else(|p| p.into_inner())));
+                .find_map(|e| error(&lock::lock(e)));
             return Err(TopologyError::NotSynced { last_error });
         }
-        let clusters = self
-            .clusters
-            .objects
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+        let clusters = lock::read(&self.clusters.objects);
         let cluster = clusters
             .get(&(namespace.to_owned(), name.to_owned()))
             .ok_or_else(|| TopologyError::NotFound {
@@ -343,11 +334,7 @@ impl ClusterIndex {
                 name: name.into(),
                 error,
             })?;
-        let quotas = self
-            .quotas
-            .objects
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+        let quotas = lock::read(&self.quotas.objects);
         let in_namespace = (namespace.to_owned(), String::new())..;
         Ok(Snapshot {
             cluster,

@@ -68,7 +68,7 @@ async fn main() -> anyhow::Result<()> {
         protocol: conn::Protocol::Http1,
     };
     let incoming = tls.incoming(socket, limits, shutdown.clone());
-    let router = Router::new().route(sharding::server::PATH, post(allow));
+    let router = Router::new().route(sharding::webhook::server::PATH, post(allow));
     tokio::spawn(runtime::shutdown::cancel_on_signal(shutdown.clone()));
     runtime::http1::serve(
         incoming,

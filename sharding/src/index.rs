@@ -1,7 +1,7 @@
 //! What the webhook knows about the cluster, fed by watch events (see `watch.rs`) and read
 //! synchronously when placing a tenant. No I/O here.
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use placement::shard::{NAMESPACE_SHARD_LABEL, SHARD_KEY_LABEL, ShardIndex, parse_shard_index};
 use placement::{Placement, PlacementConfig, TenantInfo, compute_placement, tenant};
@@ -12,11 +12,11 @@ pub type SharedIndex = Arc<RwLock<Index>>;
 /// Reads the shared index. Writers never panic while holding the lock, so a poisoned lock
 /// still holds consistent data.
 pub fn read(index: &SharedIndex) -> RwLockReadGuard<'_, Index> {
-    index.read().unwrap_or_else(PoisonError::into_inner)
+    runtime::lock::read(index)
 }
 
 pub fn write(index: &SharedIndex) -> RwLockWriteGuard<'_, Index> {
-    index.write().unwrap_or_else(PoisonError::into_inner)
+    runtime::lock::write(index)
 }
 
 /// One HelmRelease, reduced to what placement needs.

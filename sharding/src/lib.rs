@@ -1,109 +1,16 @@
-//! `scaler webhook`: the Flux shard-placement admission webhook (docs/design.md S8).
-//!
-//! `mutate` decides (pure), `assign` resolves a tenant's shard (index + namespace label),
-//! `watch` keeps the `index` current, `server` is the HTTPS shell, `metrics` the gauges.
-use std::net::SocketAddr;
-use std::path::PathBuf;
+//! Flux shard placement: the admission webhook (`scaler webhook`, [`webhook`]) and the placement
+//! controller (`scaler shard-controller`, `scaler shards`, [`controller`]), sharing the watch
+//! [`index`] of HelmReleases, tenant Namespaces and shard Deployments, which [`watch`] keeps
+//! current once `follow` has started it.
 use std::str::FromStr;
-use std::sync::Arc;
-use std::time::Duration;
-
-use anyhow::Context as _;
-use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
-use tracing::{Instrument, info, info_span};
 
 use placement::shard::{ShardIndex, parse_shard_index};
 use runtime::app::App;
-use runtime::{conn, logging::WebhookLogArgs, tls};
 
-pub mod assign;
 pub mod controller;
 pub mod index;
-pub mod metrics;
-pub mod mutate;
-pub mod review;
-pub mod server;
 pub mod watch;
-
-/// How often readiness and the load gauges are recomputed from the index (cheap: one
-/// placement pass over the tenants).
-const GAUGE_REFRESH: Duration = Duration::from_secs(1);
-/// ALPN: HTTP/1.1 only; the workspace's axum is built without HTTP/2, and the API server
-/// calls webhooks over HTTP/1.1 just as well.
-const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
-/// What a draining review gets beyond its admission deadline to write its answer.
-const DRAIN_SLACK: Duration = Duration::from_secs(1);
-
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    // Boxed: the flags are many, and the CLI enum should stay small (clippy large_enum_variant).
-    #[command(flatten)]
-    settings: Box<Settings>,
-}
-
-#[derive(Debug, clap::Args)]
-struct Settings {
-    /// Address of the HTTPS admission endpoint (POST /mutate-helmrelease-shard).
-    #[arg(long, default_value = "0.0.0.0:9443", env = "WEBHOOK_LISTEN")]
-    listen: SocketAddr,
-    /// Serving certificate chain (PEM); re-read when the file changes.
-    #[arg(long, env = "WEBHOOK_TLS_CERT")]
-    tls_cert: PathBuf,
-    /// Serving private key (PEM); re-read when the file changes.
-    #[arg(long, env = "WEBHOOK_TLS_KEY")]
-    tls_key: PathBuf,
-    /// PEM CA bundle: require a client certificate signed by it, i.e. accept reviews only from
-    /// an API server configured to present one (see docs/webhook.md). Re-read when it changes.
-    #[arg(long, env = "WEBHOOK_CLIENT_CA")]
-    client_ca: Option<PathBuf>,
-    /// Most open connections. At the cap a new one closes, first, the oldest connection that has
-    /// not been answered yet (mid-handshake, silent, half-sent), then the one idle longest; only
-    /// when all are busy is it refused.
-    #[arg(long, default_value = "256")]
-    max_connections: usize,
-    /// Most open connections from one IP address (the same room-making rule applies among them).
-    #[arg(long, default_value = "64")]
-    max_connections_per_peer: usize,
-    /// The TLS handshake must finish within this.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    handshake_timeout: Duration,
-    /// Request headers must arrive within this; also closes keep-alive connections idle this long.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    header_read_timeout: Duration,
-    /// The request body must arrive within this (408 otherwise).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    body_read_timeout: Duration,
-    /// Close a connection that sends nothing for this long, whatever state it is in.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    idle_timeout: Duration,
-    /// Number of helm-controller shards K; tenants are placed on shard0..shard<K-1>.
-    #[arg(long, env = "WEBHOOK_SHARDS", value_parser = clap::value_parser!(u32).range(1..=4096))]
-    shards: u32,
-    /// Address of the plain-HTTP admin server: /healthz, /readyz, /metrics.
-    #[arg(long, default_value = "0.0.0.0:9090")]
-    admin_listen: SocketAddr,
-    /// Namespace of the helm-controller-shard<i> Deployments whose readiness gates placement.
-    #[arg(long, default_value = "cozy-fluxcd")]
-    flux_namespace: String,
-    /// Treat every shard below K as ready and do not watch Deployments: for clusters where the
-    /// shards run elsewhere or RBAC cannot read Deployments. Without it, no ready shard means
-    /// new tenants are left on the legacy key, never sent to a shard nobody reconciles.
-    #[arg(long)]
-    assume_shards_ready: bool,
-    /// Pin a tenant to a shard when it is first placed, e.g. `--pin tenant-big=shard0`
-    /// (repeatable). Pins to shards ≥ K are ignored.
-    #[arg(long = "pin", value_name = "TENANT=SHARD")]
-    pins: Vec<Pin>,
-    /// Timeout of each Kubernetes API call made while admitting.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-    api_timeout: Duration,
-    /// Upper bound on resolving a tenant's shard; keep well below the 5 s webhook timeout.
-    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
-    admission_deadline: Duration,
-    #[command(flatten)]
-    log: WebhookLogArgs,
-}
+pub mod webhook;
 
 /// `TENANT=shard<i>`.
 #[derive(Debug, Clone)]
@@ -121,165 +28,16 @@ impl FromStr for Pin {
     }
 }
 
-impl Args {
-    pub async fn run(self) -> anyhow::Result<()> {
-        let Settings {
-            listen,
-            tls_cert,
-            tls_key,
-            client_ca,
-            max_connections,
-            max_connections_per_peer,
-            handshake_timeout,
-            header_read_timeout,
-            body_read_timeout,
-            idle_timeout,
-            shards,
-            admin_listen,
-            flux_namespace,
-            assume_shards_ready,
-            pins,
-            api_timeout,
-            admission_deadline,
-            log,
-        } = *self.settings;
-        log.init()?;
-        anyhow::ensure!(
-            max_connections > 0
-                && max_connections_per_peer > 0
-                && !handshake_timeout.is_zero()
-                && !header_read_timeout.is_zero()
-                && !body_read_timeout.is_zero()
-                && !idle_timeout.is_zero(),
-            "--max-connections, --max-connections-per-peer, --handshake-timeout, --header-read-timeout, --body-read-timeout and --idle-timeout must be above 0"
-        );
-        let mut app = App::new("webhook").with_signals();
-        let client = client_ca.map(|path| tls::ClientAuth {
-            ca: tls::ClientCa::File(path),
-            identities: Vec::new(),
-        });
-        let files = tls::TlsFiles {
-            cert: tls_cert,
-            key: tls_key,
-            client,
-        };
-        let (tls, poller) = tls::Reloading::load(files, ALPN_HTTP1, app.shutdown())
-            .context("loading the webhook certificate")?;
-        app.spawn("TLS reload", poller);
-        let flux_ns = (!assume_shards_ready).then_some(flux_namespace.as_str());
-        let register = metrics::Metrics::register;
-        let Started {
-            client,
-            metrics,
-            index,
-        } = start(&mut app, admin_listen, register, flux_ns).await?;
-        let pinned = pins.into_iter().map(|Pin(t, s)| (t, s)).collect();
-        let policy = assign::Policy {
-            shards,
-            pinned,
-            assume_ready: assume_shards_ready,
-        };
-        let gauges = refresh(index.clone(), policy.clone(), metrics.clone(), &app);
-        app.spawn("gauges", gauges.instrument(info_span!("gauges")));
-        let resolver = assign::Resolver::new(
-            index,
-            kube::Api::all(client),
-            policy,
-            api_timeout,
-            metrics.clone(),
-        );
-        let webhook = server::Webhook {
-            resolver: Arc::new(resolver),
-            metrics,
-            deadline: admission_deadline,
-            body_timeout: body_read_timeout,
-        };
-
-        let socket = TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("binding --listen {listen}"))?;
-        let local = socket.local_addr()?;
-        let limits = conn::Limits {
-            max_connections,
-            max_connections_per_peer,
-            handshake_timeout,
-            idle_timeout,
-            protocol: conn::Protocol::Http1,
-        };
-        let incoming = tls.incoming(socket, limits, app.shutdown());
-        info!(%local, shards, max_connections, "serving the shard-placement webhook");
-        let router = server::router(webhook);
-        let server = runtime::http1::serve(
-            incoming,
-            router,
-            header_read_timeout,
-            app.shutdown(),
-            "webhook",
-        );
-        // Readiness goes down as the token is cancelled; in-flight reviews then get their
-        // admission deadline, plus a second to write the answer.
-        let drain = admission_deadline + DRAIN_SLACK;
-        app.run(server, drain).await
-    }
-}
-
-/// What the webhook and the controller both start with.
-struct Started<M> {
-    client: kube::Client,
-    metrics: M,
-    index: index::SharedIndex,
-}
-
-/// A Kubernetes client, the admin server (not ready yet) with the caller's metrics, and the
-/// watch index of HelmReleases, tenant Namespaces and, unless `flux_namespace` is `None`, the
-/// shard Deployments there; the admin server and the watches run in `app`.
-async fn start<M>(
+/// The watch index of HelmReleases, tenant Namespaces and, unless `flux_namespace` is `None`,
+/// the shard Deployments there, kept current by watches running in `app`.
+pub(crate) fn follow(
     app: &mut App,
-    admin_listen: SocketAddr,
-    register: impl FnOnce(&mut Registry) -> M,
+    client: kube::Client,
     flux_namespace: Option<&str>,
-) -> anyhow::Result<Started<M>> {
-    conn::raise_fd_limit();
-    let client = kube::Client::try_default()
-        .await
-        .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
-    let mut registry = Registry::default();
-    let metrics = register(&mut registry);
-    app.admin(admin_listen, registry).await?;
+) -> index::SharedIndex {
     let index = index::Index::shared();
-    watch::spawn(app, client.clone(), index.clone(), flux_namespace);
-    Ok(Started {
-        client,
-        metrics,
-        index,
-    })
-}
-
-/// Refreshes the gauges and flips readiness once the watches have synced, until shutdown
-/// (which takes readiness down: `App`).
-fn refresh(
-    index: index::SharedIndex,
-    policy: assign::Policy,
-    metrics: metrics::Metrics,
-    app: &App,
-) -> impl Future<Output = ()> + Send + use<> {
-    let (readiness, shutdown) = (app.readiness(), app.shutdown());
-    async move {
-        let mut tick = tokio::time::interval(GAUGE_REFRESH);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            let index = index::read(&index);
-            let synced = index.synced().ready(!policy.assume_ready);
-            if synced != readiness.is_ready() {
-                info!(synced, "watch caches synced");
-                readiness.set(synced);
-            }
-            metrics.observe(&index, &policy.config(&index));
-        }
-    }
+    watch::spawn(app, client, index.clone(), flux_namespace);
+    index
 }
 
 #[cfg(test)]
@@ -299,42 +57,5 @@ mod tests {
             let error = bad.parse::<Pin>().unwrap_err();
             assert!(error.contains("--pin") && error.contains(bad), "{error}");
         }
-    }
-
-    #[test]
-    fn flags_follow_the_contract() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: Args,
-        }
-        let cli = Cli::try_parse_from([
-            "webhook",
-            "--tls-cert",
-            "c",
-            "--tls-key",
-            "k",
-            "--shards",
-            "4",
-        ])
-        .unwrap();
-        let s = &cli.args.settings;
-        assert_eq!(s.listen.to_string(), "0.0.0.0:9443");
-        assert_eq!(s.admin_listen.to_string(), "0.0.0.0:9090");
-        assert_eq!(s.flux_namespace, "cozy-fluxcd");
-        assert_eq!(s.shards, 4);
-        assert!(
-            Cli::try_parse_from([
-                "webhook",
-                "--tls-cert",
-                "c",
-                "--tls-key",
-                "k",
-                "--shards",
-                "0"
-            ])
-            .is_err()
-        );
     }
 }

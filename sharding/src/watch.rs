@@ -16,7 +16,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
 use crate::index::{self, Index, Release, SharedIndex, TenantNamespace};
-use crate::mutate::{HELMRELEASE_GROUP, HELMRELEASE_KIND, HELMRELEASE_VERSION};
+
+/// The watched kind the webhook admits and the controller relabels.
+pub const HELMRELEASE_GROUP: &str = "helm.toolkit.fluxcd.io";
+pub const HELMRELEASE_VERSION: &str = "v2";
+pub const HELMRELEASE_KIND: &str = "HelmRelease";
 
 struct Releases;
 struct Namespaces;

@@ -8,11 +8,11 @@ use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
-use sharding::assign::{Policy, Resolver};
 use sharding::index::{self, Index};
-use sharding::metrics::Metrics;
-use sharding::mutate::{Admit, Pending, Reason, admit};
-use sharding::review::AdmissionReview;
+use sharding::webhook::assign::{Policy, Resolver};
+use sharding::webhook::metrics::Metrics;
+use sharding::webhook::mutate::{Admit, Pending, Reason, admit};
+use sharding::webhook::review::AdmissionReview;
 use tower_test::mock::{self, Handle};
 
 const TENANT: &str = "tenant-foo";

@@ -20,7 +20,12 @@ explicit 0. Two instances minimum, because the load query counts standbys and de
 
 {{/* "true" while the ScaledObject must not move the count: dry-run and migration phase 1. */}}
 {{- define "[[ chart ]].autoscaling.paused" -}}
-{{- if and .Values.autoscaling.enabled (or .Values.autoscaling.dryRun .Values.autoscaling.transition) }}true{{ end -}}
+{{- include "[[ chart ]].autoscaling.pausedOf" .Values.autoscaling -}}
+{{- end }}
+
+{{/* The same for the settings given: autoscaling[% if spec.poolers %] or autoscaling.pooler[% endif %]. */}}
+{{- define "[[ chart ]].autoscaling.pausedOf" -}}
+{{- if and .enabled (or .dryRun .transition) }}true{{ end -}}
 {{- end }}
 
 {{/*
@@ -33,64 +38,103 @@ patch, Helm 4 or Flux client- or server-side apply) deletes it or reverts the HP
 that owned the field always carries the value the HPA left.
 */}}
 {{- define "[[ chart ]].autoscaling.replicaField" -}}
-{{- $a := .Values.autoscaling -}}
-{{- if or (not $a.enabled) $a.dryRun $a.transition -}}
+{{- include "[[ chart ]].autoscaling.replicaFieldOf" .Values.autoscaling -}}
+{{- end }}
+
+{{/* The same for the settings given. */}}
+{{- define "[[ chart ]].autoscaling.replicaFieldOf" -}}
+{{- if or (not .enabled) .dryRun .transition -}}
 static
 {{- else -}}
 live
 {{- end -}}
 {{- end }}
 
-{{/* spec.[[ spec.path | join(".") ]] of the live [[ spec.target_kind ]], or "" when there is none or it is not a number. */}}
-{{- define "[[ chart ]].autoscaling.liveCount" -}}
-{{- $live := lookup "[[ spec.target_api_version ]]" "[[ spec.target_kind ]]" ([[ spec.target_namespace ]]) ([[ spec.target_name ]]) -}}
-{{- $count := dig "spec" [% for key in spec.path %]"[[ key ]]" [% endfor %]"" $live -}}
+{{/*
+The [[ spec.target_kind ]] as a target of the helpers below, which take the target as their argument: its
+identity, where its count lives, the chart's own count (`key`), the floor and the mode. JSON, so
+that a helper can hand it over.
+*/}}
+{{- define "[[ chart ]].autoscaling.target" -}}
+{{- toJson (dict "apiVersion" "[[ spec.target_api_version ]]" "kind" "[[ spec.target_kind ]]" "namespace" ([[ spec.target_namespace ]]) "name" ([[ spec.target_name ]]) "path" (list[% for key in spec.path %] "[[ key ]]"[% endfor %]) "field" "[[ spec.field ]]" "key" "[[ spec.values_key ]]" "count" [[ spec.count ]] "floor" (int (include "[[ chart ]].autoscaling.floor" .)) "static" (eq (include "[[ chart ]].autoscaling.replicaField" .) "static") "keda" (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") "release" .Release.Name) -}}
+{{- end }}
+
+{{/* spec.<path> of the live target `.`, or "" when there is none or it is not a number. */}}
+{{- define "[[ chart ]].autoscaling.liveCountOf" -}}
+{{- $count := lookup .apiVersion .kind .namespace .name -}}
+{{- range $key := prepend .path "spec" -}}
+{{- if kindIs "map" $count }}{{ $count = get $count $key }}{{ else }}{{ $count = "" }}{{ end -}}
+{{- end -}}
 {{- if or (kindIs "int64" $count) (kindIs "float64" $count) (kindIs "int" $count) -}}
 {{- int $count -}}
 {{- end -}}
 {{- end }}
 
-{{/* The active count: the live one, else the chart's own; never below the floor. */}}
+{{/* The active count of the [[ spec.target_kind ]] (its [[ spec.field ]] line while live). */}}
 {{- define "[[ chart ]].autoscaling.instances" -}}
-{{- $live := include "[[ chart ]].autoscaling.liveCount" . -}}
-{{- $count := ternary $live (toString [[ spec.count ]]) (ne $live "") -}}
-{{- max (int $count) (int (include "[[ chart ]].autoscaling.floor" .)) -}}
+{{- include "[[ chart ]].autoscaling.instancesOf" (include "[[ chart ]].autoscaling.target" . | fromJson) -}}
+{{- end }}
+
+{{/* The active count of target `.`: the live one, else the chart's own; never below the floor. */}}
+{{- define "[[ chart ]].autoscaling.instancesOf" -}}
+{{- $live := include "[[ chart ]].autoscaling.liveCountOf" . -}}
+{{- $count := ternary $live (toString (int .count)) (ne $live "") -}}
+{{- max (int $count) (int .floor) -}}
 {{- end }}
 
 {{/*
-Hand-back guard: pausing or turning off autoscaling makes `[[ spec.values_key ]]` the count again. While the
-HPA drives the live [[ spec.target_kind ]] (our ScaledObject is live and not paused), refuse a `[[ spec.values_key ]]`
-other than the live count, so the hand-back never moves it. Acts only where `lookup` sees the
+Hand-back guard of target `.`: pausing or turning off its autoscaling makes its `key` the count again.
+While the HPA drives the live target (our ScaledObject of its name is live and not paused), refuse a
+`key` other than the live count, so the hand-back never moves it. Acts only where `lookup` sees the
 cluster (installs, upgrades, Flux); `helm template` renders as before.
 */}}
-{{- define "[[ chart ]].autoscaling.handbackGuard" -}}
-{{- if and (eq (include "[[ chart ]].autoscaling.replicaField" .) "static") (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") -}}
-{{- $so := lookup "keda.sh/v1alpha1" "ScaledObject" ([[ spec.target_namespace ]]) ([[ spec.target_name ]]) -}}
-{{- $ours := eq (dig "metadata" "labels" "app.kubernetes.io/instance" "" $so) .Release.Name -}}
+{{- define "[[ chart ]].autoscaling.handbackGuardOf" -}}
+{{- if and .static .keda -}}
+{{- $so := lookup "keda.sh/v1alpha1" "ScaledObject" .namespace .name -}}
+{{- $ours := eq (dig "metadata" "labels" "app.kubernetes.io/instance" "" $so) .release -}}
 {{- $pausedOut := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-out" "" $so)) "true" -}}
 {{- $pausedIn := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-in" "" $so)) "true" -}}
-{{- $live := include "[[ chart ]].autoscaling.liveCount" . -}}
-{{- if and $ours (not (and $pausedIn $pausedOut)) (ne $live "") (ne (int $live) [[ spec.count ]]) -}}
-{{- fail (printf "[[ spec.values_key ]] (%d) differs from the live [[ spec.field ]] (%s) the autoscaler set: set [[ spec.values_key ]] to %s to pause or turn off autoscaling without moving the count, and change it in a later upgrade if you want another count" [[ spec.count ]] $live $live) -}}
+{{- $live := include "[[ chart ]].autoscaling.liveCountOf" . -}}
+{{- $count := int .count -}}
+{{- if and $ours (not (and $pausedIn $pausedOut)) (ne $live "") (ne (int $live) $count) -}}
+{{- fail (printf "%s (%d) differs from the live %s (%s) the autoscaler set: set %s to %s to pause or turn off autoscaling without moving the count, and change it in a later upgrade if you want another count" .key $count .field $live .key $live) -}}
 {{- end -}}
 {{- end -}}
 {{- end }}
+[% if spec.engine == "redis" or spec.poolers %]
 
 {{/*
-HPA behaviour: autoscaling.behavior, plus autoscaling.tolerance in both directions where the
-cluster has per-HPA tolerance (Kubernetes >= 1.35, HPAConfigurableTolerance on by default; KEDA
->= 2.18 passes it on). The scaler's metric already encodes the exact count, so 0 lets a +-1 step
-through above ten instances, which the default 10 % would swallow. Older clusters get no field
-and keep the 10 %; a direction's own behavior tolerance wins; tolerance null renders none.
+A ScaleAdapter's spec.replicas (the HPA's, through its /scale) for target `.`: the live adapter's
+own value, else the count the chart renders into the target, so an upgrade never moves it.
 */}}
-{{- define "[[ chart ]].autoscaling.behavior" -}}
-{{- $a := .Values.autoscaling -}}
-{{- $behavior := deepCopy ($a.behavior | default dict) -}}
-{{- if and (not (kindIs "invalid" $a.tolerance)) (semverCompare ">=1.35.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- define "[[ chart ]].autoscaling.adapterReplicasOf" -}}
+{{- $live := lookup "autoscaling.cozystack.io/v1alpha1" "ScaleAdapter" .namespace .name -}}
+{{- $replicas := dig "spec" "replicas" "" $live -}}
+{{- if or (kindIs "int64" $replicas) (kindIs "float64" $replicas) (kindIs "int" $replicas) -}}
+{{- int $replicas -}}
+{{- else if not .static -}}
+{{- include "[[ chart ]].autoscaling.instancesOf" . -}}
+{{- else -}}
+{{- int .count -}}
+{{- end -}}
+{{- end }}
+[% endif %]
+
+{{/*
+HPA behaviour from `.behavior`, plus `.tolerance` in both directions where the cluster has per-HPA
+tolerance (`.kubeVersion` >= 1.35, HPAConfigurableTolerance on by default; KEDA >= 2.18 passes it
+on). The scaler's metric already encodes the exact count, so 0 lets a +-1 step through above ten
+instances, which the default 10 % would swallow. Older clusters get no field and keep the 10 %; a
+direction's own behavior tolerance wins; tolerance null renders none.
+*/}}
+{{- define "[[ chart ]].autoscaling.behaviorOf" -}}
+{{- $tolerance := .tolerance -}}
+{{- $behavior := deepCopy (.behavior | default dict) -}}
+{{- if and (not (kindIs "invalid" $tolerance)) (semverCompare ">=1.35.0-0" .kubeVersion) -}}
 {{- range $direction := list "scaleUp" "scaleDown" -}}
 {{- $policy := get $behavior $direction | default dict -}}
 {{- if not (hasKey $policy "tolerance") -}}
-{{- $_ := set $policy "tolerance" (toString $a.tolerance) -}}
+{{- $_ := set $policy "tolerance" (toString $tolerance) -}}
 {{- end -}}
 {{- $_ := set $behavior $direction $policy -}}
 {{- end -}}
@@ -99,12 +143,13 @@ and keep the 10 %; a direction's own behavior tolerance wins; tolerance null ren
 {{- end }}
 
 {{/*
-The `schedules` trigger metadata: one `<cron> for <duration> [floor <n>] [scaleIn disabled]
-[in <zone>]` per window, joined by "; " (the scaler's `schedules` metadata); "" without windows.
+The `schedules` trigger metadata of the windows `.`: one `<cron> for <duration> [floor <n>]
+[scaleIn disabled] [in <zone>]` per window, joined by "; " (the scaler's `schedules` metadata); ""
+without windows.
 */}}
-{{- define "[[ chart ]].autoscaling.schedules" -}}
+{{- define "[[ chart ]].autoscaling.schedulesOf" -}}
 {{- $windows := list -}}
-{{- range $w := .Values.autoscaling.schedules -}}
+{{- range $w := . -}}
 {{- $text := printf "%s for %s" $w.cron $w.duration -}}
 {{- if $w.floor }}{{ $text = printf "%s floor %d" $text (int $w.floor) }}{{ end -}}
 {{- if eq (toString $w.scaleIn) "disabled" }}{{ $text = printf "%s scaleIn disabled" $text }}{{ end -}}
@@ -123,37 +168,50 @@ The `schedules` trigger metadata: one `<cron> for <duration> [floor <n>] [scaleI
 {{- join "," $signals -}}
 {{- end }}
 
-{{/* Render-time guards: each fails with the fix in the message. */}}
-{{- define "[[ chart ]].autoscaling.guards" -}}
-{{- $a := .Values.autoscaling -}}
-{{- if not (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") -}}
-{{- fail "autoscaling.enabled=true needs KEDA, but keda.sh/v1alpha1 is not among the API versions: with helm template (no cluster) pass --api-versions keda.sh/v1alpha1; on a cluster install KEDA first, or set autoscaling.enabled=false" -}}
+{{/*
+Render-time guards of a target, each failing with the fix in the message; `.` holds the settings
+(`a`, named `prefix` in the messages), the scaler address, whether KEDA's API is there, the floor
+(`floorName` = `floorFormula`), the chart's count and its values key, and the load's unit.
+*/}}
+{{- define "[[ chart ]].autoscaling.guardsOf" -}}
+{{- $a := .a -}}
+{{- $prefix := .prefix -}}
+{{- if not .keda -}}
+{{- fail (printf "%s.enabled=true needs KEDA, but keda.sh/v1alpha1 is not among the API versions: with helm template (no cluster) pass --api-versions keda.sh/v1alpha1; on a cluster install KEDA first, or set %s.enabled=false" $prefix $prefix) -}}
 {{- end -}}
-{{- if not $a.scalerAddress -}}
+{{- if not .scalerAddress -}}
 {{- fail "autoscaling.scalerAddress is empty: set it to the scaler's host:port (the cozy-autoscaling package's scaler Service)" -}}
 {{- end -}}
 {{- if lt (int $a.target) 1 -}}
-{{- fail (printf "autoscaling.target must be at least 1 (load per read replica), got %v" $a.target) -}}
+{{- fail (printf "%s.target must be at least 1 (%s), got %v" $prefix .unit $a.target) -}}
 {{- end -}}
-{{- $floor := int (include "[[ chart ]].autoscaling.floor" .) -}}
+{{- $floor := int .floor -}}
 {{- if gt $floor (int $a.maxReplicas) -}}
-[% if spec.engine == "redis" %]
-{{- fail (printf "autoscaling.maxReplicas (%d) is below the floor %d = max(minReplicas, 2): raise maxReplicas to at least %d" (int $a.maxReplicas) $floor $floor) -}}
-[% else %]
-{{- fail (printf "autoscaling.maxReplicas (%d) is below the quorum floor %d = max(minReplicas, maxSyncReplicas + 1, 2): raise maxReplicas to at least %d" (int $a.maxReplicas) $floor $floor) -}}
-[% endif %]
+{{- fail (printf "%s.maxReplicas (%d) is below the %s %d = %s: raise maxReplicas to at least %d" $prefix (int $a.maxReplicas) .floorName $floor .floorFormula $floor) -}}
 {{- end -}}
-{{- if gt [[ spec.count ]] (int $a.maxReplicas) -}}
-{{- fail (printf "[[ spec.values_key ]] (%d) is above autoscaling.maxReplicas (%d): the HPA would cut straight to maxReplicas, ignoring pause and pacing; raise maxReplicas or lower [[ spec.values_key ]] first" [[ spec.count ]] (int $a.maxReplicas)) -}}
-{{- end -}}
-{{- range $i, $s := $a.signals -}}
-{{- if eq $s.metric $a.metric -}}
-{{- fail (printf "autoscaling.signals entry %d repeats autoscaling.metric %s: give each metric once" $i $s.metric) -}}
-{{- end -}}
+{{- if gt (int .count) (int $a.maxReplicas) -}}
+{{- fail (printf "%s (%d) is above %s.maxReplicas (%d): the HPA would cut straight to maxReplicas, ignoring pause and pacing; raise maxReplicas or lower %s first" .key (int .count) $prefix (int $a.maxReplicas) .key) -}}
 {{- end -}}
 {{- range $i, $w := $a.schedules -}}
 {{- if gt (int $w.floor) (int $a.maxReplicas) -}}
-{{- fail (printf "autoscaling.schedules entry %d: floor %d is above autoscaling.maxReplicas (%d): the scaler would refuse the trigger; lower the floor or raise maxReplicas" $i (int $w.floor) (int $a.maxReplicas)) -}}
+{{- fail (printf "%s.schedules entry %d: floor %d is above %s.maxReplicas (%d): the scaler would refuse the trigger; lower the floor or raise maxReplicas" $prefix $i (int $w.floor) $prefix (int $a.maxReplicas)) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (int $a.maxReplicas) 100 -}}
+{{- fail (printf "%s.maxReplicas (%d) is above the hard ceiling of 100" $prefix (int $a.maxReplicas)) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The [[ spec.target_kind ]]'s guards: the common ones, then its own. */}}
+{{- define "[[ chart ]].autoscaling.guards" -}}
+{{- $a := .Values.autoscaling -}}
+{{- $t := include "[[ chart ]].autoscaling.target" . | fromJson -}}
+[% set floor_name = "floor" if spec.engine == "redis" else "quorum floor" %]
+[% set floor_formula = "max(minReplicas, 2)" if spec.engine == "redis" else "max(minReplicas, maxSyncReplicas + 1, 2)" %]
+{{- include "[[ chart ]].autoscaling.guardsOf" (dict "a" $a "prefix" "autoscaling" "scalerAddress" $a.scalerAddress "keda" $t.keda "floor" $t.floor "floorName" "[[ floor_name ]]" "floorFormula" "[[ floor_formula ]]" "count" $t.count "key" $t.key "unit" "load per read replica") -}}
+{{- range $i, $s := $a.signals -}}
+{{- if eq $s.metric $a.metric -}}
+{{- fail (printf "autoscaling.signals entry %d repeats autoscaling.metric %s: give each metric once" $i $s.metric) -}}
 {{- end -}}
 {{- end -}}
 [% if spec.engine == "redis" %]
@@ -161,7 +219,60 @@ The `schedules` trigger metadata: one `<cron> for <duration> [floor <n>] [scaleI
 {{- fail "autoscaling.maxReplicationLagSeconds does not apply to Redis, which reports replica lag as a byte offset: remove it and set autoscaling.maxReplicationLagBytes" -}}
 {{- end -}}
 [% endif %]
-{{- if gt (int $a.maxReplicas) 100 -}}
-{{- fail (printf "autoscaling.maxReplicas (%d) is above the hard ceiling of 100" (int $a.maxReplicas)) -}}
+{{- end }}
+[% if spec.poolers %]
+
+{{/*
+CloudNativePG Poolers, autoscaled apart from the [[ spec.target_kind ]] under autoscaling.pooler (pooler-autoscaling.yaml):
+each Pooler the chart renders as a target of the helpers above. `pooler.N` is the N-th Pooler's own
+part (called with the chart's root): name, namespace, Cluster, count, whether the chart's conditions
+render it, and the pool sizes its spec.pgbouncer.parameters render (the scaler's connection budget).
+*/}}
+[% for p in spec.poolers %]
+{{/* The Pooler of [[ p.at ]]. */}}
+{{- define "[[ chart ]].autoscaling.pooler.[[ loop.index0 ]]" -}}
+[% if p.conditions %]
+{{- $renders := false -}}
+{{- if and [[ p.conditions | join(" ") ]] }}{{ $renders = true }}{{ end -}}
+[% else %]
+{{- $renders := true -}}
+[% endif %]
+{{- toJson (dict "at" [[ p.at | json ]] "name" [[ p.name ]] "namespace" [[ p.namespace ]] "explicitNamespace" [[ p.explicit_namespace | json ]] "cluster" [[ p.cluster ]] "key" "[[ p.values_key ]]" "count" [[ p.count ]] "renders" $renders "pool" (list[% for s in p.pool %] (dict "key" "[[ s.key ]]" "param" "[[ s.param ]]" "value" [[ s.expr ]])[% endfor %])) -}}
+{{- end }}
+[% endfor %]
+
+{{/* Pooler `index . 1` as a target, under the settings of autoscaling.pooler (`index . 0` is the chart's root). */}}
+{{- define "[[ chart ]].autoscaling.pooler.target" -}}
+{{- $root := index . 0 -}}
+{{- $p := (($root.Values.autoscaling | default dict).pooler | default dict) -}}
+{{- $t := include (printf "[[ chart ]].autoscaling.pooler.%d" (index . 1)) $root | fromJson -}}
+{{- $_ := merge $t (dict "apiVersion" "postgresql.cnpg.io/v1" "kind" "Pooler" "path" (list "instances") "field" "instances" "floor" (max (int $p.minReplicas) 2) "static" (eq (include "[[ chart ]].autoscaling.replicaFieldOf" $p) "static") "paused" (eq (include "[[ chart ]].autoscaling.pausedOf" $p) "true") "keda" ($root.Capabilities.APIVersions.Has "keda.sh/v1alpha1") "release" $root.Release.Name) -}}
+{{- toJson $t -}}
+{{- end }}
+
+{{/* How a Pooler's instances renders: static or live, as the [[ spec.field ]] of the [[ spec.target_kind ]], under autoscaling.pooler. */}}
+{{- define "[[ chart ]].autoscaling.pooler.replicaField" -}}
+{{- include "[[ chart ]].autoscaling.replicaFieldOf" ((.Values.autoscaling | default dict).pooler | default dict) -}}
+{{- end }}
+
+{{/* The active count of Pooler `index . 1` (its instances line while live). */}}
+{{- define "[[ chart ]].autoscaling.pooler.instances" -}}
+{{- include "[[ chart ]].autoscaling.instancesOf" (include "[[ chart ]].autoscaling.pooler.target" . | fromJson) -}}
+{{- end }}
+
+{{/* The guards of Pooler target `index . 1`: the common ones, and pool sizes the scaler can read. */}}
+{{- define "[[ chart ]].autoscaling.pooler.guards" -}}
+{{- $a := (index . 0).Values.autoscaling -}}
+{{- $t := index . 1 -}}
+{{- include "[[ chart ]].autoscaling.guardsOf" (dict "a" $a.pooler "prefix" "autoscaling.pooler" "scalerAddress" $a.scalerAddress "keda" $t.keda "floor" $t.floor "floorName" "floor" "floorFormula" "max(minReplicas, 2)" "count" $t.count "key" $t.key "unit" "clients per pooler instance") -}}
+{{- range $s := $t.pool -}}
+{{- if not (kindIs "invalid" $s.value) -}}
+{{- $value := toString $s.value -}}
+{{- $least := ternary 1 0 (eq $s.key "defaultPoolSize") -}}
+{{- if or (not (regexMatch "^[0-9]{1,6}$" $value)) (lt (atoi $value) $least) (gt (atoi $value) 262143) -}}
+{{- fail (printf "the Pooler %s (%s) renders %s %q, which the scaler cannot take as its %s: set it to a whole number from %d to 262143" $t.name $t.at $s.param $value $s.key $least) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end }}
+[% endif %]

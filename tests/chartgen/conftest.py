@@ -1,6 +1,5 @@
 """Shared helpers for the chartgen suite: real helm 3 and helm 4 (tests/lib/helm.py), the chartgen
 binary, and schema validation of every rendered object."""
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -8,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from helm import MAJORS, Helm, binary_path, docs  # noqa: F401 (docs re-exported to the tests)
-from testkit import FLUX_AIO_FIXTURE as FLUX_FIXTURE, TOOLS  # noqa: F401 (re-exported to the tests)
+from testkit import FLUX_AIO_FIXTURE as FLUX_FIXTURE, TOOLS, cargo_bin  # noqa: F401 (re-exported to the tests)
 from validate import validate_all
 
 REPO = Path(__file__).resolve().parents[2]
 HELMS = {f"helm{m}": binary_path(m) for m in MAJORS}
-CHARTGEN = Path(os.environ.get("CHARTGEN_BIN", REPO / "target/debug/chartgen"))
+CHARTGEN = cargo_bin("chartgen")
 EXAMPLE = REPO / "charts/example-postgres"
 PRISTINE = REPO / "tests/chartgen/fixtures/example-postgres"
 PACKAGE = REPO / "charts/cozy-autoscaling"

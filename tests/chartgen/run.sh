@@ -7,11 +7,12 @@ cd "$(dirname "$0")/../.."
 . tests/lib/pytest.sh
 
 cargo build --quiet -p chartgen -p cli
-export CHARTGEN_BIN="$PWD/target/debug/chartgen"
+# Where cargo put it (testkit.cargo_bin resolves it the same way for pytest).
+chartgen="${CARGO_TARGET_DIR:-target}/debug/chartgen"
 
 echo "-- chartgen package --check / app --check"
-"$CHARTGEN_BIN" package --check
-"$CHARTGEN_BIN" app --chart charts/example-postgres --check
+"$chartgen" package --check
+"$chartgen" app --chart charts/example-postgres --check
 
 echo "-- helm lint --strict (helm 3 and helm 4)"
 home=$(mktemp -d)

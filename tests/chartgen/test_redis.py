@@ -8,10 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
-from conftest import HELMS, REPO, chartgen, one
+from conftest import HELMS, REPO, Helm, chartgen, one
 from test_reproducible import tree
 from testkit import upstream
+from validate import validate_all
 
 FIXTURE = Path(__file__).parent / "fixtures/redis"
 ADAPTER_CRD = REPO / "charts/cozy-autoscaling/crds/scaleadapters.yaml"
@@ -149,3 +151,69 @@ def test_a_chart_rendering_both_kinds_needs_the_target_kind_flag(copy):
     assert flagged.returncode == 0, flagged.stderr
     assert (copy / "templates/scaleadapter.yaml").is_file()
     assert "instances: {{ .Values.replicas }}" in (copy / "templates/db.yaml").read_text()
+
+
+def with_engine(chart: Path, line: str) -> Path:
+    """The fixture's RedisFailover with `line` as its spec's first key (`engine: Valkey`, ...)."""
+    tmpl = chart / "templates/redisfailover.yaml"
+    tmpl.write_text(tmpl.read_text().replace("spec:\n  sentinel:\n", f"spec:\n  {line}\n  sentinel:\n", 1))
+    return tmpl
+
+
+def fork_crd(tmp_path: Path) -> Path:
+    """The RedisFailover CRD as the redis-operator fork Cozystack runs (freshworks-oss) declares
+    it: spotahome's, plus `spec.engine`, an enum of Redis and Valkey. Made here from the pinned
+    upstream CRD rather than fetched: that fork's Go module cannot be downloaded at its v3 tags."""
+    [src] = sorted(upstream("redis-operator").glob("*.yaml"))
+    crd = yaml.safe_load(src.read_text())
+    for v in crd["spec"]["versions"]:
+        v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["engine"] = {
+            "type": "string", "enum": ["Redis", "Valkey"]}
+    out = tmp_path / "crds"
+    out.mkdir()
+    (out / "redisfailovers.yaml").write_text(yaml.safe_dump(crd))
+    return out
+
+
+def test_a_valkey_failover_gets_the_same_wiring(helm, copy):
+    with_engine(copy, "engine: Valkey")
+    out = chartgen("app", "--chart", copy)
+    assert out.returncode == 0, out.stderr
+    # Rendered without the suite's validation against spotahome's CRD, which has no `engine`; the
+    # other objects are validated as usual (the fork's CRD is --verify's, below).
+    objs = Helm.render(helm, copy, ON + ["replicas=3"])
+    validate_all([o for o in objs if o["kind"] != "RedisFailover"])
+    rf = one(objs, "RedisFailover")
+    assert (rf["spec"]["engine"], rf["spec"]["redis"]["replicas"]) == ("Valkey", 3)
+    assert one(objs, "ScaleAdapter", "pg")["spec"]["replicasPath"] == "/spec/redis/replicas"
+    so = one(objs, "ScaledObject", "pg")
+    assert so["spec"]["scaleTargetRef"] == SA
+    assert so["spec"]["triggers"][0]["metadata"]["engine"] == "redis", "same series, same scaler engine"
+
+
+@pytest.mark.parametrize("line", ["engine: valkey", "engine: KeyDB # not the operator's", "engine: '{{ \"x\" }}'"])
+def test_a_literal_engine_the_operator_refuses_is_refused_by_line_and_field(copy, line):
+    with_engine(copy, line)
+    out = chartgen("app", "--chart", copy)
+    assert out.returncode != 0, out.stderr
+    assert "redisfailover.yaml:9: spec.engine " in out.stderr and "Redis or Valkey" in out.stderr, out.stderr
+    assert not (copy / "templates/scaleadapter.yaml").exists(), "nothing written"
+
+
+def test_verify_checks_a_computed_engine_in_every_render(copy, tmp_path):
+    with_engine(copy, "engine: {{ .Values.engine }}")
+    (copy / "values.yaml").write_text((copy / "values.yaml").read_text() + "\nengine: Valkey\n")
+    assert chartgen("app", "--chart", copy).returncode == 0
+    crds = ["--crds", upstream("keda"), "--crds", fork_crd(tmp_path), "--crds", ADAPTER_CRD]
+    out = chartgen("app", "--chart", copy, "--verify", "--helm", HELMS["helm4"], *crds)
+    assert out.returncode == 0 and "12 passed, 0 failed" in out.stdout, out.stdout + out.stderr
+    # Against spotahome's CRD, which has no such field: refused as the unknown field it is there.
+    spotahome = chartgen("app", "--chart", copy, "--verify", "--helm", HELMS["helm4"], "--crds", upstream("keda"),
+                         "--crds", upstream("redis-operator"), "--crds", ADAPTER_CRD)
+    assert spotahome.returncode == 1 and "engine" in spotahome.stdout, spotahome.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("engine: Memcached\n")
+    out = chartgen("app", "--chart", copy, "--verify", "--helm", HELMS["helm4"], *crds, "--values", bad)
+    assert out.returncode == 1, out.stdout
+    assert 'RedisFailover/verify: spec.engine "Memcached" is not an engine the redis-operator runs' in out.stdout, \
+        out.stdout

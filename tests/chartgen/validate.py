@@ -1,7 +1,8 @@
 """Schema validation of rendered objects.
 
-Kubernetes kinds: kubernetes-validate in strict mode (unknown fields fail). KEDA, CNPG, Flux and
-RedisFailover kinds: the upstream CRD openAPIV3Schema (tests/lib/upstream.sh, pinned versions), and
+Kubernetes kinds: kubernetes-validate in strict mode (unknown fields fail). KEDA, CNPG (Cluster, and
+Pooler from the operator's manifests), Flux and RedisFailover kinds: the upstream CRD openAPIV3Schema
+(tests/lib/upstream.sh, pinned versions), and
 this project's ScaleAdapter CRD (the package chart's crds/), made strict the same way (every
 object schema that lists properties gets additionalProperties: false unless it preserves unknown
 fields). Kinds whose CRDs are not available offline only get a structural check and are listed.
@@ -13,15 +14,14 @@ from pathlib import Path
 import jsonschema
 import kubernetes_validate
 import yaml
-from testkit import crd_files
+from testkit import crd_files, upstream
 
 K8S_VERSION = "1.33"
-CRD_FILES = [*crd_files("keda", "cnpg", "helm-controller", "redis-operator"),
+POOLER_CRD = upstream("cnpg-operator") / "postgresql.cnpg.io_poolers.yaml"
+CRD_FILES = [*crd_files("keda", "cnpg", "helm-controller", "redis-operator"), POOLER_CRD,
              Path(__file__).resolve().parents[2] / "charts/cozy-autoscaling/crds/scaleadapters.yaml"]
-# No CRD for these is available offline (cert-manager, prometheus-operator, VictoriaMetrics operator,
-# and CNPG's Pooler: tests/lib/upstream.sh keeps only the Cluster CRD of CNPG).
+# No CRD for these is available offline (cert-manager, prometheus-operator, VictoriaMetrics operator).
 STRUCTURAL_ONLY = {
-    ("postgresql.cnpg.io/v1", "Pooler"),
     ("cert-manager.io/v1", "Issuer"),
     ("cert-manager.io/v1", "Certificate"),
     ("cert-manager.io/v1", "ClusterIssuer"),

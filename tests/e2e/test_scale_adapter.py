@@ -13,6 +13,8 @@ ScaleAdapter that `chartgen app` generates for a chart shaped like Cozystack's R
 The adapter runs as the package chart's ServiceAccount with the RBAC the chart renders."""
 
 import copy
+import json
+import os
 import shutil
 import subprocess
 import time
@@ -26,7 +28,7 @@ import yaml
 from rig import POLL, REPO
 from rig.kube import ApiError
 from scaledobject import FAST_BEHAVIOR, TARGET
-from testkit import free_port, wait_until
+from testkit import cargo_bin, free_port, wait_until
 
 NS = "tenant-redis"
 OTHER_NS = "tenant-redis-other"
@@ -371,9 +373,19 @@ def chartgen_redis_chart(rig) -> Path:
     chart = rig.dir / "redis-chart"
     shutil.rmtree(chart, ignore_errors=True)
     shutil.copytree(REPO / "tests/chartgen/fixtures/redis", chart)
-    r = subprocess.run([REPO / "target/debug/chartgen", "app", "--chart", chart], capture_output=True, text=True)
+    r = subprocess.run([cargo_bin("chartgen"), "app", "--chart", chart], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return chart
+
+
+def explain_scaled_object(rig, scaler, name: str, output: str) -> str:
+    """`scaler explain --scaled-object` as an operator runs it against the rig's API server."""
+    r = subprocess.run([str(rig.scaler_bin), "explain", "--prometheus-url", rig.vm.url, "--scaled-object",
+                        f"{NS}/{name}", "--scaler-address", scaler.address, "--output", output],
+                       capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "KUBECONFIG": str(rig.cp.kubeconfig)})
+    assert r.returncode == 0, r.stderr
+    return r.stdout
 
 
 def hpa_active(rig, name: str) -> bool:
@@ -416,6 +428,14 @@ def test_the_redis_decision_moves_the_redisfailover_2_4_2_and_brakes_on_a_full_s
     # 25 clients / target 10 -> 1 + 3 = 4 wanted; the full sync under writes holds 2.
     rig.feeder.set_redis(NS, name, clients=25)
     hold(rig, name, 20, 2)
+    # `scaler explain --scaled-object` on this ScaledObject (engine redis, its target the
+    # adapter): the same hold, said with the Redis brake's inputs.
+    e = json.loads(explain_scaled_object(rig, scaler, name, "json"))
+    assert (e["decision"]["desired"], e["decision"]["reason"], e["decision"]["brake"]) == (2, "brake", "engaged"), e
+    assert e["observation"]["redis"]["syncing"] == 1 and e["observation"]["primary_writing"] is True, e
+    text = explain_scaled_object(rig, scaler, name, "text")
+    assert text.startswith(f"RedisFailover {NS}/{name} (ReadConnections"), text
+    assert "replication brake     ENGAGED: 1 replica link(s) down, 1 replica(s) in a full sync" in text, text
     assert hpa_active(rig, name), "the hold is the brake's answer, not a metric failure"
     rig.feeder.set_redis(NS, name, syncing=frozenset())
     timed("2 -> 4 after the full sync ended", lambda: target_replicas(rig, name) == 4, 120)

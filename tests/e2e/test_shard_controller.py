@@ -21,9 +21,9 @@ import yaml
 
 import promtext
 from chartsource import ChartServer
-from rig import POLL, REPO, binary
+from rig import POLL, binary
 from rig.flux import container_args, start_controller
-from testkit import FLUX_AIO_FIXTURE, free_port, wait_until
+from testkit import FLUX_AIO_FIXTURE, cargo_bin, free_port, wait_until
 
 FLUX_NS = "cozy-fluxcd"
 HR = "helm.toolkit.fluxcd.io/v2"
@@ -36,7 +36,7 @@ MOVES_PER_SYNC = 5
 
 def render_shards(count: int) -> dict[str, dict]:
     out = subprocess.run(
-        [REPO / "target/debug/chartgen", "shards", "--flux-deployment", FLUX_AIO_FIXTURE, "--count", str(count)],
+        [cargo_bin("chartgen"), "shards", "--flux-deployment", FLUX_AIO_FIXTURE, "--count", str(count)],
         capture_output=True, text=True, check=True).stdout
     return {d["metadata"]["name"]: d for d in yaml.safe_load_all(out) if d and d.get("kind") == "Deployment"}
 

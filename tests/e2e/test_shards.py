@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from chartsource import ChartServer
-from rig import POLL, REPO, binary
-from testkit import FLUX_AIO_FIXTURE, wait_until
+from rig import POLL, binary
+from testkit import FLUX_AIO_FIXTURE, cargo_bin, wait_until
 from rig.flux import container_args, selector_of, start_controller
 
 FLUX_NS = "cozy-fluxcd"
@@ -20,7 +20,7 @@ KEY = "sharding.fluxcd.io/key"
 
 
 def render_shards(count: int) -> list[dict]:
-    chartgen = REPO / "target/debug/chartgen"
+    chartgen = cargo_bin("chartgen")
     r = subprocess.run([chartgen, "shards", "--flux-deployment", FLUX_AIO_FIXTURE, "--count", str(count)],
                        capture_output=True, text=True)
     assert r.returncode == 0, f"chartgen shards failed: {r.stderr.strip()[:300]}"

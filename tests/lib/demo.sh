@@ -3,7 +3,7 @@
 # series of tests/lib/demo-series.txt, prints the scaler's decision for that cluster, then cleans up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-scaler=${SCALER_BIN:-target/debug/scaler}
+scaler=${SCALER_BIN:-${CARGO_TARGET_DIR:-target}/debug/scaler}
 [[ -x $scaler ]] || { echo "demo: $scaler is missing; run: cargo build -p cli" >&2; exit 1; }
 command -v victoria-metrics >/dev/null || { echo "demo: victoria-metrics is missing; run: tests/lib/setup.sh" >&2; exit 1; }
 

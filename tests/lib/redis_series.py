@@ -25,6 +25,7 @@ class RedisPod:
     clients: int = 0          # application connections
     link_up: bool = True      # redis_master_link_up on a replica
     syncing: bool = False     # a full sync in progress: link down, nothing acknowledged yet
+    lag_bytes: int = IN_FLIGHT_BYTES  # how far its acknowledged offset trails the master's
 
 
 @dataclass
@@ -79,7 +80,7 @@ def _pod(f: Failover, fi: int, p: RedisPod, offset: float, ms: int) -> list[str]
         for q in f.pods:
             if q.master:
                 continue
-            acked = 0 if q.syncing else offset - IN_FLIGHT_BYTES
+            acked = 0 if q.syncing else offset - q.lag_bytes
             state = "wait_bgsave" if q.syncing else "online"
             lbl = _labels(**scrape, slave_ip=_ip(fi, q.n), slave_port="6379", slave_state=state)
             lines.append(f"redis_connected_slave_offset_bytes{lbl} {acked} {ms}")
@@ -87,6 +88,6 @@ def _pod(f: Failover, fi: int, p: RedisPod, offset: float, ms: int) -> list[str]
         up = int(p.link_up and not p.syncing)
         lines.append(f"redis_master_link_up{_labels(**scrape)} {up} {ms}")
         lines.append(f"redis_master_sync_in_progress{_labels(**scrape)} {int(p.syncing)} {ms}")
-        acked = 0 if p.syncing else offset - IN_FLIGHT_BYTES
+        acked = 0 if p.syncing else offset - p.lag_bytes
         lines.append(f"redis_master_repl_offset{_labels(**scrape)} {acked} {ms}")
     return lines

@@ -17,6 +17,16 @@ REPO = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("COZY_TOOLS", Path.home() / ".cache/cozy-autoscaling"))
 
 
+def cargo_bin(name: str) -> Path:
+    """The debug build of binary `name` where cargo put it: under $CARGO_TARGET_DIR (relative to
+    the repository, where the suites run cargo) or else target/. `$<NAME>_BIN` (SCALER_BIN,
+    CHARTGEN_BIN) names another build, a release one say. The one place the suites resolve it."""
+    chosen = os.environ.get(f"{name.upper()}_BIN")
+    if chosen:
+        return Path(chosen)
+    return REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "debug" / name
+
+
 def versions() -> dict[str, str]:
     """The upstream versions pinned in tests/lib/versions.sh."""
     out = {}

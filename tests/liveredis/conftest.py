@@ -1,6 +1,7 @@
-"""Fixtures: one live rig for the whole session (master rfr-cache-0, replicas rfr-cache-1 and
-rfr-cache-2, three sentinels, an exporter each, VictoriaMetrics, `scaler serve`), and a record of
-what each scenario observed, printed at the end as the table docs/redis.md keeps."""
+"""Fixtures: one live rig per engine (Redis, then Valkey: a RedisFailover's spec.engine), each for
+every scenario (master rfr-cache-0, replicas rfr-cache-1 and rfr-cache-2, three sentinels, an
+exporter each, VictoriaMetrics, `scaler serve`), and a record of what each scenario observed,
+printed at the end as the table docs/redis.md keeps."""
 import pathlib
 import sys
 
@@ -10,14 +11,16 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[0] / "scaler")]  # keda.py, scaler_proc.py
 
 from liverig import ScenarioTable  # noqa: E402
-from rig import NAMESPACE, SENTINELS, Rig  # noqa: E402
+from rig import ENGINES, NAMESPACE, SENTINELS, Rig  # noqa: E402
 
 TABLE = ScenarioTable("live Redis")
 
 
-@pytest.fixture(scope="session")
-def rig():
-    r = Rig()
+@pytest.fixture(scope="session", params=list(ENGINES), ids=str.lower)
+def rig(request):
+    """Session-scoped and parametrized: pytest runs every scenario on one engine's rig, in file
+    order (the idle master first, on a fresh VictoriaMetrics), stops it, then the next engine's."""
+    r = Rig(ENGINES[request.param]())
     try:
         r.start()
         r.wait_scraped(f'redis_instance_info{{namespace="{NAMESPACE}"}}', lambda s: len(s) == 3,
@@ -34,9 +37,10 @@ def rig():
 
 
 @pytest.fixture
-def record():
-    """record(scenario, expected, observed): one row of the closing table."""
-    return TABLE.record
+def record(rig):
+    """record(scenario, expected, observed): one row of the closing table, named by engine."""
+    return lambda scenario, expected, observed: TABLE.record(f"{rig.engine.name}: {scenario}", expected,
+                                                             observed)
 
 
 def pytest_terminal_summary(terminalreporter):

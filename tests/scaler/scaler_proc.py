@@ -4,11 +4,11 @@ import os
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from keda import channel
-from testkit import REPO, Proc, free_port, wait_until
+from testkit import Proc, cargo_bin, free_port, wait_until
 
 
 def scaler_binary() -> str:
-    return os.environ.get("SCALER_BIN") or str(REPO / "target" / "debug" / "scaler")
+    return str(cargo_bin("scaler"))
 
 
 class Scaler:

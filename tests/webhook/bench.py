@@ -3,7 +3,8 @@
 Not a test: prints figures. Starts its own API backend and webhook on loopback:
   $COZY_TOOLS/venv/bin/python tests/webhook/bench.py [--backend emulator|apiserver]
       [--requests 4000] [--concurrency 16] [--tenants 200]
-SCALER_BIN=target/release/scaler selects another build (default target/debug/scaler).
+SCALER_BIN=target/release/scaler selects another build (default: the debug build where cargo put it,
+testkit.cargo_bin).
 
 Scenarios:
   stamp  CREATE in a tenant whose namespace label is cached: decision + patch, no API call.

@@ -2,7 +2,6 @@
 the in-memory Kubernetes API (emulator.py, kmock), throwaway TLS certificates (openssl CLI),
 and `scaler webhook` itself. Also builds AdmissionReview bodies and talks to the API."""
 import json
-import os
 import pathlib
 import sys
 import uuid
@@ -12,9 +11,9 @@ import requests
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "lib"))  # testkit
 import promtext  # noqa: E402
-from testkit import CA, REPO, Proc, free_port, wait_until  # noqa: E402
+from testkit import CA, Proc, cargo_bin, free_port, wait_until  # noqa: E402
 
-SCALER = pathlib.Path(os.environ.get("SCALER_BIN", REPO / "target" / "debug" / "scaler"))
+SCALER = cargo_bin("scaler")
 SHARD_KEY = "sharding.fluxcd.io/key"
 NS_LABEL = "internal.cozystack.io/flux-shard"
 HR_API = "/apis/helm.toolkit.fluxcd.io/v2"

@@ -2,6 +2,7 @@
 //! field from values, taking the target's name, namespace and quorum from its own template.
 
 mod engine;
+mod pooler;
 mod replica;
 mod schema;
 pub mod settings;
@@ -17,7 +18,7 @@ use serde::Serialize;
 use crate::output::{Plan, ensure_inside, read, read_optional};
 use crate::render::Renderer;
 use engine::Engine;
-use replica::ReplicaLine;
+use replica::{Counted, ReplicaLine};
 use settings::Settings;
 use target::{Around, Doc, Expr};
 
@@ -57,6 +58,10 @@ pub struct AppSpec {
     /// Conditions of the `if`/`with` branches the target renders in, each parenthesised: the
     /// ScaledObject renders only where they all hold.
     pub conditions: Vec<String>,
+    /// The CNPG Poolers next to a Cluster that get their own pair (pooler.rs).
+    pub poolers: Vec<pooler::PoolerSpec>,
+    /// False when the chart renders a Pooler chartgen could not wire (a note says why).
+    pub all_poolers_wired: bool,
 }
 
 impl AppSpec {
@@ -71,7 +76,19 @@ impl AppSpec {
         if self.engine == Engine::Redis {
             files.push(SCALE_ADAPTER);
         }
+        if !self.poolers.is_empty() {
+            files.push(pooler::FILE);
+        }
         files
+    }
+
+    /// The defaults of the `autoscaling:` block, with `pooler` when a Pooler is wired.
+    fn defaults(&self, scaler_address: &str) -> Vec<(&'static str, serde_json::Value)> {
+        let mut defaults = values::defaults(self.engine, scaler_address);
+        if !self.poolers.is_empty() {
+            defaults.push(pooler::defaults());
+        }
+        defaults
     }
 }
 
@@ -137,15 +154,29 @@ fn discover(chart: &Path, flags: Settings) -> anyhow::Result<Discovered> {
     let values_root = values::parse(&values_text)?;
     let count = count_lines(chart, &paths.templates, &name, &settings)?;
     let mut notes = Vec::new();
-    let (spec, max_sync) = target_spec(&count, &settings, &values_root, &mut notes)?;
+    let (mut spec, max_sync) = target_spec(&count, &settings, &values_root, &mut notes)?;
     notes.extend(other_readers(chart, &paths.templates, &spec, &count.found)?);
+    let mut rewritten = count.rewritten;
+    // A Pooler serves a CNPG Cluster: the budget the scaler bounds it with is that Cluster's.
+    if spec.engine == Engine::Cnpg {
+        let poolers = pooler::wire(chart, &paths.templates, &name, &spec.values_key, &rewritten)?;
+        for (path, text) in poolers.rewritten {
+            match rewritten.iter_mut().find(|(p, _)| *p == path) {
+                Some(entry) => entry.1 = text,
+                None => rewritten.push((path, text)),
+            }
+        }
+        spec.poolers = poolers.wired;
+        spec.all_poolers_wired = poolers.all_wired;
+        notes.extend(poolers.notes);
+    }
     Ok(Discovered {
         name,
         paths,
         settings,
         values_text,
         values_root,
-        rewritten: count.rewritten,
+        rewritten,
         spec,
         max_sync,
         notes,
@@ -212,6 +243,7 @@ fn count_lines(
         field: &field,
         key: &values_key,
         chart: name,
+        helpers: "autoscaling",
     };
     let (found, rewritten) = rewrite_replica_lines(chart, templates, &rl, &shape)?;
     Ok(CountLines {
@@ -402,7 +434,10 @@ fn target_spec(
     let max_sync = match c.known.engine {
         Engine::Cnpg => quorum(&doc, settings, values_root, &at, notes),
         // Redis replication is asynchronous: no quorum (the scaler refuses maxSyncReplicas).
-        Engine::Redis => String::new(),
+        Engine::Redis => {
+            redis_engine(&doc).map_err(|(line, e)| anyhow::anyhow!("{}: {e}", at(line)))?;
+            String::new()
+        }
     };
     let path = c.known.parents().iter().map(|p| (*p).to_owned());
     let spec = AppSpec {
@@ -424,6 +459,8 @@ fn target_spec(
             .unwrap_or_else(|| "cozy-autoscaling-scaler.cozy-autoscaling.svc:6000".into()),
         count,
         conditions,
+        poolers: Vec::new(),
+        all_poolers_wired: true,
     };
     if let Some(api) = doc.top("apiVersion")
         && api != spec.target_api_version
@@ -435,6 +472,23 @@ fn target_spec(
         ));
     }
     Ok((spec, max_sync))
+}
+
+/// A literal `spec.engine` of the RedisFailover must be one its operator runs (Redis or Valkey:
+/// both are driven alike); one the template computes is checked where it renders, by --verify.
+fn redis_engine(doc: &Doc) -> Result<(), (usize, String)> {
+    let Some((line, value)) = doc.spec("engine") else {
+        return Ok(());
+    };
+    // A literal, bare, quoted or in an action, reads back as a Go string literal; anything
+    // else (`"x" | lower` too) is computed.
+    match target::value_expr(value) {
+        Expr::Known(e) => match serde_json::from_str::<String>(&e) {
+            Ok(literal) => names::redis_failover::check_engine(&literal).map_err(|why| (line, why)),
+            Err(_) => Ok(()),
+        },
+        Expr::Unknown(_) => Ok(()),
+    }
 }
 
 /// The target's name and namespace expressions, checked against the flags, and every other
@@ -499,10 +553,7 @@ fn render(d: &Discovered, r: &Renderer) -> anyhow::Result<Rendered> {
         chart: &d.name,
         spec,
         max_sync: d.max_sync.clone(),
-        v: values::merge(
-            &d.values_root,
-            values::defaults(spec.engine, &spec.scaler_address),
-        )?,
+        v: values::merge(&d.values_root, spec.defaults(&spec.scaler_address))?,
         convention,
     };
     let block = r.render("app/values-autoscaling.yaml", &ctx)?;
@@ -511,10 +562,14 @@ fn render(d: &Discovered, r: &Renderer) -> anyhow::Result<Rendered> {
         notes.push(format!(
             "added {} to the existing `autoscaling:` block{}",
             change.added.join(", "),
-            if convention == values::Convention::Cozy {
-                "; add their `## @field` lines to the Autoscaling typedef so cozyvalues-gen keeps them"
-            } else {
-                ""
+            match convention {
+                values::Convention::Cozy if change.added.iter().any(|k| k == "pooler") => {
+                    "; add their `## @field` lines to the Autoscaling typedef, and for `pooler` the `## @typedef {struct} AutoscalingPooler` with its fields (a fresh block shows them), so cozyvalues-gen keeps them"
+                }
+                values::Convention::Cozy => {
+                    "; add their `## @field` lines to the Autoscaling typedef so cozyvalues-gen keeps them"
+                }
+                _ => "",
             }
         ));
     }
@@ -574,7 +629,7 @@ fn write(chart: &Path, d: Discovered, files: Rendered) -> anyhow::Result<Outcome
     let spec = d.spec;
     reparse(&d.paths.values, || {
         let root = values::parse(&files.values)?;
-        values::merge(&root, values::defaults(spec.engine, ""))?;
+        values::merge(&root, spec.defaults(""))?;
         if values::has_path(&d.values_root, &spec.values_key)
             && !values::has_path(&root, &spec.values_key)
         {
@@ -893,7 +948,7 @@ fn no_count_line(
 fn own_files(templates: &Path) -> Vec<PathBuf> {
     GENERATED
         .iter()
-        .chain([&SCALE_ADAPTER])
+        .chain([&SCALE_ADAPTER, &pooler::FILE])
         .map(|(_, f)| templates.join(f))
         .collect()
 }
@@ -1043,7 +1098,12 @@ fn rewrite_replica_lines(
                 _ => None,
             })
             .collect();
-        let count_at = |i: usize| spans.get(&i).copied();
+        let count_at = |i: usize| {
+            spans.get(&i).map(|&span| Counted {
+                span,
+                arg: "$".into(),
+            })
+        };
         let rw = rl
             .rewrite(&text, &count_at)
             .with_context(|| format!("in '{}'", path.display()))?;
@@ -1149,8 +1209,27 @@ pub fn next_steps(chart: &Path, spec: &AppSpec) -> String {
     let c = chart.display();
     let key = &spec.values_key;
     let crds = match spec.engine {
+        Engine::Cnpg if !spec.poolers.is_empty() => {
+            "the KEDA, CNPG (Cluster and Pooler) and ScaleAdapter CRDs"
+        }
         Engine::Cnpg => "the KEDA and CNPG CRDs",
         Engine::Redis => "the KEDA, RedisFailover and ScaleAdapter CRDs",
+    };
+    let mut keys: Vec<&str> = Vec::new();
+    for p in &spec.poolers {
+        if !keys.contains(&p.values_key.as_str()) {
+            keys.push(&p.values_key);
+        }
+    }
+    let poolers = if keys.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\n\x20 4. the Poolers ({}) autoscale apart, under autoscaling.pooler (the package needs scaleAdapter.enabled=true):\n\
+             \x20      the same two phases with {} = the live count and autoscaling.pooler.enabled/transition",
+            spec.poolers.len(),
+            keys.join(", ")
+        )
     };
     format!(
         "next steps:\n\
@@ -1160,42 +1239,47 @@ pub fn next_steps(chart: &Path, spec: &AppSpec) -> String {
          \x20      chartgen app --chart {c} --verify --crds DIR\n\
          \x20 3. enable: a fresh install sets autoscaling.enabled=true; a live cluster migrates in two phases:\n\
          \x20      (1) {key} = the live count, autoscaling.enabled=true, autoscaling.transition=true\n\
-         \x20      (2) autoscaling.transition=false once the ScaledObject reports Ready\n\
+         \x20      (2) autoscaling.transition=false once the ScaledObject reports Ready{poolers}\n\
          \x20    `chartgen app --chart {c} --check` (no flags: the settings are in {c}/{}) keeps CI honest.",
         settings::FILE
     )
 }
 
 /// Template files under `dir`, sorted. Symlinks are followed only while they stay inside
-/// `chart`; one that leaves it is reported and skipped (chartgen never reads or writes outside
-/// the chart).
+/// `chart`; one that leaves it (or leads nowhere) is reported and skipped (chartgen never reads or
+/// writes outside the chart).
 fn template_files(chart: &Path, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let root = chart
         .canonicalize()
         .with_context(|| format!("cannot resolve '{}'", chart.display()))?;
-    let mut out = Vec::new();
-    let entries = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot list '{}'; is this a Helm chart?", dir.display()))?;
-    for entry in entries {
-        let entry = entry?;
-        let path = entry.path();
-        if entry.file_type()?.is_symlink() {
-            let target = path.canonicalize().ok();
-            if !target.as_ref().is_some_and(|t| t.starts_with(&root)) {
-                eprintln!(
-                    "chartgen: warning: not following '{}': the link leads out of the chart",
-                    path.display()
-                );
-                continue;
-            }
+    let leaves = |link: &Path| {
+        let inside = link.canonicalize().is_ok_and(|t| t.starts_with(&root));
+        if !inside {
+            eprintln!(
+                "chartgen: warning: not following '{}': the link leads out of the chart",
+                link.display()
+            );
         }
-        if path.is_dir() {
-            out.extend(template_files(chart, &path)?);
-        } else if path
-            .extension()
-            .is_some_and(|e| e == "yaml" || e == "yml" || e == "tpl")
-        {
-            out.push(path);
+        !inside
+    };
+    let walk = walkdir::WalkDir::new(dir)
+        .follow_links(true)
+        .into_iter()
+        .filter_entry(|e| e.depth() == 0 || !e.path_is_symlink() || !leaves(e.path()));
+    let mut out = Vec::new();
+    for entry in walk {
+        let entry = match entry {
+            Ok(entry) => entry,
+            // A dangling link: following it failed.
+            Err(e) if e.path().is_some_and(|p| p.is_symlink() && leaves(p)) => continue,
+            Err(e) => {
+                let listing = format!("cannot list '{}'; is this a Helm chart?", dir.display());
+                return Err(e).context(listing);
+            }
+        };
+        let template = |e: &std::ffi::OsStr| e == "yaml" || e == "yml" || e == "tpl";
+        if entry.file_type().is_file() && entry.path().extension().is_some_and(template) {
+            out.push(entry.into_path());
         }
     }
     out.sort();
@@ -1259,6 +1343,32 @@ mod tests {
             anywhere.holds(text, &lines, 3),
             "CNPG's shape: any line of the kind"
         );
+    }
+
+    #[test]
+    fn a_literal_redis_engine_is_checked_and_a_computed_one_left_to_the_render() {
+        let engine = |line: &str| {
+            let text = format!("kind: RedisFailover\nspec:\n  {line}\n  redis:\n    replicas: 3\n");
+            let lines: Vec<&str> = text.lines().collect();
+            redis_engine(&target::doc_at(&text, &lines, 0))
+        };
+        for ok in [
+            "sentinel: {}",
+            "engine: Valkey",
+            "engine: \"Redis\" # quoted",
+            "engine: {{ .Values.engine }}",
+            "engine: {{ \"VALKEY\" | title }}",
+        ] {
+            assert_eq!(engine(ok), Ok(()), "{ok}");
+        }
+        for bad in ["engine: valkey", "engine: '{{ \"KeyDB\" }}'"] {
+            let (line, why) = engine(bad).unwrap_err();
+            assert_eq!(line, 2, "{bad}");
+            assert!(
+                why.starts_with("spec.engine ") && why.contains("Redis or Valkey"),
+                "{why}"
+            );
+        }
     }
 
     #[test]

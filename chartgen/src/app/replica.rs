@@ -14,6 +14,17 @@ pub struct ReplicaLine<'a> {
     pub key: &'a str,
     /// Helper prefix (the chart name).
     pub chart: &'a str,
+    /// The target's helpers under the chart's: `autoscaling` (the chart's one target) or
+    /// `autoscaling.pooler` (a CNPG Pooler, pooler.rs).
+    pub helpers: &'a str,
+}
+
+/// A count line to rewrite: the byte range of its count expression, and the argument its
+/// autoscaling branch passes to the `instances` helper (`$`, or which Pooler: `(list $ 0)`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counted {
+    pub span: (usize, usize),
+    pub arg: String,
 }
 
 #[derive(Debug, PartialEq)]
@@ -39,30 +50,33 @@ pub struct Damaged {
 impl ReplicaLine<'_> {
     fn head(&self) -> String {
         format!(
-            "{{{{- if eq (include \"{}.autoscaling.replicaField\" $) \"static\" }}}}",
-            self.chart
+            "{{{{- if eq (include \"{}.{}.replicaField\" $) \"static\" }}}}",
+            self.chart, self.helpers
         )
     }
 
     /// The original line, and in the autoscaling branch the same line with the expression at
     /// `span` reading the count helper instead (a comment or the chart's own check stays).
-    fn block(&self, original: &str, (from, to): (usize, usize)) -> String {
+    fn block(&self, original: &str, counted: &Counted) -> String {
+        let (from, to) = counted.span;
         format!(
-            "{head}\n{original}\n{{{{- else }}}}\n{}include \"{}.autoscaling.instances\" ${}\n{{{{- end }}}}\n",
+            "{head}\n{original}\n{{{{- else }}}}\n{}include \"{}.{}.instances\" {}{}\n{{{{- end }}}}\n",
             &original[..from],
             self.chart,
+            self.helpers,
+            counted.arg,
             &original[to..],
             head = self.head(),
         )
     }
 
-    /// Rewrites the count lines: `count_at(i)` gives the span of the count expression of 0-based
-    /// line `i` of `text` when it is one of the target's (a Pooler reading the same value is
-    /// not, and stays as it is).
+    /// Rewrites the count lines: `count_at(i)` gives the count expression of 0-based line `i`
+    /// of `text` when it is one of the target's (another object reading the same value is not,
+    /// and stays as it is).
     pub fn rewrite(
         &self,
         text: &str,
-        count_at: &dyn Fn(usize) -> Option<(usize, usize)>,
+        count_at: &dyn Fn(usize) -> Option<Counted>,
     ) -> Result<Rewrite, Damaged> {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let head = self.head();
@@ -87,12 +101,12 @@ impl ReplicaLine<'_> {
                         key: self.key.into(),
                     });
                 };
-                out.push_str(&self.block(original, span));
+                out.push_str(&self.block(original, &span));
                 found += 1;
                 at.push(i + 1);
                 i += 5;
             } else if let Some(span) = count_at(i) {
-                out.push_str(&self.block(line, span));
+                out.push_str(&self.block(line, &span));
                 found += 1;
                 at.push(i);
                 i += 1;
@@ -132,13 +146,19 @@ mod tests {
         field: "instances",
         key: "replicas",
         chart: "pg",
+        helpers: "autoscaling",
     };
 
     /// The count spans of `src` reading `.Values.replicas` on lines `lines` accepts.
-    fn spans(src: &str, lines: impl Fn(usize) -> bool) -> impl Fn(usize) -> Option<(usize, usize)> {
+    fn spans(src: &str, lines: impl Fn(usize) -> bool) -> impl Fn(usize) -> Option<Counted> {
         let text: Vec<&str> = src.lines().collect();
         move |i| match count_at(src, &text, i, "instances") {
-            Some(Count::Values { key, span, .. }) if key == "replicas" && lines(i) => Some(span),
+            Some(Count::Values { key, span, .. }) if key == "replicas" && lines(i) => {
+                Some(Counted {
+                    span,
+                    arg: "$".into(),
+                })
+            }
             _ => None,
         }
     }

@@ -67,9 +67,20 @@ impl Doc<'_> {
         Some((line, self.lines[line - self.first]))
     }
 
+    /// The 0-based file line and value text of `spec.<field>`; None when the field is absent.
+    pub fn spec(&self, field: &str) -> Option<(usize, &str)> {
+        self.child_of(&["spec"], field)
+    }
+
     /// `metadata.<field>` as an expression; None when the field is absent.
     pub fn metadata(&self, field: &str) -> Option<(usize, Expr)> {
-        let (line, value) = self.child_of(&["metadata"], field)?;
+        self.field(&["metadata"], field)
+    }
+
+    /// `<path>.<field>` (`["spec", "cluster"]`, `name`) as an expression and its 0-based file
+    /// line; None when the field is absent.
+    pub fn field(&self, path: &[&str], field: &str) -> Option<(usize, Expr)> {
+        let (line, value) = self.child_of(path, field)?;
         Some((line, self.expr_at(line, value)))
     }
 
@@ -156,7 +167,8 @@ impl Doc<'_> {
         None
     }
 
-    fn expr_at(&self, line: usize, value: &str) -> Expr {
+    /// The expression of `value` (a YAML scalar on 0-based file `line`) as it reads at the chart's root.
+    pub fn expr_at(&self, line: usize, value: &str) -> Expr {
         let blocks = enclosing_blocks(self.file, line);
         match value_expr(value) {
             Expr::Known(e) => {

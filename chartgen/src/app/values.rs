@@ -74,6 +74,10 @@ pub enum ValuesError {
         "values.yaml: `autoscaling` must be a mapping of settings, found {0}; remove it or make it a mapping"
     )]
     BlockNotMapping(String),
+    #[error(
+        "values.yaml: `autoscaling.{0}` must be a mapping of settings, found {1}; remove it or make it a mapping"
+    )]
+    NestedNotMapping(&'static str, String),
 }
 
 /// Parses values.yaml after bounding its size and nesting depth, so a hostile file costs
@@ -171,10 +175,27 @@ pub fn merge(
     };
     let mut known = serde_json::Map::new();
     for (k, default) in defaults {
-        known.insert(k.to_owned(), have.remove(k).unwrap_or(default));
+        let value = match (have.remove(k), default) {
+            // A nested block of settings (`pooler`): the author's keys, the rest defaulted.
+            (Some(Value::Object(mut set)), Value::Object(all)) if NESTED.contains(&k) => {
+                for (key, d) in all {
+                    set.entry(key).or_insert(d);
+                }
+                Value::Object(set)
+            }
+            (Some(other), _) if NESTED.contains(&k) && !other.is_null() => {
+                return Err(ValuesError::NestedNotMapping(k, other.to_string()));
+            }
+            (Some(set), _) if !NESTED.contains(&k) => set,
+            (_, default) => default,
+        };
+        known.insert(k.to_owned(), value);
     }
     Ok(known)
 }
+
+/// Keys of the block that hold settings of their own (pooler.rs), merged key by key.
+const NESTED: &[&str] = &["pooler"];
 
 /// True when the dotted `path` exists in values.yaml.
 pub fn has_path(root: &serde_json::Map<String, Value>, path: &str) -> bool {

@@ -15,18 +15,21 @@ use super::engine::Engine;
 use super::{AppSpec, Outcome};
 use crate::output::read;
 
-const ADAPTER_API: &str = "autoscaling.cozystack.io/v1alpha1";
-const ADAPTER_KIND: &str = "ScaleAdapter";
+pub(super) const ADAPTER_API: &str = "autoscaling.cozystack.io/v1alpha1";
+pub(super) const ADAPTER_KIND: &str = "ScaleAdapter";
 
 /// One `helm template` run and what it must produce.
-struct Case {
-    name: &'static str,
-    sets: Vec<String>,
-    keda: bool,
-    expect: Expect,
+pub(super) struct Case {
+    pub name: &'static str,
+    pub sets: Vec<String>,
+    pub keda: bool,
+    pub expect: Expect,
+    /// The Poolers' pairs (pooler/verify.rs): Some(paused) when they must render, None when
+    /// none may.
+    pub poolers: Option<bool>,
 }
 
-enum Expect {
+pub(super) enum Expect {
     /// Renders; objects valid; a ScaledObject iff `scaled`, paused iff `paused`.
     Renders { scaled: bool, paused: bool },
     /// The render fails with this text in the message.
@@ -52,24 +55,28 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             sets: vec![],
             keda: false,
             expect: renders(false, false),
+            poolers: None,
         },
         Case {
             name: "on",
             sets: on(&[]),
             keda: true,
             expect: renders(true, false),
+            poolers: None,
         },
         Case {
             name: "transition",
             sets: on(&["autoscaling.transition=true"]),
             keda: true,
             expect: renders(true, true),
+            poolers: None,
         },
         Case {
             name: "dryRun",
             sets: on(&["autoscaling.dryRun=true"]),
             keda: true,
             expect: renders(true, true),
+            poolers: None,
         },
         Case {
             name: "controls: a second signal, scale-in off and a schedule",
@@ -84,6 +91,7 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             ]),
             keda: true,
             expect: renders(true, false),
+            poolers: None,
         },
         Case {
             name: "guard: schedule floor > maxReplicas",
@@ -95,24 +103,28 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             ]),
             keda: true,
             expect: Expect::Fails("is above autoscaling.maxReplicas"),
+            poolers: None,
         },
         Case {
             name: "guard: no KEDA API",
             sets: on(&[]),
             keda: false,
             expect: Expect::Fails("needs KEDA"),
+            poolers: None,
         },
         Case {
             name: "guard: target < 1",
             sets: on(&["autoscaling.target=0"]),
             keda: true,
             expect: Expect::Fails("autoscaling.target must be at least 1"),
+            poolers: None,
         },
         Case {
             name: "guard: floor > maxReplicas",
             sets: on(&["autoscaling.minReplicas=5", "autoscaling.maxReplicas=4"]),
             keda: true,
             expect: Expect::Fails(floor_refusal),
+            poolers: None,
         },
         Case {
             name: "guard: count > maxReplicas",
@@ -123,20 +135,26 @@ fn cases(spec: &AppSpec) -> Vec<Case> {
             ],
             keda: true,
             expect: Expect::Fails("is above autoscaling.maxReplicas"),
+            poolers: None,
         },
         Case {
             name: "guard: maxReplicas > 100",
             sets: on(&["autoscaling.maxReplicas=101"]),
             keda: true,
             expect: Expect::Fails("above the hard ceiling of 100"),
+            poolers: None,
         },
         Case {
             name: "guard: empty scalerAddress",
             sets: on(&["autoscaling.scalerAddress="]),
             keda: true,
             expect: Expect::Fails("scalerAddress is empty"),
+            poolers: None,
         },
     ]
+    .into_iter()
+    .chain(super::pooler::verify::cases(spec))
+    .collect()
 }
 
 /// Runs the matrix; prints one line per case and helm; exit 1 when any fails.
@@ -293,8 +311,11 @@ pub fn run(
         ("keda.sh/v1alpha1", "ScaledObject"),
         (spec.target_api_version.as_str(), spec.target_kind.as_str()),
     ];
-    if spec.engine == Engine::Redis {
+    if spec.engine == Engine::Redis || !spec.poolers.is_empty() {
         kinds.push((ADAPTER_API, ADAPTER_KIND));
+    }
+    if !spec.poolers.is_empty() {
+        kinds.push((super::pooler::API_VERSION, super::pooler::KIND));
     }
     for (api, kind) in kinds {
         if !schemas.has(api, kind) {
@@ -369,12 +390,44 @@ fn check(
                 );
             }
             let objects = documents(&out.stdout)?;
+            if spec.engine == Engine::Redis {
+                redis_engines(&objects, spec)?;
+            }
             for o in &objects {
                 schemas.validate(o)?;
             }
-            check_target(&objects, spec, target.namespace, scaled, paused)
+            check_target(&objects, spec, target.namespace, scaled, paused)?;
+            super::pooler::verify::check(&objects, spec, target.namespace, case.poolers)
         }
     }
+}
+
+/// Every rendered RedisFailover runs an engine its operator knows (`spec.engine` unset, Redis or
+/// Valkey), whatever the CRDs given declare: spotahome's has no such field, the fork's an enum.
+fn redis_engines(objects: &[Value], spec: &AppSpec) -> anyhow::Result<()> {
+    use names::redis_failover::{ENGINE_FIELD, ENGINE_POINTER, check_engine};
+    for o in objects
+        .iter()
+        .filter(|o| o["kind"] == spec.target_kind.as_str())
+    {
+        let name = o
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        match o.pointer(ENGINE_POINTER) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(engine)) => {
+                check_engine(engine)
+                    .map_err(|e| anyhow::anyhow!("{}/{name}: {e}", spec.target_kind))?;
+            }
+            Some(other) => bail!(
+                "{}/{name}: {ENGINE_FIELD} renders {}, not Redis or Valkey",
+                spec.target_kind,
+                names::escape(&other.to_string(), names::ECHO_MAX)
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// The ScaledObject (if any) must sit next to a rendered target of the right kind and name, with
@@ -386,12 +439,6 @@ fn check_target(
     scaled: bool,
     paused: bool,
 ) -> anyhow::Result<()> {
-    let ns = |o: &Value| {
-        o.pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or(release_namespace)
-            .to_owned()
-    };
     let targets: Vec<&Value> = objects
         .iter()
         .filter(|o| {
@@ -399,9 +446,10 @@ fn check_target(
                 && o["apiVersion"] == spec.target_api_version.as_str()
         })
         .collect();
+    // The Poolers' pairs are checked on their own (pooler/verify.rs).
     let scaled_objects: Vec<&Value> = objects
         .iter()
-        .filter(|o| o["kind"] == "ScaledObject")
+        .filter(|o| o["kind"] == "ScaledObject" && !super::pooler::verify::is_pooler_pair(o))
         .collect();
     if targets.is_empty() {
         bail!(
@@ -415,46 +463,9 @@ fn check_target(
         (false, _) => bail!("a ScaledObject rendered with autoscaling off"),
         (true, [so]) => {
             let target = scaled_target(objects, spec, so, &targets, paused)?;
-            if ns(target) != ns(so) {
-                bail!(
-                    "the ScaledObject is in namespace `{}` but its target in `{}`: KEDA needs them together",
-                    ns(so),
-                    ns(target)
-                );
-            }
-            let quorum = [
-                "/spec/maxSyncReplicas",
-                "/spec/postgresql/synchronous/number",
-            ]
-            .iter()
-            .filter_map(|p| target.pointer(p).and_then(Value::as_i64))
-            .max()
-            .unwrap_or(0);
-            let floor = so
-                .pointer("/spec/minReplicaCount")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if floor < quorum + 1 {
-                bail!(
-                    "minReplicaCount {floor} is below the target's synchronous quorum {quorum} + 1"
-                );
-            }
-            let annotations = so
-                .pointer("/metadata/annotations")
-                .cloned()
-                .unwrap_or(json!({}));
-            let is_paused = annotations
-                .get("autoscaling.keda.sh/paused-scale-in")
-                .is_some()
-                && annotations
-                    .get("autoscaling.keda.sh/paused-scale-out")
-                    .is_some();
-            if is_paused != paused {
-                bail!(
-                    "the ScaledObject is {}paused",
-                    if is_paused { "" } else { "not " }
-                );
-            }
+            same_namespace(so, target, release_namespace)?;
+            floor_covers_quorum(so, target)?;
+            pause_matches(so, paused)?;
             if target.pointer(&spec.pointer()).is_none() {
                 bail!("the target renders no `{}`", spec.pointer());
             }
@@ -462,6 +473,65 @@ fn check_target(
         }
         (true, many) => bail!("expected one ScaledObject, got {}", many.len()),
     }
+}
+
+/// KEDA scales a target in the ScaledObject's own namespace only.
+fn same_namespace(so: &Value, target: &Value, release_namespace: &str) -> anyhow::Result<()> {
+    let ns = |o: &Value| {
+        o.pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or(release_namespace)
+            .to_owned()
+    };
+    if ns(target) != ns(so) {
+        bail!(
+            "the ScaledObject is in namespace `{}` but its target in `{}`: KEDA needs them together",
+            ns(so),
+            ns(target)
+        );
+    }
+    Ok(())
+}
+
+/// The replica floor keeps the target's synchronous quorum plus a primary.
+fn floor_covers_quorum(so: &Value, target: &Value) -> anyhow::Result<()> {
+    let quorum = [
+        "/spec/maxSyncReplicas",
+        "/spec/postgresql/synchronous/number",
+    ]
+    .iter()
+    .filter_map(|p| target.pointer(p).and_then(Value::as_i64))
+    .max()
+    .unwrap_or(0);
+    let floor = so
+        .pointer("/spec/minReplicaCount")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if floor < quorum + 1 {
+        bail!("minReplicaCount {floor} is below the target's synchronous quorum {quorum} + 1");
+    }
+    Ok(())
+}
+
+/// Paused means both of KEDA's pause annotations, exactly when the values ask for it.
+fn pause_matches(so: &Value, paused: bool) -> anyhow::Result<()> {
+    let annotations = so
+        .pointer("/metadata/annotations")
+        .cloned()
+        .unwrap_or(json!({}));
+    let is_paused = annotations
+        .get("autoscaling.keda.sh/paused-scale-in")
+        .is_some()
+        && annotations
+            .get("autoscaling.keda.sh/paused-scale-out")
+            .is_some();
+    if is_paused != paused {
+        bail!(
+            "the ScaledObject is {}paused",
+            if is_paused { "" } else { "not " }
+        );
+    }
+    Ok(())
 }
 
 /// The target the ScaledObject drives: the one its `scaleTargetRef` names, or, for a kind

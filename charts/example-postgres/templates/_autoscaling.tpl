@@ -10,7 +10,12 @@ explicit 0. Two instances minimum, because the load query counts standbys and de
 
 {{/* "true" while the ScaledObject must not move the count: dry-run and migration phase 1. */}}
 {{- define "example-postgres.autoscaling.paused" -}}
-{{- if and .Values.autoscaling.enabled (or .Values.autoscaling.dryRun .Values.autoscaling.transition) }}true{{ end -}}
+{{- include "example-postgres.autoscaling.pausedOf" .Values.autoscaling -}}
+{{- end }}
+
+{{/* The same for the settings given: autoscaling. */}}
+{{- define "example-postgres.autoscaling.pausedOf" -}}
+{{- if and .enabled (or .dryRun .transition) }}true{{ end -}}
 {{- end }}
 
 {{/*
@@ -23,64 +28,85 @@ patch, Helm 4 or Flux client- or server-side apply) deletes it or reverts the HP
 that owned the field always carries the value the HPA left.
 */}}
 {{- define "example-postgres.autoscaling.replicaField" -}}
-{{- $a := .Values.autoscaling -}}
-{{- if or (not $a.enabled) $a.dryRun $a.transition -}}
+{{- include "example-postgres.autoscaling.replicaFieldOf" .Values.autoscaling -}}
+{{- end }}
+
+{{/* The same for the settings given. */}}
+{{- define "example-postgres.autoscaling.replicaFieldOf" -}}
+{{- if or (not .enabled) .dryRun .transition -}}
 static
 {{- else -}}
 live
 {{- end -}}
 {{- end }}
 
-{{/* spec.instances of the live Cluster, or "" when there is none or it is not a number. */}}
-{{- define "example-postgres.autoscaling.liveCount" -}}
-{{- $live := lookup "postgresql.cnpg.io/v1" "Cluster" (.Release.Namespace) (.Release.Name) -}}
-{{- $count := dig "spec" "instances" "" $live -}}
+{{/*
+The Cluster as a target of the helpers below, which take the target as their argument: its
+identity, where its count lives, the chart's own count (`key`), the floor and the mode. JSON, so
+that a helper can hand it over.
+*/}}
+{{- define "example-postgres.autoscaling.target" -}}
+{{- toJson (dict "apiVersion" "postgresql.cnpg.io/v1" "kind" "Cluster" "namespace" (.Release.Namespace) "name" (.Release.Name) "path" (list "instances") "field" "instances" "key" "replicas" "count" (int (.Values.replicas)) "floor" (int (include "example-postgres.autoscaling.floor" .)) "static" (eq (include "example-postgres.autoscaling.replicaField" .) "static") "keda" (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") "release" .Release.Name) -}}
+{{- end }}
+
+{{/* spec.<path> of the live target `.`, or "" when there is none or it is not a number. */}}
+{{- define "example-postgres.autoscaling.liveCountOf" -}}
+{{- $count := lookup .apiVersion .kind .namespace .name -}}
+{{- range $key := prepend .path "spec" -}}
+{{- if kindIs "map" $count }}{{ $count = get $count $key }}{{ else }}{{ $count = "" }}{{ end -}}
+{{- end -}}
 {{- if or (kindIs "int64" $count) (kindIs "float64" $count) (kindIs "int" $count) -}}
 {{- int $count -}}
 {{- end -}}
 {{- end }}
 
-{{/* The active count: the live one, else the chart's own; never below the floor. */}}
+{{/* The active count of the Cluster (its instances line while live). */}}
 {{- define "example-postgres.autoscaling.instances" -}}
-{{- $live := include "example-postgres.autoscaling.liveCount" . -}}
-{{- $count := ternary $live (toString (int (.Values.replicas))) (ne $live "") -}}
-{{- max (int $count) (int (include "example-postgres.autoscaling.floor" .)) -}}
+{{- include "example-postgres.autoscaling.instancesOf" (include "example-postgres.autoscaling.target" . | fromJson) -}}
+{{- end }}
+
+{{/* The active count of target `.`: the live one, else the chart's own; never below the floor. */}}
+{{- define "example-postgres.autoscaling.instancesOf" -}}
+{{- $live := include "example-postgres.autoscaling.liveCountOf" . -}}
+{{- $count := ternary $live (toString (int .count)) (ne $live "") -}}
+{{- max (int $count) (int .floor) -}}
 {{- end }}
 
 {{/*
-Hand-back guard: pausing or turning off autoscaling makes `replicas` the count again. While the
-HPA drives the live Cluster (our ScaledObject is live and not paused), refuse a `replicas`
-other than the live count, so the hand-back never moves it. Acts only where `lookup` sees the
+Hand-back guard of target `.`: pausing or turning off its autoscaling makes its `key` the count again.
+While the HPA drives the live target (our ScaledObject of its name is live and not paused), refuse a
+`key` other than the live count, so the hand-back never moves it. Acts only where `lookup` sees the
 cluster (installs, upgrades, Flux); `helm template` renders as before.
 */}}
-{{- define "example-postgres.autoscaling.handbackGuard" -}}
-{{- if and (eq (include "example-postgres.autoscaling.replicaField" .) "static") (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") -}}
-{{- $so := lookup "keda.sh/v1alpha1" "ScaledObject" (.Release.Namespace) (.Release.Name) -}}
-{{- $ours := eq (dig "metadata" "labels" "app.kubernetes.io/instance" "" $so) .Release.Name -}}
+{{- define "example-postgres.autoscaling.handbackGuardOf" -}}
+{{- if and .static .keda -}}
+{{- $so := lookup "keda.sh/v1alpha1" "ScaledObject" .namespace .name -}}
+{{- $ours := eq (dig "metadata" "labels" "app.kubernetes.io/instance" "" $so) .release -}}
 {{- $pausedOut := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-out" "" $so)) "true" -}}
 {{- $pausedIn := eq (toString (dig "metadata" "annotations" "autoscaling.keda.sh/paused-scale-in" "" $so)) "true" -}}
-{{- $live := include "example-postgres.autoscaling.liveCount" . -}}
-{{- if and $ours (not (and $pausedIn $pausedOut)) (ne $live "") (ne (int $live) (int (.Values.replicas))) -}}
-{{- fail (printf "replicas (%d) differs from the live instances (%s) the autoscaler set: set replicas to %s to pause or turn off autoscaling without moving the count, and change it in a later upgrade if you want another count" (int (.Values.replicas)) $live $live) -}}
+{{- $live := include "example-postgres.autoscaling.liveCountOf" . -}}
+{{- $count := int .count -}}
+{{- if and $ours (not (and $pausedIn $pausedOut)) (ne $live "") (ne (int $live) $count) -}}
+{{- fail (printf "%s (%d) differs from the live %s (%s) the autoscaler set: set %s to %s to pause or turn off autoscaling without moving the count, and change it in a later upgrade if you want another count" .key $count .field $live .key $live) -}}
 {{- end -}}
 {{- end -}}
 {{- end }}
 
 {{/*
-HPA behaviour: autoscaling.behavior, plus autoscaling.tolerance in both directions where the
-cluster has per-HPA tolerance (Kubernetes >= 1.35, HPAConfigurableTolerance on by default; KEDA
->= 2.18 passes it on). The scaler's metric already encodes the exact count, so 0 lets a +-1 step
-through above ten instances, which the default 10 % would swallow. Older clusters get no field
-and keep the 10 %; a direction's own behavior tolerance wins; tolerance null renders none.
+HPA behaviour from `.behavior`, plus `.tolerance` in both directions where the cluster has per-HPA
+tolerance (`.kubeVersion` >= 1.35, HPAConfigurableTolerance on by default; KEDA >= 2.18 passes it
+on). The scaler's metric already encodes the exact count, so 0 lets a +-1 step through above ten
+instances, which the default 10 % would swallow. Older clusters get no field and keep the 10 %; a
+direction's own behavior tolerance wins; tolerance null renders none.
 */}}
-{{- define "example-postgres.autoscaling.behavior" -}}
-{{- $a := .Values.autoscaling -}}
-{{- $behavior := deepCopy ($a.behavior | default dict) -}}
-{{- if and (not (kindIs "invalid" $a.tolerance)) (semverCompare ">=1.35.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- define "example-postgres.autoscaling.behaviorOf" -}}
+{{- $tolerance := .tolerance -}}
+{{- $behavior := deepCopy (.behavior | default dict) -}}
+{{- if and (not (kindIs "invalid" $tolerance)) (semverCompare ">=1.35.0-0" .kubeVersion) -}}
 {{- range $direction := list "scaleUp" "scaleDown" -}}
 {{- $policy := get $behavior $direction | default dict -}}
 {{- if not (hasKey $policy "tolerance") -}}
-{{- $_ := set $policy "tolerance" (toString $a.tolerance) -}}
+{{- $_ := set $policy "tolerance" (toString $tolerance) -}}
 {{- end -}}
 {{- $_ := set $behavior $direction $policy -}}
 {{- end -}}
@@ -89,12 +115,13 @@ and keep the 10 %; a direction's own behavior tolerance wins; tolerance null ren
 {{- end }}
 
 {{/*
-The `schedules` trigger metadata: one `<cron> for <duration> [floor <n>] [scaleIn disabled]
-[in <zone>]` per window, joined by "; " (the scaler's `schedules` metadata); "" without windows.
+The `schedules` trigger metadata of the windows `.`: one `<cron> for <duration> [floor <n>]
+[scaleIn disabled] [in <zone>]` per window, joined by "; " (the scaler's `schedules` metadata); ""
+without windows.
 */}}
-{{- define "example-postgres.autoscaling.schedules" -}}
+{{- define "example-postgres.autoscaling.schedulesOf" -}}
 {{- $windows := list -}}
-{{- range $w := .Values.autoscaling.schedules -}}
+{{- range $w := . -}}
 {{- $text := printf "%s for %s" $w.cron $w.duration -}}
 {{- if $w.floor }}{{ $text = printf "%s floor %d" $text (int $w.floor) }}{{ end -}}
 {{- if eq (toString $w.scaleIn) "disabled" }}{{ $text = printf "%s scaleIn disabled" $text }}{{ end -}}
@@ -113,36 +140,48 @@ The `schedules` trigger metadata: one `<cron> for <duration> [floor <n>] [scaleI
 {{- join "," $signals -}}
 {{- end }}
 
-{{/* Render-time guards: each fails with the fix in the message. */}}
-{{- define "example-postgres.autoscaling.guards" -}}
-{{- $a := .Values.autoscaling -}}
-{{- if not (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") -}}
-{{- fail "autoscaling.enabled=true needs KEDA, but keda.sh/v1alpha1 is not among the API versions: with helm template (no cluster) pass --api-versions keda.sh/v1alpha1; on a cluster install KEDA first, or set autoscaling.enabled=false" -}}
+{{/*
+Render-time guards of a target, each failing with the fix in the message; `.` holds the settings
+(`a`, named `prefix` in the messages), the scaler address, whether KEDA's API is there, the floor
+(`floorName` = `floorFormula`), the chart's count and its values key, and the load's unit.
+*/}}
+{{- define "example-postgres.autoscaling.guardsOf" -}}
+{{- $a := .a -}}
+{{- $prefix := .prefix -}}
+{{- if not .keda -}}
+{{- fail (printf "%s.enabled=true needs KEDA, but keda.sh/v1alpha1 is not among the API versions: with helm template (no cluster) pass --api-versions keda.sh/v1alpha1; on a cluster install KEDA first, or set %s.enabled=false" $prefix $prefix) -}}
 {{- end -}}
-{{- if not $a.scalerAddress -}}
+{{- if not .scalerAddress -}}
 {{- fail "autoscaling.scalerAddress is empty: set it to the scaler's host:port (the cozy-autoscaling package's scaler Service)" -}}
 {{- end -}}
 {{- if lt (int $a.target) 1 -}}
-{{- fail (printf "autoscaling.target must be at least 1 (load per read replica), got %v" $a.target) -}}
+{{- fail (printf "%s.target must be at least 1 (%s), got %v" $prefix .unit $a.target) -}}
 {{- end -}}
-{{- $floor := int (include "example-postgres.autoscaling.floor" .) -}}
+{{- $floor := int .floor -}}
 {{- if gt $floor (int $a.maxReplicas) -}}
-{{- fail (printf "autoscaling.maxReplicas (%d) is below the quorum floor %d = max(minReplicas, maxSyncReplicas + 1, 2): raise maxReplicas to at least %d" (int $a.maxReplicas) $floor $floor) -}}
+{{- fail (printf "%s.maxReplicas (%d) is below the %s %d = %s: raise maxReplicas to at least %d" $prefix (int $a.maxReplicas) .floorName $floor .floorFormula $floor) -}}
 {{- end -}}
-{{- if gt (int (.Values.replicas)) (int $a.maxReplicas) -}}
-{{- fail (printf "replicas (%d) is above autoscaling.maxReplicas (%d): the HPA would cut straight to maxReplicas, ignoring pause and pacing; raise maxReplicas or lower replicas first" (int (.Values.replicas)) (int $a.maxReplicas)) -}}
+{{- if gt (int .count) (int $a.maxReplicas) -}}
+{{- fail (printf "%s (%d) is above %s.maxReplicas (%d): the HPA would cut straight to maxReplicas, ignoring pause and pacing; raise maxReplicas or lower %s first" .key (int .count) $prefix (int $a.maxReplicas) .key) -}}
 {{- end -}}
+{{- range $i, $w := $a.schedules -}}
+{{- if gt (int $w.floor) (int $a.maxReplicas) -}}
+{{- fail (printf "%s.schedules entry %d: floor %d is above %s.maxReplicas (%d): the scaler would refuse the trigger; lower the floor or raise maxReplicas" $prefix $i (int $w.floor) $prefix (int $a.maxReplicas)) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (int $a.maxReplicas) 100 -}}
+{{- fail (printf "%s.maxReplicas (%d) is above the hard ceiling of 100" $prefix (int $a.maxReplicas)) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The Cluster's guards: the common ones, then its own. */}}
+{{- define "example-postgres.autoscaling.guards" -}}
+{{- $a := .Values.autoscaling -}}
+{{- $t := include "example-postgres.autoscaling.target" . | fromJson -}}
+{{- include "example-postgres.autoscaling.guardsOf" (dict "a" $a "prefix" "autoscaling" "scalerAddress" $a.scalerAddress "keda" $t.keda "floor" $t.floor "floorName" "quorum floor" "floorFormula" "max(minReplicas, maxSyncReplicas + 1, 2)" "count" $t.count "key" $t.key "unit" "load per read replica") -}}
 {{- range $i, $s := $a.signals -}}
 {{- if eq $s.metric $a.metric -}}
 {{- fail (printf "autoscaling.signals entry %d repeats autoscaling.metric %s: give each metric once" $i $s.metric) -}}
 {{- end -}}
-{{- end -}}
-{{- range $i, $w := $a.schedules -}}
-{{- if gt (int $w.floor) (int $a.maxReplicas) -}}
-{{- fail (printf "autoscaling.schedules entry %d: floor %d is above autoscaling.maxReplicas (%d): the scaler would refuse the trigger; lower the floor or raise maxReplicas" $i (int $w.floor) (int $a.maxReplicas)) -}}
-{{- end -}}
-{{- end -}}
-{{- if gt (int $a.maxReplicas) 100 -}}
-{{- fail (printf "autoscaling.maxReplicas (%d) is above the hard ceiling of 100" (int $a.maxReplicas)) -}}
 {{- end -}}
 {{- end }}

@@ -3,10 +3,10 @@
 //! metadata, shard Deployments), plans with `placement::plan`, and, as the holder of a Lease,
 //! moves tenants off removed or failed shards and evens out load, paced.
 //!
-//! `sync` runs one pass, `relabel` makes a move's conditional writes, `runtime::lease` elects the leader,
-//! `report` prints a plan for operators, `metrics` the gauges.
+//! `sync` runs one pass, `relabel` makes a move's conditional writes, `report` prints a plan for
+//! operators, `metrics` the gauges; `runtime::controller` is the harness (flags, Lease, admin
+//! port, sync loop) it shares with the scale adapter.
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use kube::runtime::events::{Recorder, Reporter};
@@ -14,8 +14,9 @@ use placement::plan::Policy;
 use tracing::{Instrument, info, info_span};
 
 use crate::{Pin, index, watch};
-use runtime::app::App;
-use runtime::{lease, logging::ShardControllerLogArgs};
+use runtime::controller::ControllerArgs;
+use runtime::flags::LeaseFlags;
+use runtime::logging::ShardControllerLogArgs;
 
 pub mod metrics;
 pub mod relabel;
@@ -76,6 +77,18 @@ pub struct Args {
     settings: Box<Settings>,
 }
 
+/// The shard controller's Lease and identity defaults.
+#[derive(Debug, Clone, Copy)]
+struct Lease;
+
+impl LeaseFlags for Lease {
+    const COMPONENT: &'static str = "shard-controller";
+    const LEASE_NAMESPACE: &'static str = "cozy-fluxcd";
+    const LEASE_NAME: &'static str = "cozy-flux-shard-controller";
+    const IDENTITY_HELP: &'static str =
+        "This replica's identity in the Lease and on Events (the pod name in the chart)";
+}
+
 #[derive(Debug, clap::Args)]
 struct Settings {
     #[command(flatten)]
@@ -92,20 +105,8 @@ struct Settings {
     /// Report each sync's moves in the log and write nothing (no Lease, labels or Events).
     #[arg(long)]
     dry_run: bool,
-    /// Address of the plain-HTTP admin server: /healthz, /readyz, /metrics.
-    #[arg(long, default_value = "0.0.0.0:9090")]
-    admin_listen: SocketAddr,
-    /// Namespace of the leader-election Lease (the pod's own namespace in the chart).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "cozy-fluxcd")]
-    lease_namespace: String,
-    /// Name of the leader-election Lease.
-    #[arg(long, default_value = "cozy-flux-shard-controller")]
-    lease_name: String,
-    /// This replica's identity in the Lease and on Events (the pod name in the chart).
-    #[arg(long, env = "POD_NAME")]
-    identity: Option<String>,
     #[command(flatten)]
-    lease_timing: lease::Timing,
+    controller: ControllerArgs<Lease>,
     /// Timeout of each Kubernetes API call of a move.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     api_timeout: Duration,
@@ -121,32 +122,18 @@ impl Args {
             cooldown,
             sync_interval,
             dry_run,
-            admin_listen,
-            lease_namespace,
-            lease_name,
-            identity,
-            lease_timing,
+            controller,
             api_timeout,
             log,
         } = *self.settings;
         log.init()?;
-        lease_timing.check()?;
-        let identity = identity.unwrap_or_else(|| lease::default_identity("shard-controller"));
-        let mut app = App::new("shard controller").with_signals();
-        let flux_namespace = placement.flux_namespace.clone();
         let register = metrics::Metrics::register;
-        let crate::Started {
-            client,
-            metrics,
-            index,
-        } = crate::start(&mut app, admin_listen, register, Some(&flux_namespace)).await?;
-        let election = (!dry_run).then(|| lease::Election {
-            namespace: lease_namespace,
-            name: lease_name,
-            identity: identity.clone(),
-            timing: lease_timing,
-        });
-        let leader = lease::elect(&mut app, client.clone(), election);
+        let mut controller = controller.start("shard controller", register).await?;
+        let flux_namespace = placement.flux_namespace.clone();
+        let client = controller.client.clone();
+        let index = crate::follow(&mut controller.app, client.clone(), Some(&flux_namespace));
+        let leader = controller.elect(!dry_run);
+        let identity = controller.identity.clone();
         let reporter = Reporter {
             controller: CONTROLLER_NAME.into(),
             instance: Some(identity.clone()),
@@ -160,37 +147,30 @@ impl Args {
             dry_run,
         };
         let recorder = Recorder::new(client, reporter);
-        let mut controller = sync::Controller::new(
+        let mut sync = sync::Controller::new(
             index.clone(),
             relabeler,
             recorder,
             settings,
-            metrics.clone(),
+            controller.metrics.clone(),
             flux_namespace,
         );
         info!(%identity, shards = placement.shards, dry_run, "running the shard controller");
 
-        let readiness = app.readiness();
-        let paced = lease::paced(
-            sync_interval,
-            leader.clone(),
-            app.shutdown(),
-            async |leading| {
-                metrics.leader.set(i64::from(leading));
-                if !index::read(&index).synced().ready(true) {
-                    return;
-                }
-                readiness.set(true);
-                let now = tokio::time::Instant::now();
-                if dry_run || leading {
-                    let sync = controller.sync(now, &leader);
-                    sync.instrument(info_span!("sync")).await;
-                } else {
-                    controller.observe(now);
-                }
-            },
-        );
-        app.run(paced, lease::DRAIN_DEADLINE).await
+        let synced = || index::read(&index).synced().ready(true);
+        let gauge = controller.metrics.leader.clone();
+        let lead = leader.clone();
+        let step = async |leading| {
+            let now = tokio::time::Instant::now();
+            if dry_run || leading {
+                sync.sync(now, &lead).instrument(info_span!("sync")).await;
+            } else {
+                sync.observe(now);
+            }
+        };
+        controller
+            .run(sync_interval, leader, gauge, synced, step)
+            .await
     }
 }
 

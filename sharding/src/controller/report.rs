@@ -92,8 +92,18 @@ impl Args {
 
 /// The report text.
 fn render(snapshot: &Snapshot, plan: &Plan, policy: &Policy) -> String {
-    let k = policy.shard_count;
     let mut out = String::new();
+    shard_table(&mut out, snapshot, plan, policy);
+    autosize_line(&mut out, snapshot);
+    tenant_table(&mut out, snapshot, plan);
+    moves_and_leftovers(&mut out, plan);
+    out
+}
+
+/// Every shard below K, and any beyond it still running or holding tenants: its state, load
+/// now and planned load, then the imbalance.
+fn shard_table(out: &mut String, snapshot: &Snapshot, plan: &Plan, policy: &Policy) {
+    let k = policy.shard_count;
     let running = snapshot.deployments.len() as u64;
     let state = |i: ShardIndex| match snapshot.deployments.get(&i) {
         Some(true) => "ready",
@@ -133,7 +143,11 @@ fn render(snapshot: &Snapshot, plan: &Plan, policy: &Policy) -> String {
         "imbalance now: {:.2} (threshold {})",
         plan.imbalance, policy.rebalance_threshold
     );
+}
 
+/// The shard count the autosize rule recommends, raw and with hysteresis.
+fn autosize_line(out: &mut String, snapshot: &Snapshot) {
+    let running = snapshot.deployments.len() as u64;
     let tenants = snapshot.tenants.len() as u64;
     let r = plan::recommend(snapshot.keyed_releases, tenants, running);
     let _ = writeln!(
@@ -141,13 +155,19 @@ fn render(snapshot: &Snapshot, plan: &Plan, policy: &Policy) -> String {
         "autosize: H={} keyed HelmReleases, T={tenants} tenants -> clamp(ceil(H/100), 1, min(16, T)) = {}; with hysteresis from {running} running: {}",
         snapshot.keyed_releases, r.raw, r.with_hysteresis,
     );
+}
 
+fn shard_or_dash(s: Option<ShardIndex>) -> String {
+    s.map_or_else(|| "-".to_owned(), shard_name)
+}
+
+/// Each tenant's weight, shard now and planned shard.
+fn tenant_table(out: &mut String, snapshot: &Snapshot, plan: &Plan) {
     let _ = writeln!(
         out,
         "\n{:<40} {:>6} {:<10} {:<10}",
         "TENANT", "HRS", "CURRENT", "PLANNED"
     );
-    let name = |s: Option<ShardIndex>| s.map_or_else(|| "-".to_owned(), shard_name);
     for t in &snapshot.tenants {
         let planned = plan.placement.assignments.get(&t.namespace).copied();
         let _ = writeln!(
@@ -155,10 +175,14 @@ fn render(snapshot: &Snapshot, plan: &Plan, policy: &Policy) -> String {
             "{:<40} {:>6} {:<10} {:<10}",
             t.namespace,
             t.weight,
-            name(t.current),
-            name(planned)
+            shard_or_dash(t.current),
+            shard_or_dash(planned)
         );
     }
+}
+
+/// The planned moves, then tenants no live shard reconciles and tenants no ready shard takes.
+fn moves_and_leftovers(out: &mut String, plan: &Plan) {
     let _ = writeln!(
         out,
         "\nmoves ({}; a controller makes them a few per sync):",
@@ -169,7 +193,7 @@ fn render(snapshot: &Snapshot, plan: &Plan, policy: &Policy) -> String {
             out,
             "  {} {} -> {} ({})",
             m.tenant,
-            name(m.from),
+            shard_or_dash(m.from),
             shard_name(m.to),
             m.reason.as_str()
         );
@@ -189,7 +213,6 @@ fn render(snapshot: &Snapshot, plan: &Plan, policy: &Policy) -> String {
             plan.placement.unplaced.join(", ")
         );
     }
-    out
 }
 
 #[cfg(test)]

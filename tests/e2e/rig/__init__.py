@@ -3,10 +3,9 @@ all processes on loopback, built by tests/e2e/setup.sh into $COZY_TOOLS/e2e."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from testkit import TOOLS, crd_files as upstream_crd_files, upstream, versions, wait_until
+from testkit import TOOLS, cargo_bin, crd_files as upstream_crd_files, upstream, versions, wait_until
 from vm import VictoriaMetrics
 
 from . import keda
@@ -74,8 +73,7 @@ class Rig:
         self._keda_bins = (binary("keda-operator", v["KEDA_VERSION"]),
                            binary("keda-adapter", v["KEDA_VERSION"]))
         # Started by the tests (secured.py), once the package's objects are installed.
-        # SCALER_BIN as tests/scaler reads it: a build in another CARGO_TARGET_DIR.
-        self.scaler_bin = Path(os.environ.get("SCALER_BIN") or REPO / "target/debug/scaler")
+        self.scaler_bin = cargo_bin("scaler")
         if not self.scaler_bin.is_file():
             raise FileNotFoundError(f"{self.scaler_bin} is missing: cargo build -p cli")
         self.cnpg: CnpgStandIn | None = None

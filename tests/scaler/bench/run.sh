@@ -7,4 +7,4 @@ cd "$here/../../.."
 : "${COZY_TOOLS:=$HOME/.cache/cozy-autoscaling}"
 export PYTHONDONTWRITEBYTECODE=1
 cargo build --quiet --release -p cli
-exec "$COZY_TOOLS/venv/bin/python" "$here/bench.py" --scaler target/release/scaler "$@"
+exec "$COZY_TOOLS/venv/bin/python" "$here/bench.py" --scaler "${CARGO_TARGET_DIR:-target}/release/scaler" "$@"

@@ -21,12 +21,13 @@ cargo build --quiet --release -p cli --bin scaler -p scaler --example noop_exter
 ghz='' hey=''
 eval "$("$here/setup.sh")" # sets ghz=… hey=…
 py="$COZY_TOOLS/venv/bin/python"
+release="${CARGO_TARGET_DIR:-target}/release"
 echo "scaler at $(git rev-parse --short HEAD); load average $(cut -d' ' -f1-3 /proc/loadavg)"
-"$py" "$here/side_by_side.py" --scaler target/release/scaler \
-  --noop target/release/examples/noop_external_scaler --ghz "$ghz" --sizes "$SIZES" \
+"$py" "$here/side_by_side.py" --scaler "$release/scaler" \
+  --noop "$release/examples/noop_external_scaler" --ghz "$ghz" --sizes "$SIZES" \
   --json "$OUT/scaler.json"
 if [[ "$WEBHOOK" == 1 ]]; then
-  "$py" tests/webhook/bench_vs_noop.py --scaler target/release/scaler \
-    --noop target/release/examples/noop_admission --hey "$hey" --json "$OUT/webhook.json"
+  "$py" tests/webhook/bench_vs_noop.py --scaler "$release/scaler" \
+    --noop "$release/examples/noop_admission" --hey "$hey" --json "$OUT/webhook.json"
 fi
 echo "figures: $OUT"

@@ -12,10 +12,10 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{Api, ApiResource, DynamicObject};
 use tokio::time::Instant;
 
-use crate::decisions::{self, Page};
-use crate::scaledobject::{self, AddressMatch};
-use crate::topology::cluster_resource;
 use runtime::logging::LogArgs;
+use scaler::decisions::{self, Page};
+use scaler::scaledobject::{self, AddressMatch};
+use scaler::topology::cluster_resource;
 
 pub mod list;
 pub mod table;
@@ -135,7 +135,7 @@ impl Args {
         };
         let objects = async {
             let client = client.map_err(String::clone)?;
-            let api = dynamic(client.clone(), namespace, &crate::scaledobject::resource());
+            let api = dynamic(client.clone(), namespace, &scaler::scaledobject::resource());
             let selector = self.selector.as_deref();
             let read = list::list(client, api.resource_url(), selector, caps, |o| {
                 object(&o, &rule)

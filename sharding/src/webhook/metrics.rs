@@ -6,8 +6,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use super::mutate::Reason;
 use crate::index::{Index, Totals};
-use crate::mutate::Reason;
 use placement::PlacementConfig;
 use placement::autosize::recommended_shard_count;
 

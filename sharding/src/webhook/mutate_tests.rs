@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::review::AdmissionReview;
+use crate::webhook::review::AdmissionReview;
 
 fn mk_review(operation: &str, namespace: &str, object: Value) -> AdmissionRequest {
     let body = json!({

@@ -15,9 +15,9 @@ use anyhow::{Context as _, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use prometheus_client::registry::Registry;
 
-use crate::backend;
-use crate::metrics::Metrics;
 use runtime::logging::LogArgs;
+use scaler::backend;
+use scaler::metrics::Metrics;
 use scaler_core::metadata::{self, Metric, ScalerConfig};
 use scaler_core::promql;
 use scaler_core::replay::{HpaSpec, Replay, Row, Tally};
@@ -495,6 +495,54 @@ impl Args {
             overload_above,
             syncs,
         } = *inputs;
+        let settings = self.tune_grid(so, file_target, history.evaluations() + syncs)?;
+        let mut runs = settings
+            .iter()
+            .map(|s| {
+                let (config, spec) = tune::apply(so, self.cluster.as_deref(), sync, s)?;
+                let shown = (config.min_replicas, tune::window_of(&spec));
+                Ok((
+                    Replay::new(&history.namespace, config, spec),
+                    Tally::default(),
+                    shown,
+                ))
+            })
+            .collect::<anyhow::Result<Vec<SweepRun>>>()?;
+        replay_all(history, &mut runs, overload_above).await?;
+        let tallies: Vec<Tally> = runs.iter().map(|r| r.1).collect();
+        let answered = tallies.first().map_or(0, |t| t.evaluations - t.errors);
+        let budget = (answered as f64 * self.max_overload / 100.0).floor() as u64;
+        let best = tune::recommend(&tallies, budget);
+        let step = history.step as f64;
+        let lines = sweep_lines(&settings, &runs, best, step);
+        let budget_minutes = budget as f64 * step / 60.0;
+        let mut report = format!(
+            "{} settings over {} evaluations ({} with an answer); overloaded: above {overload_above} per read replica \
+             on the simulated count; budget --max-overload {}% = {budget_minutes:.1} min\n",
+            settings.len(),
+            history.evaluations(),
+            answered,
+            self.max_overload
+        );
+        report += &recommendation(best.map(|i| (&lines[i], &settings[i])), so);
+        match self.output.unwrap_or(Format::Table) {
+            Format::Table => print!("{}{report}", tune::table(&lines)),
+            format => {
+                output::print_settings(format, &lines)?;
+                eprint!("{report}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The grid of `--tune-target`, `--tune-scale-down-window` and `--tune-min-replicas`
+    /// (targets around the file's `file_target` by default), bounded in settings and work.
+    fn tune_grid(
+        &self,
+        so: &scaled_object::ScaledObject,
+        file_target: f64,
+        work_per_setting: u64,
+    ) -> anyhow::Result<Vec<tune::Setting>> {
         let targets = match &self.tune_target {
             Some(text) => tune::parse_grid("--tune-target", text)?,
             None => tune::default_targets(file_target),
@@ -519,105 +567,95 @@ impl Args {
                 )
             })
             .transpose()?;
-        let settings = tune::settings(
+        tune::settings(
             &targets,
             windows.as_deref(),
             mins.as_deref(),
-            history.evaluations() + syncs,
-        )?;
-        let mut runs = settings
-            .iter()
-            .map(|s| {
-                let (config, spec) = tune::apply(so, self.cluster.as_deref(), sync, s)?;
-                let shown = (config.min_replicas, tune::window_of(&spec));
-                Ok((
-                    Replay::new(&history.namespace, config, spec),
-                    Tally::default(),
-                    shown,
-                ))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let progress = progress_bar(history.evaluations(), "evaluations (every setting)");
-        // Settings are independent: split across the cores, each thread stepping its own.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let per_thread = runs.len().div_ceil(threads).max(1);
-        history
-            .replay(&progress, |times| {
-                std::thread::scope(|scope| {
-                    for part in runs.chunks_mut(per_thread) {
-                        scope.spawn(move || {
-                            for (t, parts) in times {
-                                for (replay, tally, _) in part.iter_mut() {
-                                    tally.add(&replay.step(*t, parts), overload_above);
-                                }
+            work_per_setting,
+        )
+    }
+}
+
+/// One setting's replay, its tally, and the minReplicas and scale-down window it ran with.
+type SweepRun = (Replay, Tally, (u32, u32));
+
+/// Steps every setting's replay over the history, fetched once.
+async fn replay_all(
+    history: &History,
+    runs: &mut [SweepRun],
+    overload_above: f64,
+) -> anyhow::Result<()> {
+    let progress = progress_bar(history.evaluations(), "evaluations (every setting)");
+    // Settings are independent: split across the cores, each thread stepping its own.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = runs.len().div_ceil(threads).max(1);
+    history
+        .replay(&progress, |times| {
+            std::thread::scope(|scope| {
+                for part in runs.chunks_mut(per_thread) {
+                    scope.spawn(move || {
+                        for (t, parts) in times {
+                            for (replay, tally, _) in part.iter_mut() {
+                                tally.add(&replay.step(*t, parts), overload_above);
                             }
-                        });
-                    }
-                });
-            })
-            .await?;
-        let tallies: Vec<Tally> = runs.iter().map(|r| r.1).collect();
-        let answered = tallies.first().map_or(0, |t| t.evaluations - t.errors);
-        let budget = (answered as f64 * self.max_overload / 100.0).floor() as u64;
-        let front = tune::pareto(
-            &tallies
-                .iter()
-                .map(|t| (t.simulated_steps, t.overloaded))
-                .collect::<Vec<_>>(),
-        );
-        let best = tune::recommend(&tallies, budget);
-        let step = history.step as f64;
-        let lines: Vec<tune::Line> = settings
+                        }
+                    });
+                }
+            });
+        })
+        .await
+}
+
+/// The sweep's table: each setting's tally in hours and minutes of `step` seconds, the Pareto
+/// front and the `best` setting marked.
+fn sweep_lines(
+    settings: &[tune::Setting],
+    runs: &[SweepRun],
+    best: Option<usize>,
+    step: f64,
+) -> Vec<tune::Line> {
+    let front = tune::pareto(
+        &runs
             .iter()
-            .zip(&runs)
-            .enumerate()
-            .map(|(i, (s, (_, t, (min, window))))| tune::Line {
-                target: s.target,
-                scale_down_window_seconds: *window,
-                min_replicas: *min,
-                instance_hours: t.simulated_steps as f64 * step / 3600.0,
-                overloaded_minutes: t.overloaded as f64 * step / 60.0,
-                scale_events: t.scale_events,
-                pareto: front[i],
-                recommended: best == Some(i),
-            })
-            .collect();
-        let budget_minutes = budget as f64 * step / 60.0;
-        let mut report = format!(
-            "{} settings over {} evaluations ({} with an answer); overloaded: above {overload_above} per read replica \
-             on the simulated count; budget --max-overload {}% = {budget_minutes:.1} min\n",
-            settings.len(),
-            history.evaluations(),
-            answered,
-            self.max_overload
-        );
-        match best {
-            Some(i) => {
-                let l = &lines[i];
-                report += &format!(
-                    "recommended: target {} ({:.1} instance-hours, {:.1} min overloaded, {} scale events), \
-                     the cheapest within the budget; apply to ScaledObject {}:\n{}",
-                    l.target,
-                    l.instance_hours,
-                    l.overloaded_minutes,
-                    l.scale_events,
-                    so.name,
-                    tune::apply_lines(so, &settings[i])
-                );
-            }
-            None => {
-                report += "recommended: none; every setting is overloaded beyond the budget \
-                           (lower --tune-target, or raise --max-overload)\n"
-            }
-        }
-        match self.output.unwrap_or(Format::Table) {
-            Format::Table => print!("{}{report}", tune::table(&lines)),
-            format => {
-                output::print_settings(format, &lines)?;
-                eprint!("{report}");
-            }
-        }
-        Ok(())
+            .map(|(_, t, _)| (t.simulated_steps, t.overloaded))
+            .collect::<Vec<_>>(),
+    );
+    settings
+        .iter()
+        .zip(runs)
+        .enumerate()
+        .map(|(i, (s, (_, t, (min, window))))| tune::Line {
+            target: s.target,
+            scale_down_window_seconds: *window,
+            min_replicas: *min,
+            instance_hours: t.simulated_steps as f64 * step / 3600.0,
+            overloaded_minutes: t.overloaded as f64 * step / 60.0,
+            scale_events: t.scale_events,
+            pareto: front[i],
+            recommended: best == Some(i),
+        })
+        .collect()
+}
+
+/// The report's last line(s): the recommended setting and how to apply it, or why there is none.
+fn recommendation(
+    best: Option<(&tune::Line, &tune::Setting)>,
+    so: &scaled_object::ScaledObject,
+) -> String {
+    match best {
+        Some((l, setting)) => format!(
+            "recommended: target {} ({:.1} instance-hours, {:.1} min overloaded, {} scale events), \
+             the cheapest within the budget; apply to ScaledObject {}:\n{}",
+            l.target,
+            l.instance_hours,
+            l.overloaded_minutes,
+            l.scale_events,
+            so.name,
+            tune::apply_lines(so, setting)
+        ),
+        None => "recommended: none; every setting is overloaded beyond the budget \
+                 (lower --tune-target, or raise --max-overload)\n"
+            .into(),
     }
 }
 

@@ -14,9 +14,9 @@ use serde_json::json;
 use tokio::time::timeout;
 use tracing::{debug, info, warn};
 
+use super::metrics::Metrics;
+use super::mutate::{Pending, Reason};
 use crate::index::{self, Index, SharedIndex, TenantNamespace};
-use crate::metrics::Metrics;
-use crate::mutate::{Pending, Reason};
 
 /// Placement locks: a tenant hashes to one of these, so concurrent creates for one tenant in this
 /// replica place it once, with memory fixed however many tenant names reviews carry.

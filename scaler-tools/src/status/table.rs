@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::decisions::{Entry, Page};
-use crate::scaledobject::Trigger;
+use scaler::decisions::{Entry, Page};
+use scaler::scaledobject::Trigger;
 use scaler_core::metadata::{self, Engine};
 
 /// A ScaledObject whose trigger names this scaler: what its row needs, the metadata parsed.

@@ -13,10 +13,10 @@ use axum::routing::post;
 use tokio::time::timeout;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::assign::Resolver;
-use crate::metrics::Metrics;
-use crate::mutate::{Admit, Outcome, Reason, admit};
-use crate::review::AdmissionReview;
+use super::assign::Resolver;
+use super::metrics::Metrics;
+use super::mutate::{Admit, Outcome, Reason, admit};
+use super::review::AdmissionReview;
 
 /// The webhook path (docs/design.md S1).
 pub const PATH: &str = "/mutate-helmrelease-shard";

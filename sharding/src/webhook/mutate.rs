@@ -11,11 +11,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::review::{AdmissionRequest, AdmissionResponse};
-
-pub const HELMRELEASE_GROUP: &str = "helm.toolkit.fluxcd.io";
-pub const HELMRELEASE_VERSION: &str = "v2";
-pub const HELMRELEASE_KIND: &str = "HelmRelease";
+use super::review::{AdmissionRequest, AdmissionResponse};
+use crate::watch::{HELMRELEASE_GROUP, HELMRELEASE_KIND, HELMRELEASE_VERSION};
 
 /// Why a review ended the way it did; one bounded label value per variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -9,18 +9,19 @@ use serde::Serialize;
 
 use anyhow::Context as _;
 
-use crate::backend;
-use crate::cache::Evaluate as _;
-use crate::cache::Key;
-use crate::metrics::Metrics;
-use crate::observe::Observer;
-use crate::scaledobject::{self, AddressMatch};
-use crate::serve;
-use crate::topology::{self, Topology};
 use runtime::logging::LogArgs;
-use scaler_core::decision::{Brake, ConvergencePhase};
+use scaler::backend;
+use scaler::cache::Evaluate as _;
+use scaler::cache::Key;
+use scaler::metrics::Metrics;
+use scaler::observe::Observer;
+use scaler::scaledobject::{self, AddressMatch};
+use scaler::serve;
+use scaler::topology::{self, Topology};
+use scaler_core::decision::{Brake, ConvergencePhase, RedisReplication};
 use scaler_core::evaluate::{CurrentSource, Evaluation, QuorumSource};
 use scaler_core::metadata::{self, Engine, Metric};
+use scaler_core::promql::redis::BACKGROUND_REPL_BYTES_PER_SECOND;
 use scaler_core::promql::{self, Shape, Target};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -48,8 +49,9 @@ pub struct Args {
     /// Namespace of the ScaledObject and the Cluster (without --scaled-object).
     #[arg(long, required_unless_present = "scaled_object")]
     pub namespace: Option<String>,
-    /// CNPG Cluster name (without --scaled-object also the ScaledObject's name, unless
-    /// --pooler names it); with --engine pgbouncer the Cluster behind the Pooler.
+    /// CNPG Cluster name, or with --engine redis the RedisFailover's (without --scaled-object
+    /// also the ScaledObject's name, unless --pooler names it); with --engine pgbouncer the
+    /// Cluster behind the Pooler.
     #[arg(long, required_unless_present = "scaled_object")]
     pub cluster: Option<String>,
     /// cnpg (the default), redis or pgbouncer.
@@ -59,12 +61,12 @@ pub struct Args {
     /// name).
     #[arg(long)]
     pub pooler: Option<String>,
-    /// Load signal: ReadConnections, ReadCPUUtilization or ReadConnectionUsage (pgbouncer:
-    /// ClientConnections).
+    /// Load signal: ReadConnections, ReadCPUUtilization or ReadConnectionUsage (redis:
+    /// ReadConnections or ReadCommandsPerSecond; pgbouncer: ClientConnections).
     #[arg(long)]
     pub metric: Option<String>,
-    /// Load one read replica should carry (connections, CPU millicores, or percent of
-    /// max_connections).
+    /// Load one read replica should carry (connections, CPU millicores, percent of
+    /// max_connections, or Redis read commands per second).
     #[arg(long)]
     pub target: Option<String>,
     #[arg(long)]
@@ -74,9 +76,13 @@ pub struct Args {
     /// Synchronous quorum; read from the Cluster when absent.
     #[arg(long)]
     pub max_sync_replicas: Option<String>,
-    /// Lag brake threshold in seconds; 0 turns it off.
+    /// Lag brake threshold in seconds; 0 turns it off (CNPG).
     #[arg(long)]
     pub max_replication_lag_seconds: Option<String>,
+    /// With --engine redis: a replica's offset lag in bytes above which the brake holds while
+    /// the master writes; 0 = that part off (links down and full syncs still brake).
+    #[arg(long)]
+    pub max_replication_lag_bytes: Option<String>,
     /// With --engine pgbouncer: a longest client wait above this raises the count; 0 = off.
     #[arg(long)]
     pub max_client_wait_seconds: Option<String>,
@@ -145,6 +151,7 @@ impl Args {
                 "maxReplicationLagSeconds",
                 &self.max_replication_lag_seconds,
             ),
+            ("maxReplicationLagBytes", &self.max_replication_lag_bytes),
             ("maxClientWaitSeconds", &self.max_client_wait_seconds),
             ("defaultPoolSize", &self.default_pool_size),
             ("reservePoolSize", &self.reserve_pool_size),
@@ -185,7 +192,7 @@ impl Args {
             .await
             .context("--scaled-object: cannot build a Kubernetes client")?;
         let api: kube::Api<kube::api::DynamicObject> =
-            kube::Api::namespaced_with(client, namespace, &crate::scaledobject::resource());
+            kube::Api::namespaced_with(client, namespace, &scaler::scaledobject::resource());
         let object = tokio::time::timeout(self.query_timeout, api.get(name))
             .await
             .map_err(|_| anyhow::anyhow!("reading ScaledObject {reference} timed out"))?
@@ -230,17 +237,22 @@ impl Args {
             batch_size: 1,
             concurrency: 1,
         };
-        let key = Key {
+        let key = Arc::new(Key {
             namespace: namespace.clone(),
             name,
             config: config.clone().into(),
-        };
+        });
         let evaluation = observer
-            .evaluate(&[Arc::new(key)])
+            .evaluate(std::slice::from_ref(&key))
             .await
             .into_iter()
             .next()
-            .expect("Evaluate answers every key")?;
+            .with_context(|| {
+                format!(
+                    "evaluating {namespace}/{}: no result came back (a bug in the scaler)",
+                    key.name
+                )
+            })??;
         let report = Report {
             evaluation: &evaluation,
             summary: evaluation.summary(),
@@ -294,8 +306,12 @@ fn text(report: &Report<'_>) -> String {
 }
 
 /// What a signal's load counts.
-fn unit(metric: Metric) -> &'static str {
+fn unit(engine: Engine, metric: Metric) -> &'static str {
     match metric {
+        Metric::ReadConnections if engine == Engine::Redis => {
+            "client connections on Redis replicas, less the sentinels', the exporter's and the \
+             master link"
+        }
         Metric::ReadConnections => "active client backends on replicas",
         Metric::ReadCpuUtilization => {
             "CPU millicores of the postgres container on streaming replicas"
@@ -353,16 +369,16 @@ fn inputs_section(s: &mut String, e: &Evaluation) {
         "  current instances     {} (from {current_from})",
         o.current
     );
-    let absent = if e.load_series_present {
-        ""
-    } else {
-        " (no load series: CNPG omits zero rows)"
+    let absent = match (e.load_series_present, p.engine) {
+        (true, _) => "",
+        (false, Engine::Redis) => " (no load series: the master has no replicas)",
+        (false, _) => " (no load series: CNPG omits zero rows)",
     };
     let _ = writeln!(
         s,
         "  read load             {} ({}){absent}",
         o.load,
-        unit(p.metric)
+        unit(p.engine, p.metric)
     );
     for (signal, load) in p.extra.iter().zip(o.extra_loads) {
         if let Some(signal) = signal {
@@ -371,7 +387,7 @@ fn inputs_section(s: &mut String, e: &Evaluation) {
                 "  signal {}  {load} / target {} ({})",
                 signal.metric,
                 signal.target,
-                unit(signal.metric)
+                unit(p.engine, signal.metric)
             );
         }
     }
@@ -396,7 +412,78 @@ fn inputs_section(s: &mut String, e: &Evaluation) {
             "  warming replicas      {warming} (WAL receiver down: left out of the CPU signal)"
         );
     }
-    lag_lines(s, e);
+    match o.redis {
+        Some(r) => replication_lines(s, e, r),
+        None => lag_lines(s, e),
+    }
+}
+
+/// A Redis master's replication health: the brake's inputs, each as the exporter reports it.
+fn replication_lines(s: &mut String, e: &Evaluation, r: RedisReplication) {
+    let (p, o) = (&e.policy, &e.observation);
+    // Evaluation refuses an answer without exactly one master: the other series are replicas.
+    let replicas = e.instance_series.saturating_sub(1);
+    _ = writeln!(
+        s,
+        "  replica links down    {} of {replicas} (redis_master_link_up 0)",
+        r.links_down
+    );
+    _ = writeln!(
+        s,
+        "  replicas syncing      {} of {replicas} (redis_master_sync_in_progress 1: a full sync)",
+        r.syncing
+    );
+    let threshold = if p.max_lag_bytes > 0.0 {
+        format!("maxReplicationLagBytes {}", p.max_lag_bytes)
+    } else {
+        "not compared: maxReplicationLagBytes 0".to_owned()
+    };
+    match r.max_lag_bytes {
+        _ if o.lag_unknown => {
+            _ = writeln!(
+                s,
+                "  replica lag, bytes    unknown: the master reports no replica offsets (counts as \
+             lagging; {threshold})"
+            )
+        }
+        Some(lag) => {
+            _ = writeln!(
+                s,
+                "  replica lag, bytes    {lag} B, the largest of master offset − a replica's \
+             acknowledged offset ({threshold})"
+            )
+        }
+        None => {
+            _ = writeln!(
+                s,
+                "  replica lag, bytes    none reported (no replica offsets; {threshold})"
+            )
+        }
+    }
+    let gate = BACKGROUND_REPL_BYTES_PER_SECOND;
+    match (e.repl_bytes_per_second, o.primary_writing) {
+        (Some(rate), Some(true)) => {
+            _ = writeln!(
+                s,
+                "  master replication    {rate} B/s (above the {gate} B/s of sentinel hellos and \
+             pings: writing)"
+            )
+        }
+        (Some(rate), _) => {
+            _ = writeln!(
+                s,
+                "  master replication    {rate} B/s (at most the {gate} B/s of sentinel hellos and \
+             pings: idle)"
+            )
+        }
+        (None, _) => {
+            _ = writeln!(
+                s,
+                "  master replication    unknown (no rate of redis_master_repl_offset yet: counts as \
+             writing)"
+            )
+        }
+    }
 }
 
 /// Replica lag and the primary's WAL rate, when the brake queried them.
@@ -438,23 +525,35 @@ fn lag_lines(s: &mut String, e: &Evaluation) {
 fn guards_section(s: &mut String, e: &Evaluation) {
     let (p, d) = (&e.policy, &e.decision);
     let _ = writeln!(s, "\nGuards");
-    let quorum_from = match e.quorum_source {
-        QuorumSource::Metadata => "maxSyncReplicas metadata",
-        QuorumSource::ClusterSpec => "the Cluster's sync settings",
-        QuorumSource::Default => "default",
-    };
-    let _ = writeln!(
-        s,
-        "  sync quorum           {} (from {quorum_from})",
-        p.quorum
-    );
-    let _ = writeln!(
-        s,
-        "  floor                 {} = max(minReplicas {}, quorum + 1 = {}, 2)",
-        d.floor,
-        p.min_replicas,
-        p.quorum.saturating_add(1)
-    );
+    if p.engine == Engine::Redis {
+        let _ = writeln!(
+            s,
+            "  sync quorum           none (Redis replication is asynchronous)"
+        );
+        let _ = writeln!(
+            s,
+            "  floor                 {} = max(minReplicas {}, 2)",
+            d.floor, p.min_replicas
+        );
+    } else {
+        let quorum_from = match e.quorum_source {
+            QuorumSource::Metadata => "maxSyncReplicas metadata",
+            QuorumSource::ClusterSpec => "the Cluster's sync settings",
+            QuorumSource::Default => "default",
+        };
+        let _ = writeln!(
+            s,
+            "  sync quorum           {} (from {quorum_from})",
+            p.quorum
+        );
+        let _ = writeln!(
+            s,
+            "  floor                 {} = max(minReplicas {}, quorum + 1 = {}, 2)",
+            d.floor,
+            p.min_replicas,
+            p.quorum.saturating_add(1)
+        );
+    }
     let _ = writeln!(
         s,
         "  ceiling               {} = max(maxReplicas {}, floor)",
@@ -465,7 +564,10 @@ fn guards_section(s: &mut String, e: &Evaluation) {
         "  raw                   {} = 1 + ceil(load / target)",
         d.raw
     );
-    let _ = writeln!(s, "  lag brake             {}", brake_line(e));
+    match e.observation.redis {
+        Some(r) => _ = writeln!(s, "  replication brake     {}", redis_brake_line(e, r)),
+        None => _ = writeln!(s, "  lag brake             {}", brake_line(e)),
+    }
     let _ = writeln!(s, "  schedule              {}", schedule_line(e));
     let _ = writeln!(
         s,
@@ -507,6 +609,53 @@ fn brake_line(e: &Evaluation) -> String {
     }
 }
 
+/// The Redis brake: what is unhealthy, and whether the master's writes make it hold.
+fn redis_brake_line(e: &Evaluation, r: RedisReplication) -> String {
+    let (p, o) = (&e.policy, &e.observation);
+    let mut unhealthy = Vec::new();
+    if r.links_down > 0 {
+        unhealthy.push(format!("{} replica link(s) down", r.links_down));
+    }
+    if r.syncing > 0 {
+        unhealthy.push(format!("{} replica(s) in a full sync", r.syncing));
+    }
+    if o.lag_unknown {
+        unhealthy.push("replica offsets unknown".to_owned());
+    } else if let Some(lag) = r
+        .max_lag_bytes
+        .filter(|lag| p.max_lag_bytes > 0.0 && *lag > p.max_lag_bytes)
+    {
+        unhealthy.push(format!(
+            "offset lag {lag} B above maxReplicationLagBytes {}",
+            p.max_lag_bytes
+        ));
+    }
+    let unhealthy = unhealthy.join(", ");
+    match e.decision.brake {
+        // The Redis brake has no off switch; Off would be a CNPG state.
+        Brake::Off | Brake::Clear => {
+            let lag = if p.max_lag_bytes > 0.0 {
+                format!("offset lag not above {} B", p.max_lag_bytes)
+            } else {
+                "offset lag not compared".to_owned()
+            };
+            format!("clear (every replica's link up, none in a full sync, {lag})")
+        }
+        Brake::IdleLag => format!(
+            "ignored: {unhealthy}, but the master is idle (replication at most {} B/s): \
+             nothing is being lost",
+            BACKGROUND_REPL_BYTES_PER_SECOND
+        ),
+        Brake::Engaged => {
+            let writes = match o.primary_writing {
+                Some(true) => "the master writes",
+                _ => "the master's writes are unknown",
+            };
+            format!("ENGAGED: {unhealthy} while {writes}; holding")
+        }
+    }
+}
+
 fn schedule_line(e: &Evaluation) -> String {
     if e.schedule.windows.is_empty() {
         return "no open window".to_owned();
@@ -527,6 +676,9 @@ fn schedule_line(e: &Evaluation) -> String {
 fn quota_line(e: &Evaluation) -> String {
     let d = &e.decision;
     match (&e.quota, d.quota_ceiling) {
+        _ if e.policy.engine == Engine::Redis => {
+            "not applied (the topology reads CNPG Clusters only, not RedisFailovers)".to_owned()
+        }
         _ if e.topology != "kube" => "not applied (needs --topology kube)".to_owned(),
         (Some(fit), Some(cap)) if fit.unreadable.is_some() => format!(
             "{cap} = max(existing, current, floor): ResourceQuota {} cannot be read ({}), so no \
@@ -564,6 +716,9 @@ fn convergence_line(e: &Evaluation) -> String {
         .convergence
         .map_or("?".to_owned(), |c| c.ready.to_string());
     match e.decision.convergence {
+        ConvergencePhase::Unknown if e.policy.engine == Engine::Redis => {
+            "not applied (a RedisFailover's ready count is not read)".to_owned()
+        }
         ConvergencePhase::Unknown if deadline <= 0.0 => "hold off (deadline 0)".to_owned(),
         ConvergencePhase::Unknown => "unknown (no Cluster status)".to_owned(),
         ConvergencePhase::Converged => format!("converged ({ready} ready)"),

@@ -8,6 +8,9 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use jiff::tz::TimeZone;
+use plotters::chart::DualCoordChartContext;
+use plotters::coord::combinators::WithKeyPoints;
+use plotters::coord::types::{RangedCoordf64, RangedCoordi64};
 use plotters::prelude::*;
 
 use super::output::atomic_write;
@@ -176,26 +179,39 @@ const BANDS: [(Reason, RGBColor); 9] = [
 ];
 pub const GAP_COLOR: RGBColor = RGBColor(90, 90, 90);
 
-fn draw(
-    out: &mut String,
-    frame: &Frame<'_>,
-    rows: &[Row],
-) -> Result<(), Box<dyn std::error::Error>> {
+/// The chart: times (with round key points) against counts, the load on the secondary axis.
+type Chart<'a, 'b> = DualCoordChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<WithKeyPoints<RangedCoordi64>, RangedCoordf64>,
+    Cartesian2d<RangedCoordi64, RangedCoordf64>,
+>;
+/// The legend's entries, drawn right of the data once every series is (plotters' own series
+/// labels are drawn inside the plotting area, over the data).
+type Legend = Vec<(String, ShapeStyle)>;
+type DrawResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// Where the data sits: the times, and the tops of both axes.
+struct Extent {
+    first: i64,
+    /// One step past the last row.
+    end: i64,
+    step: i64,
+    /// Spans of a reason closer than this many seconds (a bucket) are one band.
+    merge: i64,
+    count_top: f64,
+    load_top: f64,
+    /// Whether the maxReplicas line is drawn (it is near the data).
+    max_shown: bool,
+}
+
+fn extent(frame: &Frame<'_>, rows: &[Row], buckets: &[Bucket]) -> DrawResult<Extent> {
     let (first, last) = match (rows.first(), rows.last()) {
         (Some(f), Some(l)) => (f.time, l.time),
         _ => return Err("no rows to plot".into()),
     };
     let step = rows.get(1).map_or(60, |r| r.time - first).max(1);
     let end = last + step;
-    let merge = (end - first) / MAX_BUCKETS as i64;
-    let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (area, legend_area) = root.split_horizontally(PLOT_WIDTH);
-    let buckets = buckets(rows);
-    let load = runs(&buckets, |b| b.load);
-    let observed = runs(&buckets, |b| b.observed);
-    let simulated = runs(&buckets, |b| Some(b.simulated));
-    let recommended = runs(&buckets, |b| b.recommended);
     let data_top = buckets
         .iter()
         .flat_map(|b| [b.observed, Some(b.simulated), b.recommended.map(|r| r.1)])
@@ -209,9 +225,51 @@ fn draw(
     } else {
         data_top
     } + 1.0;
-    let load_top = (load.iter().flatten().map(|p| p.1).fold(0.0, f64::max) * 1.1).max(1.0);
+    let load_top = (buckets.iter().filter_map(|b| b.load).fold(0.0, f64::max) * 1.1).max(1.0);
+    Ok(Extent {
+        first,
+        end,
+        step,
+        merge: (end - first) / MAX_BUCKETS as i64,
+        count_top,
+        load_top,
+        max_shown,
+    })
+}
+
+fn draw(out: &mut String, frame: &Frame<'_>, rows: &[Row]) -> DrawResult {
+    let buckets = buckets(rows);
+    let ext = extent(frame, rows, &buckets)?;
+    let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (area, legend_area) = root.split_horizontally(PLOT_WIDTH);
+    let mut chart = axes(&area, frame, &ext)?;
+    let mut legend = Legend::new();
+    // Bands first, so the lines are drawn over them.
+    draw_bands(&mut chart, rows, &ext, &mut legend)?;
+    draw_load(&mut chart, &runs(&buckets, |b| b.load), &mut legend)?;
+    draw_bounds(&mut chart, frame, &ext, &mut legend)?;
+    draw_recommended(
+        &mut chart,
+        &runs(&buckets, |b| b.recommended),
+        ext.step,
+        &mut legend,
+    )?;
+    draw_counts(&mut chart, &buckets, ext.step, &mut legend)?;
+    draw_legend(&legend_area, &legend)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The chart on `area` with its caption, time and count axes and the load's axis on the right.
+fn axes<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    frame: &Frame<'_>,
+    ext: &Extent,
+) -> DrawResult<Chart<'a, 'b>> {
+    let (first, end) = (ext.first, ext.end);
     let (interval, key_points) = ticks::ticks(first, end, frame.zone, 9);
-    let mut chart = ChartBuilder::on(&area)
+    let mut chart = ChartBuilder::on(area)
         .caption(frame.title, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(44)
@@ -219,9 +277,9 @@ fn draw(
         .right_y_label_area_size(72)
         .build_cartesian_2d(
             (first..end).with_key_points(key_points.clone()),
-            0.0..count_top,
+            0.0..ext.count_top,
         )?
-        .set_secondary_coord(first..end, 0.0..load_top);
+        .set_secondary_coord(first..end, 0.0..ext.load_top);
     let first_tick = key_points.first().copied();
     let time_label = |t: &i64| ticks::label(*t, interval, frame.zone, Some(*t) == first_tick);
     let x_desc = format!("time ({})", frame.zone_name);
@@ -243,38 +301,59 @@ fn draw(
         .axis_desc_style(("sans-serif", 15))
         .y_desc(frame.load_label)
         .draw()?;
+    Ok(chart)
+}
 
-    // The legend's entries, drawn right of the data once every series is (plotters' own series
-    // labels are drawn inside the plotting area, over the data).
-    let mut legend: Vec<(String, ShapeStyle)> = Vec::new();
-    // Bands first, so the lines are drawn over them.
-    for (reason, color) in BANDS {
-        let bands = spans(rows, step, merge, |r| r.reason == Some(reason));
+/// A shaded band per reason other than the load's (over its rows), then one over the rows
+/// without an answer.
+fn draw_bands(chart: &mut Chart, rows: &[Row], ext: &Extent, legend: &mut Legend) -> DrawResult {
+    let shaded = BANDS
+        .iter()
+        .map(|&(reason, color)| {
+            let bands = spans(rows, ext.step, ext.merge, |r| r.reason == Some(reason));
+            (
+                bands,
+                color.mix(0.25),
+                format!("reason: {}", reason.as_str()),
+            )
+        })
+        .chain(std::iter::once((
+            spans(rows, ext.step, ext.merge, |r| r.error.is_some()),
+            GAP_COLOR.mix(0.3),
+            "no answer (metrics gap or error)".into(),
+        )));
+    for (bands, color, label) in shaded {
         if bands.is_empty() {
             continue;
         }
-        let style = color.mix(0.25).filled();
+        let style = color.filled();
         chart.draw_series(
             bands
                 .iter()
-                .map(|&(a, b)| Rectangle::new([(a, 0.0), (b, count_top)], style)),
+                .map(|&(a, b)| Rectangle::new([(a, 0.0), (b, ext.count_top)], style)),
         )?;
-        legend.push((format!("reason: {}", reason.as_str()), style));
+        legend.push((label, style));
     }
-    let gaps = spans(rows, step, merge, |r| r.error.is_some());
-    if !gaps.is_empty() {
-        let style = GAP_COLOR.mix(0.3).filled();
-        chart.draw_series(
-            gaps.iter()
-                .map(|&(a, b)| Rectangle::new([(a, 0.0), (b, count_top)], style)),
-        )?;
-        legend.push(("no answer (metrics gap or error)".into(), style));
-    }
+    Ok(())
+}
+
+/// The load on the right axis, a line per run of answers.
+fn draw_load(chart: &mut Chart, load: &[Vec<(i64, f64)>], legend: &mut Legend) -> DrawResult {
     let grey = ShapeStyle::from(RGBColor(150, 150, 150));
-    for run in &load {
+    for run in load {
         chart.draw_secondary_series(LineSeries::new(run.iter().copied(), grey))?;
     }
     legend.push(("load (right axis)".into(), grey));
+    Ok(())
+}
+
+/// minReplicas and maxReplicas as dashed lines; a maxReplicas far above the data is only named.
+fn draw_bounds(
+    chart: &mut Chart,
+    frame: &Frame<'_>,
+    ext: &Extent,
+    legend: &mut Legend,
+) -> DrawResult {
     let bounds: [(f64, &str, RGBColor, bool); 2] = [
         (
             f64::from(frame.min_replicas),
@@ -282,13 +361,18 @@ fn draw(
             RGBColor(0, 120, 0),
             true,
         ),
-        (max, "maxReplicas", RGBColor(160, 0, 0), max_shown),
+        (
+            f64::from(frame.max_replicas),
+            "maxReplicas",
+            RGBColor(160, 0, 0),
+            ext.max_shown,
+        ),
     ];
     for (value, name, color, shown) in bounds {
         let style = ShapeStyle::from(color).stroke_width(1);
         if shown {
             chart.draw_series(DashedLineSeries::new(
-                [(first, value), (end, value)],
+                [(ext.first, value), (ext.end, value)],
                 6,
                 4,
                 style,
@@ -298,8 +382,18 @@ fn draw(
             legend.push((format!("{name} {value} (above the plot)"), style));
         }
     }
+    Ok(())
+}
+
+/// The recommendation: a band from its lowest to its highest count, outlined at the highest.
+fn draw_recommended(
+    chart: &mut Chart,
+    recommended: &[Vec<(i64, (f64, f64))>],
+    step: i64,
+    legend: &mut Legend,
+) -> DrawResult {
     let blue = RGBColor(40, 90, 220);
-    for run in &recommended {
+    for run in recommended {
         let high: Vec<(i64, f64)> = run.iter().map(|&(t, r)| (t, r.1)).collect();
         let low: Vec<(i64, f64)> = run.iter().map(|&(t, r)| (t, r.0)).collect();
         let mut outline = steps(&high, step);
@@ -315,6 +409,18 @@ fn draw(
     }
     legend.push(("recommended (scaler)".into(), blue.into()));
     legend.push(("  its range (band)".into(), blue.mix(0.25).filled()));
+    Ok(())
+}
+
+/// The observed and the simulated counts as steps.
+fn draw_counts(
+    chart: &mut Chart,
+    buckets: &[Bucket],
+    step: i64,
+    legend: &mut Legend,
+) -> DrawResult {
+    let observed = runs(buckets, |b| b.observed);
+    let simulated = runs(buckets, |b| Some(b.simulated));
     // Widest first, so a line that coincides with another still shows on top of it.
     let counts = [
         (&observed, RGBColor(60, 170, 60), 6, "observed instances"),
@@ -327,8 +433,6 @@ fn draw(
         }
         legend.push((label.into(), style));
     }
-    draw_legend(&legend_area, &legend)?;
-    root.present()?;
     Ok(())
 }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::decisions::LastError;
+use scaler::decisions::LastError;
 
 fn now() -> jiff::Timestamp {
     "2026-12-01T12:00:00Z".parse().unwrap()
