@@ -35,6 +35,16 @@ pub enum EvaluateError {
         with_series: u32,
     },
     #[error(
+        "the last scrape of {pods} instance pod(s) of CNPG cluster {cluster:?} in namespace {namespace:?} \
+         failed (up == 0): every series of a failed scrape goes stale, so the replicas and their load are \
+         unknown until a scrape succeeds; does the exporter (port metrics) answer within the scrape timeout?"
+    )]
+    ScrapeFailed {
+        namespace: String,
+        cluster: String,
+        pods: u32,
+    },
+    #[error(
         "client sessions (cnpg_backends_total) were scraped from {with_series} of {replicas} replicas of CNPG \
          cluster {cluster:?} in namespace {namespace:?}: a scrape gap reads as no sessions, so the load is unknown; \
          are the instances scraped, and CNPG's default monitoring queries (backends) enabled?"
@@ -373,6 +383,15 @@ fn check_pod_series(
     metrics: &[Metric],
 ) -> Result<(), EvaluateError> {
     let count = |name| count(parts, name);
+    // Seen on the real node: a replica's scrape failed while a standby was cloned, all its
+    // series went stale at once and the load read 0 with no replica left to miss rows.
+    if config.engine == Engine::Cnpg && count(part::SCRAPE_FAILED) > 0 {
+        return Err(EvaluateError::ScrapeFailed {
+            namespace: namespace.to_owned(),
+            cluster: config.cluster.clone(),
+            pods: count(part::SCRAPE_FAILED),
+        });
+    }
     let replicas = count(part::REPLICAS);
     // Warming replicas are left out of the CPU signal, so they need no CPU series.
     let warm = replicas.saturating_sub(count(part::WARMING));
@@ -798,6 +817,29 @@ mod tests {
         ));
         // Every replica scraped and none with an active client session: load 0, a decision.
         let e = evaluate("ns", &cfg, &inputs("metrics"), &answer(3.0), None).unwrap();
+        assert_eq!(e.observation.load, 0.0);
+    }
+
+    #[test]
+    fn a_failed_scrape_makes_the_answer_unknown_not_the_floor() {
+        let cfg = config(&[]);
+        // The replica's series all stale: one primary, no replica, no load.
+        let answer = |failed: f64| {
+            let mut p = parts(&[
+                ("instances", 1.0),
+                ("replicas", 0.0),
+                ("connection_pods", 0.0),
+            ]);
+            if failed > 0.0 {
+                p.insert("scrape_failed".into(), failed);
+            }
+            p
+        };
+        assert!(matches!(
+            evaluate("ns", &cfg, &inputs("metrics"), &answer(1.0), None),
+            Err(EvaluateError::ScrapeFailed { pods: 1, .. })
+        ));
+        let e = evaluate("ns", &cfg, &inputs("metrics"), &answer(0.0), None).unwrap();
         assert_eq!(e.observation.load, 0.0);
     }
 

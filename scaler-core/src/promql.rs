@@ -67,6 +67,10 @@ pub mod part {
     /// With ReadCPUUtilization: replicas warming up, left out of the CPU signal: their WAL
     /// receiver was down (restoring, not streaming yet) at some point of the rate window.
     pub const WARMING: &str = "warming";
+    /// CNPG: instance pods whose last scrape failed (`up == 0`, absent where no scrape job
+    /// labels its targets with `pod`). A failed scrape makes every series of the pod stale at
+    /// once, so a replica in it vanishes from every other part: its sessions would read as 0.
+    pub const SCRAPE_FAILED: &str = "scrape_failed";
     /// The load part of a signal: `load` for the trigger's `metric`, `load_<metric>` for the
     /// others (`signals`).
     pub fn load_of(metric: crate::metadata::Metric, primary: bool) -> &'static str {
@@ -120,8 +124,9 @@ pub mod part {
     pub const RESERVED: &str = "reserved_connections";
     pub const BACKENDS: &str = "backends";
     /// Every part name the query can label a series with.
-    pub const ALL: [&str; 34] = [
+    pub const ALL: [&str; 35] = [
         INSTANCES,
+        SCRAPE_FAILED,
         LOAD,
         REPLICAS,
         LOAD_PODS,
@@ -239,7 +244,10 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
         (Engine::Cnpg, _) => {}
     }
     let q = CnpgSeries::of(targets);
-    let mut parts = vec![(part::INSTANCES, q.instances())];
+    let mut parts = vec![
+        (part::INSTANCES, q.instances()),
+        (part::SCRAPE_FAILED, q.scrape_failed()),
+    ];
     let mut needs_replicas = false;
     for (metric, primary) in shape.signals() {
         let load = part::load_of(metric, primary);
@@ -308,6 +316,14 @@ impl CnpgSeries {
         per_cluster(
             "count",
             &format!("count by (namespace,pod) (cnpg_pg_replication_in_recovery{{{sel}}})"),
+        )
+    }
+
+    fn scrape_failed(&self) -> String {
+        let sel = &self.sel;
+        per_cluster(
+            "count",
+            &format!("count by (namespace,pod) (up{{{sel}}} == 0)"),
         )
     }
 

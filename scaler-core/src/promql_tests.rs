@@ -25,11 +25,12 @@ fn query_scopes_every_selector_to_namespace_and_cluster_pods() {
         .matches(r#"{namespace="tenant-a",pod=~"pg-[1-9][0-9]*""#)
         .count();
     assert_eq!(selectors, scoped, "{q}");
-    // Seven parts (instances, load, replicas with backend rows, replicas, lag, replicas without
-    // lag, WAL), each labelled and grouped by cluster, and the standby-to-pod mapping of the
-    // replay backlog.
-    assert_eq!(q.matches("label_replace(").count(), 15);
-    assert_eq!(q.matches(" by (namespace,cluster) ").count(), 7, "{q}");
+    // Eight parts (instances, failed scrapes, load, replicas with backend rows, replicas, lag,
+    // replicas without lag, WAL), each labelled and grouped by cluster, and the standby-to-pod
+    // mapping of the replay backlog.
+    assert_eq!(q.matches("label_replace(").count(), 17);
+    assert_eq!(q.matches(" by (namespace,cluster) ").count(), 8, "{q}");
+    assert!(q.contains(r#"(up{namespace="tenant-a",pod=~"pg-[1-9][0-9]*"} == 0)"#));
     assert!(q.contains("max by (namespace,pod,datname,usename,application_name,state)"));
     assert!(q.contains(r#"usename!~"cnpg_metrics_exporter|postgres|streaming_replica""#));
     assert!(q.contains(r#"state="active""#));
@@ -53,7 +54,7 @@ fn a_batch_selects_its_namespaces_and_clusters_and_groups_by_both() {
     assert_eq!(
         q.matches(r#""cluster", "$1", "pod", "(.+)-[1-9][0-9]*")"#)
             .count(),
-        7
+        8
     );
 }
 
@@ -67,8 +68,8 @@ fn lag_and_wal_are_only_queried_for_the_brake() {
         budget: false,
     };
     let q = decision_query(&[t("ns", "pg")], shape);
-    // instances, load, replicas with backend rows, replicas.
-    assert_eq!(q.matches("label_replace(").count(), 8);
+    // instances, failed scrapes, load, replicas with backend rows, replicas.
+    assert_eq!(q.matches("label_replace(").count(), 10);
     assert!(!q.contains("cnpg_pg_replication_lag") && !q.contains("wal_bytes"));
 }
 

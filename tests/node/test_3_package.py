@@ -308,6 +308,9 @@ def test_the_brake_released_the_load_clones_two_standbys_under_writes_without_a_
     counts = [s.instances for s in watch.since(decided)]
     assert min(counts) >= FLOOR and counts[-1] == MAX and ready(kube, MAX), counts
     steps_back = watch.steps_back(decided)
+    # A failed scrape of an instance is an error (docs/scaler.md, the query), never the floor.
+    node.timings["answers unknown for a failed scrape (scale-out)"] = sum(
+        "failed (up == 0)" in (d.get("lastError") or "") for at, d in watch.decisions if at >= decided)
     node.timings["count steps back during the scale-out"] = len(steps_back)
     for i, step in enumerate(steps_back[:8]):
         node.timings[f"step back {i + 1}"] = step
