@@ -84,11 +84,12 @@ class Rig(Probes):
         self._write_scrape_config()
 
     def stop_pod(self, inst: Instance) -> None:
-        """The pod goes away: PostgreSQL and its exporter stop, the scrape target disappears."""
+        """The pod goes away: the scrape target disappears, PostgreSQL and its exporter stop (in
+        that order, so no scrape fails in between: a failed scrape is an error for the scaler)."""
         proc, _ = self.exporters.pop(inst.name)
+        self._write_scrape_config()
         proc.stop()
         inst.stop()
-        self._write_scrape_config()
 
     def _write_scrape_config(self) -> None:
         jobs: dict[str, list] = {}
