@@ -213,25 +213,22 @@ pub fn atomic_write(
         stream.into_inner()?;
         return Ok(());
     }
-    let mut temporary = path.to_path_buf();
-    temporary.set_file_name(format!(".{}.partial", name.to_string_lossy()));
-    let result = (|| {
-        // A stale partial file (or a link planted there) is replaced, never written through.
-        let _ = std::fs::remove_file(&temporary);
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temporary)?;
-        let mut file = std::io::BufWriter::new(file);
-        write(&mut file)?;
-        file.into_inner()?.sync_all()?;
-        std::fs::rename(&temporary, path)?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    result
+    // A fresh name in the destination's directory (so the rename stays on one file system),
+    // removed when anything fails: never a half-written file at `path`.
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let temporary = tempfile::Builder::new()
+        .prefix(&format!(".{}.", name.to_string_lossy()))
+        .suffix(".partial")
+        .tempfile_in(directory)?;
+    let (file, temporary) = temporary.into_parts();
+    let mut file = std::io::BufWriter::new(file);
+    write(&mut file)?;
+    file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    temporary.persist(path)?;
+    Ok(())
 }
 
 /// Whether two output paths name the same file: the same inode when both exist, else the same
