@@ -7,5 +7,6 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
 . tests/lib/pytest.sh
+"$here/setup.sh"  # idempotent: what a standalone run needs (a fresh venv has no driver)
 cargo build --quiet -p cli
 run_pytest "$here" --durations=8 -rxX "$@"
