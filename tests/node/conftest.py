@@ -50,6 +50,17 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{what:50s} {shown}")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report says whether the kubelet was evicting or under pressure: a full disk
+    otherwise reads as pods that vanished and an operator that stopped working."""
+    outcome = yield
+    report = outcome.get_result()
+    rig = item.funcargs.get("node") if report.failed else None
+    if isinstance(rig, NodeRig) and (pressure := rig.pressure()):
+        report.sections.append(("node pressure", pressure))
+
+
 @pytest.fixture(scope="session")
 def node(request):
     # Outside /tmp: the run's directory becomes the node's private /tmp (noderig/host.py).

@@ -4,6 +4,7 @@ mount namespace the test process creates and enters (host.py), removed at the en
 
 from __future__ import annotations
 
+import shutil
 import time
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from rig.controlplane import Binaries, ControlPlane
 from rig.procs import Group
 
 from . import host
-from .node import DNS_IP, NETWORK, Node, NodeBinaries
+from .node import DNS_IP, NETWORK, NODE_NAME, Node, NodeBinaries
 
 
 def node_binary(name: str, version: str) -> Path:
@@ -30,6 +31,20 @@ def _podbin(name: str) -> Path:
     if not found:
         raise FileNotFoundError(f"{TOOLS}/node/bin/{name}-src-* is missing: run tests/node/setup.sh")
     return found[-1]
+
+
+# What a run writes under its directory (images, PostgreSQL data and WAL, logs) with room to spare:
+# the kubelet evicts every pod once its filesystem is nearly full, which reads as a broken cluster.
+MIN_FREE_BYTES = 6 << 30
+PRESSURES = ("DiskPressure", "MemoryPressure", "PIDPressure")
+
+
+def check_free_space(where: Path, needed: int = MIN_FREE_BYTES) -> None:
+    free = shutil.disk_usage(where).free
+    if free < needed:
+        raise RuntimeError(
+            f"{where} has {free >> 20} MiB free; the real node needs {needed >> 30} GiB there (the kubelet "
+            "evicts its pods when the disk nearly fills): free space, e.g. `cargo clean` in old clones")
 
 
 class NodeRig:
@@ -50,6 +65,7 @@ class NodeRig:
         self.timings = timings  # what -> seconds, filled by the rig and the tests
 
     def start(self) -> "NodeRig":
+        check_free_space(self.dir)
         t = time.monotonic()
         # What the run reads from the host: the clone, the tools (with the venv), the build cache
         # their links point into, the interpreter.
@@ -64,6 +80,23 @@ class NodeRig:
         # The processes beside the node (KEDA, the clients) resolve Service names as pods do.
         host.use_cluster_dns(self.run, DNS_IP)
         return self
+
+    def pressure(self) -> str:
+        """What the kubelet reported that makes pods vanish or wait: pressure conditions, evictions.
+        Empty when there is none; attached to every failed test's report."""
+        try:
+            node = self.kube.get("v1", "Node", NODE_NAME)
+            events = self.kube.list("v1", "Event", None)
+        except Exception as e:  # the report must not hide the test's own failure
+            return f"node state unreadable: {e}"
+        found = [c["type"] for c in node.get("status", {}).get("conditions", [])
+                 if c["type"] in PRESSURES and c["status"] == "True"]
+        evicted = sorted({f"{e['involvedObject'].get('namespace')}/{e['involvedObject'].get('name')}"
+                          for e in events if e.get("reason") == "Evicted"})
+        parts = [f"node conditions: {', '.join(found)}"] if found else []
+        if evicted:
+            parts.append(f"evicted: {', '.join(evicted)} (free: {shutil.disk_usage(self.dir).free >> 20} MiB)")
+        return "; ".join(parts)
 
     def stop(self) -> list[str]:
         """Stops every process and removes the run's state; returns what could not be removed."""
