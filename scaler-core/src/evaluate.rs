@@ -102,9 +102,10 @@ pub enum EvaluateError {
         with_series: u32,
     },
     #[error(
-        "no pooler series for Pooler {pooler:?} in namespace {namespace:?} (cnpg_pgbouncer_up \
-         with pod=~\"{pooler}-<hash>-<hash>\"): is it running, with spec.monitoring.enablePodMonitor \
-         (or another scrape of its pods' metrics port)?"
+        "no pooler series for Pooler {pooler:?} in namespace {namespace:?} \
+         (cnpg_pgbouncer_last_collection_error with pod=~\"{pooler}-<hash>-<hash>\"): is it \
+         running, with spec.monitoring.enablePodMonitor (or another scrape of its pods' metrics \
+         port)?"
     )]
     NoPoolerInstances { namespace: String, pooler: String },
     #[error(
@@ -321,7 +322,10 @@ fn pooler_load(
     pods: u32,
 ) -> Result<PoolerLoad, EvaluateError> {
     for (name, what) in [
-        (part::UP_PODS, "PgBouncer up (cnpg_pgbouncer_up 1)"),
+        (
+            part::UP_PODS,
+            "PgBouncer reached (cnpg_pgbouncer_last_collection_error 0)",
+        ),
         (
             part::POOL_PODS,
             "SHOW POOLS series (cnpg_pgbouncer_pools_cl_active, _cl_waiting, _maxwait)",
@@ -1392,7 +1396,7 @@ mod tests {
             Err(EvaluateError::NoPoolerInstances { .. })
         ));
         for (part, value, want) in [
-            ("up_pods", Some(2.0), "PgBouncer up"),
+            ("up_pods", Some(2.0), "PgBouncer reached"),
             ("pool_pods", None, "SHOW POOLS"),
             ("primaries", Some(0.0), "one primary"),
             ("primaries", Some(2.0), "one primary"),

@@ -24,6 +24,12 @@ const POOLER_PODS: PodNames = PodNames {
 /// with no server connections.
 pub const ADMIN_DATABASE: &str = "pgbouncer";
 
+/// The pooler exporter's one series every scrape carries: 0 when its last collection reached
+/// PgBouncer (SHOW LISTS, POOLS and STATS), 1 when it did not. CNPG 1.30 sets a
+/// `cnpg_pgbouncer_up` gauge but never exports it (its collector does not send it), so a Pooler
+/// is counted by this one (docs/pooler.md, found on the real node).
+pub const COLLECTION_ERROR: &str = "cnpg_pgbouncer_last_collection_error";
+
 /// Server connections of a pool in every state SHOW POOLS reports one in: each holds a
 /// PostgreSQL backend.
 const SERVER_STATES: &str = "active|idle|used|tested|login";
@@ -58,14 +64,14 @@ pub(super) fn decision_query(targets: &[Target]) -> String {
             part::INSTANCES,
             per(
                 "count",
-                &format!("count by (namespace,pod) (cnpg_pgbouncer_up{{{sel}}})"),
+                &format!("count by (namespace,pod) ({COLLECTION_ERROR}{{{sel}}})"),
             ),
         ),
         (
             part::UP_PODS,
             per(
                 "count",
-                &format!("max by (namespace,pod) (cnpg_pgbouncer_up{{{sel}}}) == 1"),
+                &format!("max by (namespace,pod) ({COLLECTION_ERROR}{{{sel}}}) == 0"),
             ),
         ),
         (

@@ -352,7 +352,10 @@ fn inputs_section(s: &mut String, e: &Evaluation) {
     let (prefix, pods) = match p.engine {
         Engine::Cnpg => ("", "-<n> reporting cnpg_pg_replication_in_recovery"),
         Engine::Redis => ("rfr-", "-<n> reporting redis_instance_info"),
-        Engine::Pgbouncer => ("", "-<hash>-<hash> reporting cnpg_pgbouncer_up"),
+        Engine::Pgbouncer => (
+            "",
+            "-<hash>-<hash> reporting cnpg_pgbouncer_last_collection_error",
+        ),
     };
     let _ = writeln!(
         s,

@@ -17,7 +17,9 @@ sys.path.insert(0, str(HERE.parents[0] / "lib"))  # testkit
 sys.path.insert(0, str(HERE.parents[0] / "e2e"))  # rig (control plane, API client)
 
 from noderig import NodeRig, node_binary  # noqa: E402
-from noderig.cnpg import CLUSTER, CLUSTER_NAMESPACE, Operator, pod_monitor_scrape_config, provide_volumes  # noqa: E402
+from noderig import package as packaged  # noqa: E402
+from noderig.cnpg import (CLUSTER, CLUSTER_NAMESPACE, POOLER, Operator, pod_monitor_scrape_config,  # noqa: E402
+                          pooler_pod_monitor_scrape_config, provide_volumes)
 from noderig.node import NETWORK  # noqa: E402
 from testkit import TOOLS, upstream, versions  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
@@ -94,9 +96,21 @@ def cnpg(node):
 @pytest.fixture(scope="session")
 def metrics(node):
     """VictoriaMetrics on the node's address (the scaler's pods query it), scraping the suite's
-    Cluster with the job CNPG's PodMonitor produces and the kubelet's cAdvisor."""
+    Cluster and Pooler with the jobs CNPG's PodMonitors produce, and the kubelet's cAdvisor."""
     config = node.dir / "scrape.json"
     config.write_text(json.dumps({"scrape_configs": [
-        pod_monitor_scrape_config(node.cp, CLUSTER_NAMESPACE, CLUSTER), node.node.cadvisor_scrape_config()]}))
+        pod_monitor_scrape_config(node.cp, CLUSTER_NAMESPACE, CLUSTER),
+        pooler_pod_monitor_scrape_config(node.cp, CLUSTER_NAMESPACE, POOLER), node.node.cadvisor_scrape_config()]}))
     return VictoriaMetrics(node.dir / "vm", extra_args=(f"-promscrape.config={config}",),
                            spawn=node.group.start, host=NETWORK.ip).start()
+
+
+@pytest.fixture(scope="session")
+def package(node, cnpg, metrics):
+    """The package installed with helm, as pods of the project's image (noderig/package.py)."""
+    return packaged.install(node, metrics)
+
+
+@pytest.fixture(scope="session")
+def keda_running(node, package):
+    packaged.start_keda(node)

@@ -38,12 +38,14 @@ podbin_version=src-$(cat "$HERE"/tools/podbin/*/*.go | sha256sum | cut -c1-12)
 build "$podbin_version" "$HERE/tools/podbin" "" \
   pause=cozy.local/node/tools/podbin/pause probe=cozy.local/node/tools/podbin/probe
 
-# rootfs NAME PACKAGES HOOK: a root file system tar of Debian bookworm with PACKAGES (comma
-# separated) by mmdebstrap, then HOOK (a script given the root's path), cached like the Go builds by
-# the recipe (packages, hook, mmdebstrap version) and linked as $COZY_TOOLS/node/rootfs/NAME.tar.
+# rootfs NAME PACKAGES HOOK [SUITE]: a root file system tar of Debian SUITE (bookworm) with PACKAGES
+# (comma separated) by mmdebstrap, then HOOK (a script given the root's path), cached like the Go
+# builds by the recipe (suite, packages, hook, mmdebstrap version) and linked as
+# $COZY_TOOLS/node/rootfs/NAME.tar.
 rootfs() {
-  local name=$1 packages=$2 hook=$3 key out
-  key=$({ printf '%s\n' "$packages" "$(mmdebstrap --version)"; cat "$hook"; } | sha256sum | cut -c1-16)
+  local name=$1 packages=$2 hook=$3 suite=${4:-bookworm} key out
+  key=$({ [[ $suite == bookworm ]] || echo "$suite"; printf '%s\n' "$packages" "$(mmdebstrap --version)"; cat "$hook"; } |
+    sha256sum | cut -c1-16)
   if [[ $KEYS_ONLY == 1 ]]; then echo "rootfs-$name $key"; return; fi
   out="$COZY_BUILD_CACHE/rootfs-$name-$key"
   (
@@ -57,7 +59,7 @@ rootfs() {
     nice -n 10 mmdebstrap --quiet --variant=apt --include="$packages" \
       --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
       --dpkgopt='path-exclude=/usr/share/locale/*' --customize-hook="$hook" \
-      bookworm "$out.tmp/rootfs.tar" >&2
+      "$suite" "$out.tmp/rootfs.tar" >&2
     touch "$out.tmp/.complete"
     rm -rf "$out" && mv "$out.tmp" "$out"
     printf '%s\t%s\t%s\t%ss\t%s\n' "$(date -u +%FT%TZ)" "rootfs-$name" "$key" "$((SECONDS - start))" \
@@ -69,3 +71,6 @@ rootfs() {
 # CloudNativePG's instances: PostgreSQL 15 from Debian (initdb, pg_ctl, postgres, pg_basebackup,
 # pg_controldata, pg_rewind on PATH through the image's config, tests/node/noderig/cnpg.py).
 rootfs postgresql "postgresql-15" "$HERE/images/postgres-hook.sh"
+# CloudNativePG's Pooler pods: PgBouncer from Debian trixie (1.24): CNPG writes `auth_dbname`, which
+# bookworm's 1.18 does not know (added in 1.19).
+rootfs pgbouncer "pgbouncer" "$HERE/images/pgbouncer-hook.sh" trixie

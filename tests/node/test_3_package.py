@@ -1,7 +1,8 @@
 """The package as an operator installs it, on the real node, closing the loop on the real Cluster:
-`charts/cozy-autoscaling` installed with helm, the scaler, webhook and shard controller running as
-pods of the project's own image (`./run.sh image`, imported into containerd) in a namespace that
-enforces restricted PodSecurity; KEDA's operator and metrics apiserver as processes beside the node,
+`charts/cozy-autoscaling` installed with helm (noderig/package.py), the scaler, webhook, shard
+controller and ScaleAdapter controller running as pods of the project's own image (`./run.sh image`,
+imported into containerd) in a namespace that enforces restricted PodSecurity; KEDA's operator and
+metrics apiserver as processes beside the node,
 resolving the scaler's Service through CoreDNS and dialling it over mutual TLS; the HPA of
 kube-controller-manager writing the real CloudNativePG Cluster's /scale; the scaler reading only
 what vmagent scraped from the instances. Real read sessions through the `-ro` Service drive it.
@@ -19,84 +20,25 @@ import time
 
 import pytest
 import requests
-import yaml
 
-from charts import package_chart
-from helm import Helm
-from placement import MWC
-from rig import REPO, binary, install_crds, keda
 from scaledobject import FAST_BEHAVIOR, cluster_and_scaledobject
-from secured import CERT_MANAGER_NS, FLUX_NS, VALUES
-from testkit import crd_files, versions, wait_until
-from noderig import images
-from noderig.certs import CertManagerStandIn
+from testkit import wait_until
 from noderig.cnpg import CLUSTER as NAME, CLUSTER_NAMESPACE as DB_NS, sql
 from noderig.loop import CNPG, ClusterWatch, Sessions, Writer, instance_ips, read_sessions_on_replicas
+from noderig.package import IMAGE_DIR, NS, SCALER_ADDRESS, decisions, latest_decision, scaler_admin
+from noderig.package import scaler_events as events_of
 
-NS = RELEASE = "cozy-autoscaling"
-REPOSITORY = "ghcr.io/cozystack/cozy-autoscaling"
 HPA = "autoscaling/v2"
 TARGET = 10  # active read sessions per replica (the example chart's value in scaledobject.py)
 SESSIONS = 25  # on one replica: ceil(25 / 10) = 3 replicas, 4 instances
 FLOOR, MAX = 2, 4
 
 
-# Where tests/node/run.sh has `./run.sh image` stage the image and its binaries.
-IMAGE_DIR = REPO / os.environ.get("COZY_IMAGE_DIR", "target/image")
-
-
-def image_archive():
-    """What `./run.sh image` wrote for the chart's appVersion."""
-    version = yaml.safe_load((package_chart() / "Chart.yaml").read_text())["appVersion"]
-    path = IMAGE_DIR / f"cozy-autoscaling-{version}.oci.tar"
-    assert path.is_file(), f"{path} is missing: run ./run.sh image"
-    return path
-
-
-@pytest.fixture(scope="module")
-def package(node, cnpg, metrics):
-    kube, t = node.kube, time.monotonic()
-    ref = images.import_oci_archive(image_archive(), node.node.containerd_sock, REPOSITORY)
-    repository, tag = ref.rsplit(":", 1)
-    install_crds(kube, [*crd_files("keda", "helm-controller", "source-controller"), REPO / "tests/e2e/fixtures/cert-manager-crds.yaml"])
-    kube.ensure_namespace(NS, {"pod-security.kubernetes.io/enforce": "restricted",
-                               "pod-security.kubernetes.io/enforce-version": "latest"})
-    for ns in (FLUX_NS, CERT_MANAGER_NS, keda.NAMESPACE):
-        kube.ensure_namespace(ns)
-    values = {**VALUES,
-              "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-              "scaler": {"replicas": 1, "prometheusUrl": metrics.url, "refreshInterval": "2s",
-                         "staleness": "30s", "logLevel": "debug"},
-              "webhook": {"replicas": 1}, "shardController": {"replicas": 1}}
-    Helm(node.dir / "helm", kubeconfig=node.cp.kubeconfig).upgrade_install(RELEASE, package_chart(), NS, values)
-    certs = CertManagerStandIn(kube, node.dir / "cert-manager", CERT_MANAGER_NS)
-    issued = certs.issue_all((CERT_MANAGER_NS, NS, keda.NAMESPACE))
-    certs.inject_ca_bundles("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", MWC)
-
-    def available():
-        deployments = kube.list("apps/v1", "Deployment", NS)
-        return deployments and all(d["status"].get("availableReplicas") == d["spec"]["replicas"]
-                                   for d in deployments) and deployments
-    try:
-        wait_until(available, timeout=180, interval=1, what="the package's Deployments available")
-    except TimeoutError as e:
-        pods = {p["metadata"]["name"]: p["status"] for p in kube.list("v1", "Pod", NS)}
-        events = [f"{e['involvedObject']['name']}: {e['reason']} {e['message']}" for e in kube.list("v1", "Event", NS)]
-        raise TimeoutError(f"{e}\npods: {pods}\nevents: {events[-20:]}") from None
-    node.timings["package installed, pods available"] = time.monotonic() - t
-    return {"image": ref, "issued": issued}
-
-
-def scaler_admin(kube) -> str:
-    [pod] = kube.list("v1", "Pod", NS, selector="app.kubernetes.io/component=scaler")
-    return f"http://{pod['status']['podIP']}:9090"
-
-
 def test_the_package_runs_as_pods_of_its_image_under_restricted_pod_security(node, package):
     kube = node.kube
     pods = kube.list("v1", "Pod", NS)
     components = sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
-    assert components == ["scaler", "shard-controller", "webhook"], components
+    assert components == ["scale-adapter", "scaler", "shard-controller", "webhook"], components
     for p in pods:
         assert p["status"]["phase"] == "Running", (p["metadata"]["name"], p["status"])
         [c] = p["spec"]["containers"]
@@ -108,18 +50,15 @@ def test_the_package_runs_as_pods_of_its_image_under_restricted_pod_security(nod
 
 
 @pytest.fixture(scope="module")
-def loop(node, package):
-    kube, v = node.kube, versions()
+def loop(node, package, keda_running):
+    kube = node.kube
     t = time.monotonic()
-    keda.start(node.cp, binary("keda-operator", v["KEDA_VERSION"]), binary("keda-adapter", v["KEDA_VERSION"]),
-               node.group)
-    node.timings["KEDA available"] = time.monotonic() - t
     watch = ClusterWatch(kube, decide=lambda: decision(kube))
     threading.Thread(target=watch.run, daemon=True).start()
     # The ScaledObject the example app chart renders (its default scalerAddress is the package's
     # Service name), for the real Cluster the suite made.
     rig = type("HelmRig", (), {"dir": node.dir, "cp": node.cp})
-    [so] = [d for d in cluster_and_scaledobject(rig, "cozy-autoscaling-scaler.cozy-autoscaling.svc:6000",
+    [so] = [d for d in cluster_and_scaledobject(rig, SCALER_ADDRESS,
                                                 DB_NS, NAME, minReplicas=FLOOR, maxReplicas=MAX, target=TARGET,
                                                 behavior=FAST_BEHAVIOR)
             if d["kind"] == "ScaledObject"]
@@ -171,17 +110,12 @@ def claim_uids(kube) -> dict[str, str]:
 
 
 def entries(kube) -> list[dict]:
-    """The scaler pod's /decisions entries for the ScaledObject: one per metadata it was asked with
-    (a metadata change leaves the earlier entry in its cache until it ages out)."""
-    answer = requests.get(f"{scaler_admin(kube)}/decisions?namespace={DB_NS}", timeout=5).json()
-    found = [e for e in answer["entries"] if e["scaledObject"] == NAME]
-    assert found, answer
-    return found
+    return decisions(kube, DB_NS, NAME)
 
 
 def decision(kube) -> dict:
     """The scaler's latest decision for the Cluster."""
-    return max(entries(kube), key=lambda e: e["lastEvaluation"] or "")
+    return latest_decision(kube, DB_NS, NAME)
 
 
 def test_keda_reads_the_scaler_pod_by_its_service_name_over_mtls(node, loop):
@@ -363,8 +297,7 @@ def test_load_gone_the_cluster_returns_to_the_floor(node, loop, metrics):
 
 
 def scaler_events(kube) -> set[str]:
-    return {e["reason"] for e in kube.list("events.k8s.io/v1", "Event", DB_NS)
-            if e.get("reportingController") == "cozy-autoscaling-scaler" and e["regarding"]["name"] == NAME}
+    return events_of(kube, DB_NS, NAME)
 
 
 def test_dry_run_set_on_the_live_scaled_object_is_told_on_it_and_holds_the_count(node, loop):

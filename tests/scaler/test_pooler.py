@@ -35,7 +35,7 @@ def series(now: float) -> str:
             add(f"cnpg_pgbouncer_pools_{name}", value, **p)
 
     for i, pod in enumerate(RW_PODS):
-        add("cnpg_pgbouncer_up", 1, pod=pod)
+        add("cnpg_pgbouncer_last_collection_error", 0, pod=pod)
         # The exporter's own admin-console connection: never load, never a server connection.
         pools(pod, "pgbouncer", "pgbouncer", active=1)
         # 3 x (50 served + 10 waiting) = 180 clients, 3 x 10 server connections; one pool's
@@ -43,7 +43,7 @@ def series(now: float) -> str:
         pools(pod, "app", "app", active=50, waiting=10, maxwait=2 if i == 0 else 0,
               maxwait_us=500000 if i == 0 else 0, servers=10)
     for i, pod in enumerate(RO_PODS):
-        add("cnpg_pgbouncer_up", 1, pod=pod)
+        add("cnpg_pgbouncer_last_collection_error", 0, pod=pod)
         if i == 0:  # the other pod's SHOW POOLS series are missing
             pools(pod, "app", "app", active=5)
     # The Cluster: primary pg-1, replica pg-2.
@@ -76,7 +76,7 @@ def decision(scaler, name):
 
 
 def test_a_pooler_scales_on_its_clients_and_the_budget_caps_it(vm, scaler, keda):
-    vm.import_and_wait(series(time.time()), f'count(cnpg_pgbouncer_up{{namespace="{NS}"}})',
+    vm.import_and_wait(series(time.time()), f'count(cnpg_pgbouncer_last_collection_error{{namespace="{NS}"}})',
                        expect=lambda n: n == len(RW_PODS) + len(RO_PODS))
     # 180 clients / 30 = 6; 200 − 3 reserved − 40 others = 157 leaves room for 7 pools of 20.
     ref = keda.ref(NS, "so-rw", pooler_md("pg-pooler-rw"))
@@ -102,7 +102,7 @@ def test_a_pooler_scales_on_its_clients_and_the_budget_caps_it(vm, scaler, keda)
 
 
 def test_a_pod_without_pool_series_is_unavailable_never_zero(vm, keda):
-    vm.import_and_wait(series(time.time()), f'count(cnpg_pgbouncer_up{{namespace="{NS}"}})',
+    vm.import_and_wait(series(time.time()), f'count(cnpg_pgbouncer_last_collection_error{{namespace="{NS}"}})',
                        expect=lambda n: n == len(RW_PODS) + len(RO_PODS))
     ref = keda.ref(NS, "so-ro", pooler_md("pg-pooler-ro"))
     err = error_of(lambda: keda.metrics(ref, "pgbouncer-pg-pooler-ro-clientconnections"))
@@ -130,7 +130,7 @@ def explain(vm, *flags, output="json"):
 def test_explain_speaks_pooler_from_flags(vm):
     """`scaler explain --engine pgbouncer --pooler NAME --cluster DB` (no ScaledObject): serve's
     decision for so-rw-big above, the budget's numbers and both queries."""
-    vm.import_and_wait(series(time.time()), f'count(cnpg_pgbouncer_up{{namespace="{NS}"}})',
+    vm.import_and_wait(series(time.time()), f'count(cnpg_pgbouncer_last_collection_error{{namespace="{NS}"}})',
                        expect=lambda n: n == len(RW_PODS) + len(RO_PODS))
     flags = ["--engine", "pgbouncer", "--pooler", "pg-pooler-rw", "--cluster", "pg", "--target", "30",
              "--max-replicas", "10", "--default-pool-size", "25", "--reserve-pool-size", "5"]
@@ -143,7 +143,7 @@ def test_explain_speaks_pooler_from_flags(vm):
     assert "cnpg_pgbouncer_pools_cl_waiting" in e["query"] and "the connection budget" in e["query"], e["query"]
     text = explain(vm, *flags, output="text")
     assert text.startswith(f"CNPG Pooler {NS}/pg-pooler-rw (ClientConnections, target 30 per pooler instance)"), text
-    assert "pods pg-pooler-rw-<hash>-<hash> reporting cnpg_pgbouncer_up" in text, text
+    assert "pods pg-pooler-rw-<hash>-<hash> reporting cnpg_pgbouncer_last_collection_error" in text, text
     assert "connection budget     max_connections 200" in text, text
     # Without the pool sizes the default pools (20 + 0) fit 7: the load's 6 stands.
     e = explain(vm, *flags[:10])

@@ -31,6 +31,8 @@ POSTGRES_UID = 26
 PSQL = "/usr/lib/postgresql/15/bin/psql"
 # The suite's Cluster: made by test_2_cnpg.py, autoscaled by test_3_package.py.
 CLUSTER_NAMESPACE, CLUSTER = "db", "pg"
+# The suite's read-write Pooler in front of it (test_4_pooler.py), as a chart names it.
+POOLER = f"{CLUSTER}-pooler-rw"
 STORAGE_CLASS = "cozy-local"
 
 
@@ -124,26 +126,38 @@ def provide_volumes(kube: Kube, directory: Path, count: int, size: str = "1Gi") 
 def pod_monitor_scrape_config(cp, namespace: str, cluster: str, interval: str = "5s") -> dict:
     """The scrape job prometheus-operator (or VictoriaMetrics' operator) generates from the
     PodMonitor CNPG creates for a Cluster with `enablePodMonitor` (pkg/specs/podmonitor.go: pods
-    labelled cnpg.io/cluster=<name> and cnpg.io/podRole=instance, their port `metrics`), with the
-    target labels such a job gives: namespace, pod, container, endpoint, job <namespace>/<name>."""
+    labelled cnpg.io/cluster=<name> and cnpg.io/podRole=instance, their port `metrics`)."""
+    return _pod_monitor_job(cp, namespace, cluster, {"cnpg.io/cluster": cluster, "cnpg.io/podRole": "instance"},
+                            interval)
+
+
+def pooler_pod_monitor_scrape_config(cp, namespace: str, pooler: str, interval: str = "5s") -> dict:
+    """The job of the PodMonitor CNPG creates for a Pooler with `monitoring.enablePodMonitor`
+    (pkg/specs/pgbouncer/podmonitor.go: pods labelled cnpg.io/poolerName=<name>, port `metrics`)."""
+    return _pod_monitor_job(cp, namespace, pooler, {"cnpg.io/poolerName": pooler}, interval)
+
+
+def _pod_monitor_job(cp, namespace: str, name: str, labels: dict[str, str], interval: str) -> dict:
+    """A PodMonitor's scrape job, with the target labels such a job gives: namespace, pod,
+    container, endpoint, job <namespace>/<name>."""
     def keep(label: str, value: str) -> dict:
         meta = "__meta_kubernetes_pod_label_" + label.replace(".", "_").replace("/", "_")
         present = "__meta_kubernetes_pod_labelpresent_" + label.replace(".", "_").replace("/", "_")
         return {"source_labels": [meta, present], "regex": f"({value});true", "action": "keep"}
     return {
-        "job_name": f"podMonitor/{namespace}/{cluster}/0", "scrape_interval": interval,
+        "job_name": f"podMonitor/{namespace}/{name}/0", "scrape_interval": interval,
         "kubernetes_sd_configs": [{
             "role": "pod", "api_server": cp.server, "namespaces": {"names": [namespace]},
             "tls_config": {"ca_file": str(cp.ca.cert), "cert_file": str(cp.admin.cert),
                            "key_file": str(cp.admin.key)}}],
         "relabel_configs": [
             {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "(Failed|Succeeded)", "action": "drop"},
-            keep("cnpg.io/cluster", cluster), keep("cnpg.io/podRole", "instance"),
+            *(keep(label, value) for label, value in labels.items()),
             {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
             {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
             {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-            {"target_label": "job", "replacement": f"{namespace}/{cluster}"},
+            {"target_label": "job", "replacement": f"{namespace}/{name}"},
             {"target_label": "endpoint", "replacement": "metrics"}]}
 
 

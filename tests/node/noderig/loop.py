@@ -99,18 +99,18 @@ def read_sessions_on_replicas(kube, user: str) -> dict[str, int]:
 
 
 class Sessions:
-    """Real client sessions on the replicas: psql processes through the `-ro` Service as the
-    application's user, each running one-second queries back to back (the scaler counts active
-    non-internal backends; between two queries a backend is idle for a round trip). Short queries,
-    as applications run them: a query a standby's replay conflicts with is cancelled once it has run
-    longer than max_standby_streaming_delay (30 s), which a writer's vacuumed rows make certain
-    (docs/e2e.md); a cancelled one-second query is followed by the next."""
+    """Real client sessions on the replicas: psql processes through the `-ro` Service (or another
+    address: a Pooler's) as the application's user, each running one-second queries back to back
+    (the scaler counts active non-internal backends; between two queries a backend is idle for a
+    round trip). Short queries, as applications run them: a query a standby's replay conflicts with
+    is cancelled once it has run longer than max_standby_streaming_delay (30 s), which a writer's
+    vacuumed rows make certain (docs/e2e.md); a cancelled one-second query is followed by the next."""
 
     QUERIES = "select pg_sleep(1);\n" * 1200  # 20 minutes, longer than any scenario
 
-    def __init__(self, kube):
+    def __init__(self, kube, ip: str | None = None):
         self.user, self.password = app_credentials(kube)
-        self.ip = service_ip(kube, "ro")
+        self.ip = ip or service_ip(kube, "ro")
         self.procs: list[subprocess.Popen] = []
 
     def open(self, n: int) -> None:
