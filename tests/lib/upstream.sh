@@ -13,7 +13,8 @@ mkdir -p "$OUT"
 # shellcheck source=tests/lib/go.sh
 . "$HERE/go.sh"
 
-# copy NAME MODULE VERSION PATH...: PATHs (files or globs inside the module) into $OUT/NAME-VERSION.
+# copy NAME MODULE VERSION PATH...: PATHs (files, directories or globs inside the module) into
+# $OUT/NAME-VERSION.
 copy() {
   local module=$2 version=$3 out="$OUT/$1-$3"
   shift 3
@@ -26,7 +27,7 @@ copy() {
   local p
   for p in "$@"; do
     # shellcheck disable=SC2086 # the glob is meant to expand inside the module
-    cp $dir/$p "$out.tmp/"
+    cp -r $dir/$p "$out.tmp/"
   done
   chmod -R u+w "$out.tmp"
   mv "$out.tmp" "$out"
@@ -39,6 +40,8 @@ copy cnpg github.com/cloudnative-pg/cloudnative-pg "$CNPG_VERSION" \
   config/crd/bases/postgresql.cnpg.io_clusters.yaml config/manager/default-monitoring.yaml
 copy redis-operator github.com/spotahome/redis-operator "$REDIS_OPERATOR_VERSION" \
   manifests/databases.spotahome.com_redisfailovers.yaml
+# Its own helm chart, which the real node installs it with.
+copy redis-operator-chart github.com/spotahome/redis-operator "$REDIS_OPERATOR_VERSION" charts/redisoperator
 # The operator's own manifests for the real node (tests/node/noderig/cnpg.py renders them).
 copy cnpg-operator github.com/cloudnative-pg/cloudnative-pg "$CNPG_OPERATOR_VERSION" 'config/crd/bases/*.yaml' \
   config/rbac/role.yaml config/rbac/role_binding.yaml config/manager/manager.yaml \

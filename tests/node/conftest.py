@@ -21,6 +21,7 @@ from noderig import package as packaged  # noqa: E402
 from noderig.cnpg import (CLUSTER, CLUSTER_NAMESPACE, POOLER, Operator, pod_monitor_scrape_config,  # noqa: E402
                           pooler_pod_monitor_scrape_config, provide_volumes)
 from noderig.node import NETWORK  # noqa: E402
+from noderig.redis import FAILOVER, REDIS_NAMESPACE, redis_scrape_config  # noqa: E402
 from testkit import TOOLS, upstream, versions  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
 
@@ -96,11 +97,13 @@ def cnpg(node):
 @pytest.fixture(scope="session")
 def metrics(node):
     """VictoriaMetrics on the node's address (the scaler's pods query it), scraping the suite's
-    Cluster and Pooler with the jobs CNPG's PodMonitors produce, and the kubelet's cAdvisor."""
+    Cluster and Pooler with the jobs CNPG's PodMonitors produce, the RedisFailover's exporters, and
+    the kubelet's cAdvisor."""
     config = node.dir / "scrape.json"
     config.write_text(json.dumps({"scrape_configs": [
         pod_monitor_scrape_config(node.cp, CLUSTER_NAMESPACE, CLUSTER),
-        pooler_pod_monitor_scrape_config(node.cp, CLUSTER_NAMESPACE, POOLER), node.node.cadvisor_scrape_config()]}))
+        pooler_pod_monitor_scrape_config(node.cp, CLUSTER_NAMESPACE, POOLER),
+        redis_scrape_config(node.cp, REDIS_NAMESPACE, FAILOVER), node.node.cadvisor_scrape_config()]}))
     return VictoriaMetrics(node.dir / "vm", extra_args=(f"-promscrape.config={config}",),
                            spawn=node.group.start, host=NETWORK.ip).start()
 

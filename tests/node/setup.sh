@@ -32,6 +32,9 @@ build "$KUBE_VERSION" "$HERE/tools/kube" "$(kube_ldflags "$KUBE_VERSION")" \
 build "$COREDNS_VERSION" "$HERE/tools/coredns" "" coredns=github.com/coredns/coredns
 # The CloudNativePG operator (its image's /manager; instances run it as their instance manager).
 build "$CNPG_OPERATOR_VERSION" "$HERE/tools/cnpg" "" cnpg-manager=github.com/cloudnative-pg/cloudnative-pg/cmd/manager
+# The Redis operator whose RedisFailover CRD the suites pin (its image's entrypoint).
+build "$REDIS_OPERATOR_VERSION" "$HERE/tools/redis-operator" "" \
+  redis-operator=github.com/spotahome/redis-operator/cmd/redisoperator
 # The pod sandbox's pause process and the test workload, for images built by the rig; their sources
 # live here, so their hash is the version (the key covers only go.mod/go.sum of a module).
 podbin_version=src-$(cat "$HERE"/tools/podbin/*/*.go | sha256sum | cut -c1-12)
@@ -74,3 +77,7 @@ rootfs postgresql "postgresql-15" "$HERE/images/postgres-hook.sh"
 # CloudNativePG's Pooler pods: PgBouncer from Debian trixie (1.24): CNPG writes `auth_dbname`, which
 # bookworm's 1.18 does not know (added in 1.19).
 rootfs pgbouncer "pgbouncer" "$HERE/images/pgbouncer-hook.sh" trixie
+# The redis-operator's pods: Redis and Sentinel 7.0 from Debian with redis-cli and the shell tools
+# its probe and startup scripts run (sh, tr, cut, grep, head, hostname), and redis_exporter as the
+# sidecar (the image's entrypoint; the operator gives the redis and sentinel containers commands).
+rootfs redis "redis-server,redis-sentinel,redis-tools,prometheus-redis-exporter,hostname" "$HERE/images/redis-hook.sh"

@@ -22,7 +22,7 @@ from testkit import REPO, TOOLS, cargo_bin, wait_until
 from noderig import images
 from noderig.cnpg import CLUSTER, CLUSTER_NAMESPACE as DB_NS, POOLER, sql
 from noderig.loop import CNPG, Sessions
-from noderig.package import latest_decision, scaler_events
+from noderig.package import decisions, latest_decision, scaler_events
 
 SA = "autoscaling.cozystack.io/v1alpha1"
 FIXTURE = REPO / "tests/chartgen/fixtures/postgres-pooler"
@@ -76,6 +76,8 @@ def pooler(node, cnpg, package, keda_running, tmp_path_factory):
     state = {"chart": chart, "image": image, "objects": objs, "sessions": Sessions(kube, service_ip(kube))}
     yield state
     state["sessions"].close(kube)
+    # Its pods make room for the next module's.
+    kube.delete(CNPG, "Pooler", POOLER, DB_NS)
 
 
 def service_ip(kube) -> str:
@@ -199,10 +201,14 @@ def test_a_pool_size_the_database_cannot_take_is_capped_at_what_fits(node, poole
     kube.apply(objs["ScaledObject"])
     pooler["sessions"].open(CLIENTS)
 
+    # The entry of the new metadata (the scaler keeps refreshing the old one until it ages out).
     def capped():
-        d = decision(kube)
-        return d.get("reason") == "connection-budget" and f"ClientConnections {CLIENTS}" in d["summary"] and d
-    d = wait_until(capped, timeout=120, interval=2, what="the connection budget capping the decision")
+        return next((d for d in decisions(kube, DB_NS, POOLER) if d.get("reason") == "connection-budget"
+                     and f"ClientConnections {CLIENTS}" in d["summary"]), None)
+    try:
+        d = wait_until(capped, timeout=120, interval=2, what="the connection budget capping the decision")
+    except TimeoutError as e:
+        raise TimeoutError(f"{e}; entries {decisions(kube, DB_NS, POOLER)}") from None
     [numbers] = BUDGET.findall(d["summary"]) or [None]
     assert numbers, d
     max_connections, reserved, other, fits, per_instance = map(int, numbers)

@@ -127,17 +127,17 @@ def pod_monitor_scrape_config(cp, namespace: str, cluster: str, interval: str = 
     """The scrape job prometheus-operator (or VictoriaMetrics' operator) generates from the
     PodMonitor CNPG creates for a Cluster with `enablePodMonitor` (pkg/specs/podmonitor.go: pods
     labelled cnpg.io/cluster=<name> and cnpg.io/podRole=instance, their port `metrics`)."""
-    return _pod_monitor_job(cp, namespace, cluster, {"cnpg.io/cluster": cluster, "cnpg.io/podRole": "instance"},
+    return pod_monitor_job(cp, namespace, cluster, {"cnpg.io/cluster": cluster, "cnpg.io/podRole": "instance"},
                             interval)
 
 
 def pooler_pod_monitor_scrape_config(cp, namespace: str, pooler: str, interval: str = "5s") -> dict:
     """The job of the PodMonitor CNPG creates for a Pooler with `monitoring.enablePodMonitor`
     (pkg/specs/pgbouncer/podmonitor.go: pods labelled cnpg.io/poolerName=<name>, port `metrics`)."""
-    return _pod_monitor_job(cp, namespace, pooler, {"cnpg.io/poolerName": pooler}, interval)
+    return pod_monitor_job(cp, namespace, pooler, {"cnpg.io/poolerName": pooler}, interval)
 
 
-def _pod_monitor_job(cp, namespace: str, name: str, labels: dict[str, str], interval: str) -> dict:
+def pod_monitor_job(cp, namespace: str, name: str, labels: dict[str, str], interval: str) -> dict:
     """A PodMonitor's scrape job, with the target labels such a job gives: namespace, pod,
     container, endpoint, job <namespace>/<name>."""
     def keep(label: str, value: str) -> dict:

@@ -1,0 +1,185 @@
+"""The real redis-operator on the real node (docs/redis.md): it runs as a pod of an image built here
+from its Go module, and its RedisFailover's Redis, Sentinel and redis_exporter containers run an
+image built here from Debian's packages. The RedisFailover, its ScaleAdapter and its ScaledObject
+are what `chartgen app` makes of a Redis chart (tests/chartgen/fixtures/redis), rendered with helm;
+KEDA and the HPA write the adapter's /scale, the package's ScaleAdapter controller writes the
+RedisFailover's `spec.redis.replicas`, and the operator creates and removes the replicas, which
+really sync from the master. Real client connections on a replica are the load."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from helm import Helm
+from scaledobject import FAST_BEHAVIOR
+from testkit import REPO, TOOLS, cargo_bin, upstream, versions, wait_until
+from noderig import node_binary
+from noderig.package import latest_decision
+from noderig.redis import (FAILOVER, REDIS_NAMESPACE as NS, REDIS_PODS, SENTINEL_PODS, Clients, RedisOperator,
+                           ready)
+
+RF = "databases.spotahome.com/v1"
+SA = "autoscaling.cozystack.io/v1alpha1"
+FIXTURE = REPO / "tests/chartgen/fixtures/redis"
+TARGET = 5     # client connections one replica should hold
+CLIENTS = 15   # on one replica: 1 master + ceil(15 / 5) replicas = 4
+FLOOR, MAX = 2, 4
+SENTINELS = 3  # the fixture's literal count
+
+
+def render(node, chart) -> dict[str, dict]:
+    """The chart's RedisFailover, ScaleAdapter and ScaledObject for release `rf`: no password Secret
+    (the platform makes it) and no volume (the node's static volumes are the Cluster's)."""
+    values = {"size": "", "authEnabled": False, "replicas": FLOOR,
+              "autoscaling": {"enabled": True, "target": TARGET, "minReplicas": FLOOR, "maxReplicas": MAX,
+                              "behavior": FAST_BEHAVIOR}}
+    docs = Helm(node.dir / "helm", kubeconfig=node.cp.kubeconfig).render(chart, release=FAILOVER, namespace=NS,
+                                                                        values=values)
+    found = {d["kind"]: d for d in docs if d["kind"] in ("RedisFailover", "ScaleAdapter", "ScaledObject")}
+    assert sorted(found) == ["RedisFailover", "ScaleAdapter", "ScaledObject"], [d["kind"] for d in docs]
+    for d in found.values():
+        d["metadata"]["namespace"] = NS
+    return found
+
+
+def pods(kube, selector: str) -> list[dict]:
+    return kube.list("v1", "Pod", NS, selector=selector)
+
+
+def roles(kube) -> dict[str, str]:
+    """Each ready Redis pod and the role the operator labelled it with (master, slave)."""
+    return {p["metadata"]["name"]: p["metadata"]["labels"].get("redisfailovers-role")
+            for p in pods(kube, REDIS_PODS) if ready(p)}
+
+
+def serving(kube, replicas: int) -> bool:
+    spec = kube.get(RF, "RedisFailover", FAILOVER, NS)["spec"]["redis"]["replicas"]
+    found = roles(kube)
+    return spec == replicas and len(found) == replicas and list(found.values()).count("master") == 1
+
+
+def wait_serving(node, replicas: int, timeout: float, what: str) -> None:
+    kube = node.kube
+    try:
+        wait_until(lambda: serving(kube, replicas), timeout=timeout, interval=1, what=what)
+    except TimeoutError as e:
+        spec = kube.get(RF, "RedisFailover", FAILOVER, NS)["spec"]["redis"]["replicas"]
+        phases = {p["metadata"]["name"]: p["status"].get("phase") for p in kube.list("v1", "Pod", NS)}
+        try:
+            d = decision(kube)
+        except Exception as err:  # noqa: BLE001 - no decision yet is part of the report
+            d = repr(err)
+        raise TimeoutError(f"{e}; spec.redis.replicas {spec}; roles {roles(kube)}; pods {phases}; "
+                           f"decision {d}") from None
+
+
+def decision(kube) -> dict:
+    return latest_decision(kube, NS, FAILOVER)
+
+
+@pytest.fixture(scope="module")
+def failover(node, package, keda_running, tmp_path_factory):
+    kube, t = node.kube, time.monotonic()
+    operator = RedisOperator(node.node, kube, node.dir / "helm", node.cp.kubeconfig,
+                             node_binary("redis-operator", versions()["REDIS_OPERATOR_VERSION"]),
+                             upstream("redis-operator-chart") / "redisoperator", TOOLS / "node/rootfs/redis.tar").install()
+    node.timings["redis-operator available"] = time.monotonic() - t
+    chart = tmp_path_factory.mktemp("redis") / FIXTURE.name
+    shutil.copytree(FIXTURE, chart)
+    made = subprocess.run([cargo_bin("chartgen"), "app", "--chart", chart], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    objs = render(node, chart)
+    kube.ensure_namespace(NS)
+    t = time.monotonic()
+    kube.apply(operator.images_of(objs["RedisFailover"]))
+    wait_serving(node, FLOOR, 300, f"the RedisFailover's {FLOOR} Redis pods ready, one master")
+    wait_until(lambda: len([p for p in pods(kube, SENTINEL_PODS) if ready(p)]) == SENTINELS, timeout=120,
+               interval=1, what=f"{SENTINELS} Sentinels ready")
+    node.timings["RedisFailover: 2 Redis + 3 Sentinels ready"] = time.monotonic() - t
+    kube.apply(objs["ScaleAdapter"])
+    kube.apply(objs["ScaledObject"])
+    state = {"operator": operator, "clients": Clients()}
+    yield state
+    state["clients"].close()
+
+
+def test_the_operator_runs_redis_sentinels_and_exporters_of_the_images_built_here(node, failover):
+    kube = node.kube
+    [op] = kube.list("v1", "Pod", "redis-operator")
+    assert op["spec"]["containers"][0]["image"] == failover["operator"].image
+    image = failover["operator"].redis_image
+    for p in pods(kube, REDIS_PODS):
+        assert {c["name"]: c["image"] for c in p["spec"]["containers"]} == {"redis": image, "redis-exporter": image}, p
+    for p in pods(kube, SENTINEL_PODS):
+        assert {c["image"] for c in p["spec"]["containers"]} == {image}, p
+
+
+def test_the_adapter_selects_exactly_the_operators_redis_pods(node, failover):
+    """The selector the adapter reports (the chart's, written by chartgen) selects the Redis pods
+    the operator made, master and replica, and neither a Sentinel nor anything else."""
+    kube = node.kube
+
+    def synced():
+        status = (kube.get(SA, "ScaleAdapter", FAILOVER, NS, sub="scale") or {}).get("status", {})
+        return "selector" in status and status
+    scale = wait_until(synced, timeout=60, interval=1, what="the ScaleAdapter's /scale status synced")
+    assert scale["replicas"] == FLOOR, scale
+    selected = {p["metadata"]["name"] for p in kube.list("v1", "Pod", NS, selector=scale["selector"])}
+    assert selected == {f"rfr-{FAILOVER}-{i}" for i in range(FLOOR)}, selected
+    assert selected == set(roles(kube)) and sorted(roles(kube).values()) == ["master", "slave"], roles(kube)
+    assert not selected & {p["metadata"]["name"] for p in pods(kube, SENTINEL_PODS)}
+
+
+def test_client_connections_on_a_replica_scale_the_failover_out_and_back(node, failover):
+    """15 client connections held on the replica: the scaler asks for 1 master + 3 replicas, the
+    operator creates two more Redis pods, which sync from the master and serve as replicas; the
+    clients gone, back to 2."""
+    kube = node.kube
+    entry = wait_until(lambda: decision(kube).get("lastSuccess") and decision(kube), timeout=120, interval=2,
+                       what="a decision for the RedisFailover in the scaler's /decisions")
+    assert (entry["engine"], entry["desired"]) == ("redis", FLOOR), entry
+    [replica] = [name for name, role in roles(kube).items() if role == "slave"]
+    ip = kube.get("v1", "Pod", replica, NS)["status"]["podIP"]
+    t = time.monotonic()
+    failover["clients"].open(ip, CLIENTS)
+    decided = wait_until(lambda: decision(kube)["desired"] == MAX and decision(kube), timeout=120, interval=1,
+                         what=f"the scaler deciding {MAX}")
+    node.timings["Redis: clients -> decision 4"] = time.monotonic() - t
+    # The held clients, and at most the operator's own short-lived checks (docs/redis.md).
+    load = int(re.search(r"ReadConnections (\d+) ", decided["summary"]).group(1))
+    assert CLIENTS <= load <= CLIENTS + 2, decided["summary"]
+    t = time.monotonic()
+    wait_serving(node, MAX, 300, f"{MAX} Redis pods ready, one master")
+    node.timings["Redis: decision 4 -> replicas serving"] = time.monotonic() - t
+    failover["clients"].close()
+    t = time.monotonic()
+    wait_serving(node, FLOOR, 300, f"the RedisFailover back at {FLOOR}")
+    node.timings["Redis: clients gone -> 2 ready"] = time.monotonic() - t
+
+
+def test_the_master_deleted_never_takes_the_count_under_the_floor(node, failover):
+    """The master's pod removed at once, as a crashed node would lose it: the Sentinels promote the
+    replica, the operator brings the pod back as a replica, and neither the count nor any decision
+    goes under the floor meanwhile."""
+    kube = node.kube
+    [old] = [name for name, role in roles(kube).items() if role == "master"]
+    t = time.monotonic()
+    kube.request("DELETE", kube.path("v1", "Pod", NS, old),
+                 {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+    counts, desired = [], []
+
+    def recovered():
+        counts.append(kube.get(RF, "RedisFailover", FAILOVER, NS)["spec"]["redis"]["replicas"])
+        d = decision(kube)
+        if d.get("desired") is not None:
+            desired.append(d["desired"])
+        found = roles(kube)
+        return len(found) == FLOOR and found.get(old) == "slave" and list(found.values()).count("master") == 1
+    wait_until(recovered, timeout=300, interval=1, what=f"a new master, and {old} back as a replica")
+    node.timings["Redis: master deleted -> new master, old back as replica"] = time.monotonic() - t
+    assert min(counts) == FLOOR and min(desired) >= FLOOR, (counts, desired)
