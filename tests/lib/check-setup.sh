@@ -17,7 +17,8 @@ for f in venv/bin/python helm3/helm helm4/helm \
          "e2e/bin/keda-operator-$KEDA_VERSION" "e2e/bin/keda-adapter-$KEDA_VERSION" "e2e/bin/helm-controller-$HELM_CONTROLLER_VERSION" \
          "node/bin/kubelet-$KUBE_VERSION" "node/bin/kube-scheduler-$KUBE_VERSION" "node/bin/kube-proxy-$KUBE_VERSION" \
          "node/bin/coredns-$COREDNS_VERSION" "node/bin/cnpg-manager-$CNPG_OPERATOR_VERSION" "node/rootfs/postgresql.tar" \
-         "upstream/cnpg-operator-$CNPG_OPERATOR_VERSION"; do
+         "node/bin/redis-operator-$REDIS_OPERATOR_VERSION" "node/rootfs/pgbouncer.tar" "node/rootfs/redis.tar" \
+         "upstream/cnpg-operator-$CNPG_OPERATOR_VERSION" "upstream/redis-operator-chart-$REDIS_OPERATOR_VERSION"; do
   [[ -e "$COZY_TOOLS/$f" ]] || fail "$COZY_TOOLS/$f is missing after setup"
 done
 compgen -G "$COZY_TOOLS/grafana-check/*/grafana-check" >/dev/null || fail "grafana-check was not built"
