@@ -22,7 +22,7 @@ from testkit import REPO, TOOLS, cargo_bin, wait_until
 from noderig import images
 from noderig.cnpg import CLUSTER, CLUSTER_NAMESPACE as DB_NS, POOLER, sql
 from noderig.loop import CNPG, Sessions
-from noderig.package import decisions, latest_decision, scaler_events
+from noderig.package import decisions, latest_decision
 
 SA = "autoscaling.cozystack.io/v1alpha1"
 FIXTURE = REPO / "tests/chartgen/fixtures/postgres-pooler"
@@ -224,4 +224,6 @@ def test_a_pool_size_the_database_cannot_take_is_capped_at_what_fits(node, poole
     assert f"needs {MAX} instances" in d["summary"] and d["desired"] == max(fits, 1), d["summary"]
     node.timings["Pooler: the budget's decision"] = d["summary"]
     wait_serving(node, d["desired"], 120, f"the Pooler at the budget's {d['desired']}")
-    assert "ConnectionBudgetEngaged" in scaler_events(kube, DB_NS, POOLER)
+    # No assertion on the ConnectionBudgetEngaged Event here: the scaler rate-limits Events per
+    # ScaledObject, and this one's earlier phases (scale-in holds) may have spent its budget (seen
+    # in a CI-mode run: "event rate limited"); the e2e and scaler suites assert the Events.
