@@ -22,9 +22,8 @@ from testkit import REPO, TOOLS, cargo_bin, wait_until
 from noderig import images
 from noderig.cnpg import CLUSTER, CLUSTER_NAMESPACE as DB_NS, POOLER, sql
 from noderig.loop import CNPG, Sessions
-from noderig.package import decisions, latest_decision
+from noderig.package import adapter_scale, decisions, latest_decision, pod_ready
 
-SA = "autoscaling.cozystack.io/v1alpha1"
 FIXTURE = REPO / "tests/chartgen/fixtures/postgres-pooler"
 POOL = 3          # default_pool_size: server connections one PgBouncer opens for the app's pool
 TARGET = 5        # clients one PgBouncer should hold
@@ -85,9 +84,7 @@ def service_ip(kube) -> str:
 
 
 def ready_pods(kube) -> list[dict]:
-    return [p for p in kube.list("v1", "Pod", DB_NS, selector=PODS)
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-            and not p["metadata"].get("deletionTimestamp")]
+    return [p for p in kube.list("v1", "Pod", DB_NS, selector=PODS) if pod_ready(p)]
 
 
 def serving(kube, instances: int) -> bool:
@@ -125,10 +122,7 @@ def test_cnpg_runs_pgbouncer_pods_of_the_image_built_here_and_the_adapter_select
     assert {p["spec"]["securityContext"]["runAsUser"] for p in pods} == {998}
     # The adapter's /scale, which the HPA reads: CNPG's pods of this Pooler, by the label the adapter
     # knows for the kind (no selector in the adapter).
-    def synced():
-        status = (kube.get(SA, "ScaleAdapter", POOLER, DB_NS, sub="scale") or {}).get("status", {})
-        return "selector" in status and status
-    scale = wait_until(synced, timeout=60, interval=1, what="the ScaleAdapter's /scale status synced")
+    scale = adapter_scale(kube, DB_NS, POOLER)
     assert scale == {"replicas": FLOOR, "selector": PODS}, scale
     selected = {p["metadata"]["name"] for p in kube.list("v1", "Pod", DB_NS, selector=scale["selector"])}
     assert selected == {p["metadata"]["name"] for p in pods}

@@ -19,12 +19,10 @@ from helm import Helm
 from scaledobject import FAST_BEHAVIOR
 from testkit import REPO, TOOLS, cargo_bin, upstream, versions, wait_until
 from noderig import node_binary
-from noderig.package import latest_decision
-from noderig.redis import (FAILOVER, REDIS_NAMESPACE as NS, REDIS_PODS, SENTINEL_PODS, Clients, RedisOperator,
-                           ready)
+from noderig.package import adapter_scale, latest_decision, pod_ready as ready
+from noderig.redis import FAILOVER, REDIS_NAMESPACE as NS, REDIS_PODS, SENTINEL_PODS, Clients, RedisOperator
 
 RF = "databases.spotahome.com/v1"
-SA = "autoscaling.cozystack.io/v1alpha1"
 FIXTURE = REPO / "tests/chartgen/fixtures/redis"
 TARGET = 5     # client connections one replica should hold
 CLIENTS = 15   # on one replica: 1 master + ceil(15 / 5) replicas = 4
@@ -124,10 +122,7 @@ def test_the_adapter_selects_exactly_the_operators_redis_pods(node, failover):
     the operator made, master and replica, and neither a Sentinel nor anything else."""
     kube = node.kube
 
-    def synced():
-        status = (kube.get(SA, "ScaleAdapter", FAILOVER, NS, sub="scale") or {}).get("status", {})
-        return "selector" in status and status
-    scale = wait_until(synced, timeout=60, interval=1, what="the ScaleAdapter's /scale status synced")
+    scale = adapter_scale(kube, NS, FAILOVER)
     assert scale["replicas"] == FLOOR, scale
     selected = {p["metadata"]["name"] for p in kube.list("v1", "Pod", NS, selector=scale["selector"])}
     assert selected == {f"rfr-{FAILOVER}-{i}" for i in range(FLOOR)}, selected

@@ -29,6 +29,7 @@ REPOSITORY = "ghcr.io/cozystack/cozy-autoscaling"
 IMAGE_DIR = REPO / os.environ.get("COZY_IMAGE_DIR", "target/image")
 # The scaler's Service as KEDA dials it (the charts' default scalerAddress).
 SCALER_ADDRESS = f"{RELEASE}-scaler.{NS}.svc:6000"
+SCALE_ADAPTER = "autoscaling.cozystack.io/v1alpha1"
 
 
 def image_archive():
@@ -104,3 +105,17 @@ def latest_decision(kube, namespace: str, scaled_object: str) -> dict:
 def scaler_events(kube, namespace: str, regarding: str) -> set[str]:
     return {e["reason"] for e in kube.list("events.k8s.io/v1", "Event", namespace)
             if e.get("reportingController") == "cozy-autoscaling-scaler" and e["regarding"]["name"] == regarding}
+
+
+def pod_ready(pod: dict) -> bool:
+    """Ready and not being deleted."""
+    return (not pod["metadata"].get("deletionTimestamp")
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])))
+
+
+def adapter_scale(kube, namespace: str, name: str) -> dict:
+    """A ScaleAdapter's /scale status once the controller has synced it (a selector written)."""
+    def synced():
+        status = (kube.get(SCALE_ADAPTER, "ScaleAdapter", name, namespace, sub="scale") or {}).get("status", {})
+        return "selector" in status and status
+    return wait_until(synced, timeout=60, interval=1, what=f"the ScaleAdapter {namespace}/{name}'s /scale status synced")

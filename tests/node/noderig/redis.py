@@ -79,11 +79,6 @@ def redis_scrape_config(cp, namespace: str, failover: str, interval: str = "5s")
                                                      "app.kubernetes.io/name": failover}, interval)
 
 
-def ready(pod: dict) -> bool:
-    return (not pod["metadata"].get("deletionTimestamp")
-            and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])))
-
-
 class Clients:
     """Idle client connections held open on one Redis pod, as an application's pool holds them:
     each is a connected client in INFO and CLIENT LIST, which the scaler's ReadConnections counts."""
