@@ -25,6 +25,14 @@ use names::echo;
 pub const INTERNAL_USERS: &str = "cnpg_metrics_exporter|postgres|streaming_replica";
 /// Window for the lag maximum and the WAL rate: the brake's hysteresis.
 pub const WINDOW: &str = "5m";
+/// Look-back for the CNPG series read as they are now (recovery state, sessions, settings, the
+/// lag's presence). One missed collection makes every series of an instance stale at once (seen
+/// on the real node while standbys joined: the serving replica vanished from one answer, load read
+/// 0 and the HPA removed a fresh clone); `last_over_time` skips stale markers, so a gap of up to
+/// one scrape at intervals to 30 s is bridged. A pod whose scrape target went away is dropped at
+/// once (its `up` went stale), so a deleted replica's sessions are never counted twice when its
+/// clients reconnect elsewhere; sessions that went idle count this long at most.
+pub const SERIES_WINDOW: &str = "1m";
 /// Unreplayed WAL a replica may have and still miss no write: an idle primary's background records
 /// (running-xacts snapshots, checkpoints) are tens to hundreds of bytes; one WAL page is 8 KiB.
 pub const BACKGROUND_WAL_BYTES: u32 = 8192;
@@ -281,6 +289,11 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
 struct CnpgSeries {
     /// The batch's label matchers.
     sel: String,
+    /// Every instance's recovery state (1 replica, 0 primary), bridged over a missed collection.
+    in_recovery: String,
+    /// Pods whose scrape target went away (deleted) or whose PostgreSQL is down: their bridged
+    /// series linger, their load and their count as instances must not.
+    gone: String,
     /// Replica pods, and the primary's.
     replicas: String,
     primary: String,
@@ -292,8 +305,20 @@ struct CnpgSeries {
 impl CnpgSeries {
     fn of(targets: &[Target]) -> Self {
         let sel = selector(targets, CNPG_PODS);
-        let replicas = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 1)");
-        let primary = format!("(cnpg_pg_replication_in_recovery{{{sel}}} == 0)");
+        let in_recovery = last(&format!("cnpg_pg_replication_in_recovery{{{sel}}}"));
+        // A deleted pod's target is gone and its `up` stale, and an instance whose PostgreSQL is
+        // down says so (`cnpg_collector_up` 0): their sessions are gone and must not count (a
+        // deleted replica's clients reconnect to the others: twice would ask for a clone nobody
+        // needs), nor the pods as instances. A pod still scraped that missed a collection keeps
+        // its load. Jobs without `up` per pod (pushed series) drop nothing. The joins keep only
+        // instance pods, so these need only the namespaces (a shorter query).
+        let namespaces = namespace_matcher(targets);
+        let gone = format!(
+            "(({} unless on(namespace,pod) up{{{namespaces}}}) or cnpg_collector_up{{{namespaces}}} == 0)",
+            last(&format!("up{{{namespaces}}}"))
+        );
+        let replicas = format!("({in_recovery} == 1)");
+        let primary = format!("({in_recovery} == 0)");
         // Warm-up: a replica whose WAL receiver was down at any point of the CPU rate window was
         // restoring, and `rate()` over that window still carries the restore's CPU. Without the
         // receiver series (custom monitoring queries) a replica counts as warm, so a missing
@@ -304,6 +329,8 @@ impl CnpgSeries {
         let warm = format!("({replicas} unless on(namespace,pod) {warming})");
         Self {
             sel,
+            in_recovery,
+            gone,
             replicas,
             primary,
             warming,
@@ -312,10 +339,12 @@ impl CnpgSeries {
     }
 
     fn instances(&self) -> String {
-        let sel = &self.sel;
         per_cluster(
             "count",
-            &format!("count by (namespace,pod) (cnpg_pg_replication_in_recovery{{{sel}}})"),
+            &format!(
+                "count by (namespace,pod) ({} unless on(namespace,pod) {})",
+                self.in_recovery, self.gone
+            ),
         )
     }
 
@@ -336,16 +365,18 @@ impl CnpgSeries {
 
     /// ReadConnections: active client backends on replicas, and the replicas with any backend row.
     fn connections(&self, load: &'static str) -> [(&'static str, String); 2] {
-        let (sel, replicas) = (&self.sel, &self.replicas);
+        let (sel, replicas, gone) = (&self.sel, &self.replicas, &self.gone);
         [
             (
                 load,
                 per_cluster(
                     "sum",
                     &format!(
-                        "max by (namespace,pod,datname,usename,application_name,state) \
-                         (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
-                         and on(namespace,pod) {replicas}"
+                        "max by (namespace,pod,datname,usename,application_name,state) ({}) \
+                         and on(namespace,pod) {replicas} unless on(namespace,pod) {gone}",
+                        last(&format!(
+                            "cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}"
+                        ))
                     ),
                 ),
             ),
@@ -354,7 +385,8 @@ impl CnpgSeries {
                 per_cluster(
                     "count",
                     &format!(
-                        "count by (namespace,pod) (cnpg_backends_total{{{sel}}}) and on(namespace,pod) {replicas}"
+                        "count by (namespace,pod) ({}) and on(namespace,pod) {replicas}",
+                        last(&format!("cnpg_backends_total{{{sel}}}"))
                     ),
                 ),
             ),
@@ -373,7 +405,16 @@ impl CnpgSeries {
              and on(namespace,pod) {warm}"
         );
         [
-            (load, format!("{} * 1000", per_cluster("sum", &cpu))),
+            (
+                load,
+                format!(
+                    "{} * 1000",
+                    per_cluster(
+                        "sum",
+                        &format!("{cpu} unless on(namespace,pod) {}", self.gone)
+                    )
+                ),
+            ),
             (part::LOAD_PODS, per_cluster("count", &cpu)),
             (
                 part::WARMING,
@@ -390,14 +431,19 @@ impl CnpgSeries {
     /// ReadConnectionUsage: client sessions over `max_connections` on replicas, and the replicas
     /// with a `max_connections`.
     fn connection_usage(&self, load: &'static str) -> [(&'static str, String); 2] {
-        let (sel, replicas) = (&self.sel, &self.replicas);
+        let (sel, replicas, gone) = (&self.sel, &self.replicas, &self.gone);
         // Every client session holds a slot of max_connections, idle ones too.
         let max_connections = format!(
-            "max by (namespace,pod) (cnpg_pg_settings_setting{{{sel},name=\"max_connections\"}} > 0)"
+            "max by (namespace,pod) ({} > 0)",
+            last(&format!(
+                "cnpg_pg_settings_setting{{{sel},name=\"max_connections\"}}"
+            ))
         );
         let clients = format!(
-            "sum by (namespace,pod) (max by (namespace,pod,datname,usename,application_name,state) \
-             (cnpg_backends_total{{{sel},usename!~\"{INTERNAL_USERS}\"}}))"
+            "sum by (namespace,pod) (max by (namespace,pod,datname,usename,application_name,state) ({}))",
+            last(&format!(
+                "cnpg_backends_total{{{sel},usename!~\"{INTERNAL_USERS}\"}}"
+            ))
         );
         [
             (
@@ -405,7 +451,8 @@ impl CnpgSeries {
                 per_cluster(
                     "sum",
                     &format!(
-                        "{clients} / on(namespace,pod) {max_connections} * 100 and on(namespace,pod) {replicas}"
+                        "{clients} / on(namespace,pod) {max_connections} * 100 and on(namespace,pod) {replicas} \
+                         unless on(namespace,pod) {gone}"
                     ),
                 ),
             ),
@@ -447,7 +494,8 @@ impl CnpgSeries {
                 per_cluster(
                     "count",
                     &format!(
-                        "{replicas} unless on(namespace,pod) max by (namespace,pod) (cnpg_pg_replication_lag{{{sel}}})"
+                        "{replicas} unless on(namespace,pod) max by (namespace,pod) ({})",
+                        last(&format!("cnpg_pg_replication_lag{{{sel}}}"))
                     ),
                 ),
             ),
@@ -480,6 +528,11 @@ pub(crate) fn labelled(parts: Vec<(&str, String)>) -> String {
     query
 }
 
+/// A selector's latest sample within [`SERIES_WINDOW`], stale markers skipped.
+fn last(selector: &str) -> String {
+    format!("last_over_time({selector}[{SERIES_WINDOW}])")
+}
+
 /// `agg` of a per-pod vector (labels `namespace`, `pod` and maybe more, never `cluster`) by
 /// namespace and cluster.
 fn per_cluster(agg: &str, per_pod: &str) -> String {
@@ -498,22 +551,27 @@ pub(crate) fn per_name(agg: &str, per_pod: &str, pods: PodNames) -> String {
 /// of its clusters (a namespace and a cluster of different targets may pair up: such extra
 /// groups are answered and ignored by [`parse_answer`]'s callers).
 pub(crate) fn selector(targets: &[Target], pods: PodNames) -> String {
-    let namespaces: BTreeSet<&str> = targets.iter().map(|t| t.namespace.as_str()).collect();
+    let namespace = namespace_matcher(targets);
     let clusters: BTreeSet<&str> = targets.iter().map(|t| t.cluster.as_str()).collect();
-    // One name matches by equality (the batch of one reads like a hand-written query).
-    let namespace = match namespaces.len() {
-        1 => format!("namespace=\"{}\"", string_escape(&targets[0].namespace)),
-        _ => format!(
-            "namespace=~\"{}\"",
-            string_escape(&alternation(&namespaces))
-        ),
-    };
     let (prefix, suffix) = (pods.prefix, pods.suffix);
     let pods = match clusters.len() {
         1 => format!("{prefix}{}{suffix}", alternation(&clusters)),
         _ => format!("{prefix}({}){suffix}", alternation(&clusters)),
     };
     format!("{namespace},pod=~\"{}\"", string_escape(&pods))
+}
+
+/// The batch's namespaces; one name matches by equality (the batch of one reads like a
+/// hand-written query).
+fn namespace_matcher(targets: &[Target]) -> String {
+    let namespaces: BTreeSet<&str> = targets.iter().map(|t| t.namespace.as_str()).collect();
+    match namespaces.len() {
+        1 => format!("namespace=\"{}\"", string_escape(&targets[0].namespace)),
+        _ => format!(
+            "namespace=~\"{}\"",
+            string_escape(&alternation(&namespaces))
+        ),
+    }
 }
 
 fn alternation(names: &BTreeSet<&str>) -> String {

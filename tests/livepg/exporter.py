@@ -17,6 +17,9 @@ It follows CNPG v1.30.1 (the version tests/livepg/setup.sh pins), read from the 
 - Connections: user and application_name `cnpg_metrics_exporter` over the Unix socket, as CNPG's
   metrics pool does; two databases, so two sessions (the application database and `postgres`).
 - A duplicate series fails the whole scrape with HTTP 500, as promhttp's default does.
+Fault injection (a test hook, not CNPG's): `POST /fail-queries?seconds=S` makes every query fail
+for S seconds as when the monitoring transaction cannot start (nothing emitted for them, the
+instance metrics and HTTP 200 stay), which is how one missed collection looks to the scraper.
 Not reproduced: the Go runtime metrics, backup/archive/sync-replica collector metrics, the built-in
 `cnpg_collector_lo_pages` query, TLS. Namespace and pod labels are not the exporter's: the scrape
 attaches them, as a PodMonitor does.
@@ -174,6 +177,7 @@ class Mapped:
 class Exporter:
     def __init__(self, args):
         self.args = args
+        self.fail_queries_until = 0.0
         self.queries = {name: Mapped(name, spec) for name, spec in load_queries(args.queries).items()}
         self.conns: dict[str, psycopg.Connection] = {}
         self.lock = threading.Lock()
@@ -237,7 +241,7 @@ class Exporter:
 
     def run_queries(self, version) -> list:
         out = []
-        if version is None:
+        if version is None or time.monotonic() < self.fail_queries_until:
             return out  # the monitoring transaction cannot start: every query fails, nothing emitted
         is_primary = not os.path.exists(os.path.join(self.args.pgdata, "standby.signal"))
         databases = None
@@ -325,6 +329,17 @@ def serve(exporter: Exporter, listen: str):
     host, port = listen.rsplit(":", 1)
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            path, _, query = self.path.partition("?")
+            seconds = dict(kv.partition("=")[::2] for kv in query.split("&")).get("seconds", "")
+            if path != "/fail-queries" or not re.fullmatch(r"[0-9]+(\.[0-9]+)?", seconds):
+                self.send_error(404)
+                return
+            exporter.fail_queries_until = time.monotonic() + float(seconds)
+            exporter.cached_at = 0.0  # the next scrape runs (and fails) the queries
+            self.send_response(204)
+            self.end_headers()
+
         def do_GET(self):
             if self.path != "/metrics":
                 self.send_error(404)

@@ -83,6 +83,12 @@ class Rig(Probes):
                    f"exporter of {inst.name}", proc=proc)
         self._write_scrape_config()
 
+    def fail_queries(self, inst: Instance, seconds: float) -> None:
+        """Every CNPG query of `inst`'s exporter fails for `seconds`: its series go stale at the
+        next scrape while the pod stays scraped (`up` 1), as one missed collection does."""
+        _, port = self.exporters[inst.name]
+        requests.post(f"http://127.0.0.1:{port}/fail-queries?seconds={seconds}", timeout=5).raise_for_status()
+
     def stop_pod(self, inst: Instance) -> None:
         """The pod goes away: the scrape target disappears, PostgreSQL and its exporter stop (in
         that order, so no scrape fails in between: a failed scrape is an error for the scaler)."""

@@ -48,6 +48,28 @@ def test_stopped_replica_leaves_the_count(rig, record):
     rig.wait_scraped(IN_RECOVERY, lambda s: len(s) == 3, what="pg-3 back")
 
 
+def test_a_missed_collection_keeps_the_replicas_sessions(rig, record):
+    """One collection of a serving replica returns none of CNPG's query series while the pod stays
+    scraped: every series of it goes stale at once (seen on the real node while standbys joined,
+    docs/e2e.md). The scaler bridges it: the count never drops for the gap."""
+    pg2, pg3 = rig.instances["pg-2"], rig.instances["pg-3"]
+    with Sessions(pg2, 6), Sessions(pg3, 6):
+        rig.wait_desired(4)  # 1 + ceil(12 / 5)
+        rig.fail_queries(pg3, 4)
+        t0 = time.monotonic()
+        seen_gap, desired = False, []
+        while time.monotonic() - t0 < 8:
+            seen_gap |= "pg-3" not in rig.series(IN_RECOVERY)
+            desired.append(rig.desired())
+            time.sleep(0.2)
+        rig.wait_scraped(IN_RECOVERY, lambda s: s.get("pg-3") == 1, what="pg-3's series back")
+        assert seen_gap, "pg-3's series never went stale: the fault did not happen"
+        assert set(desired) == {4}, f"desired during and after the gap: {desired}"
+        record("replica pg-3 (6 of 12 sessions) misses its collections for 4 s, still scraped (up 1)",
+               "every pg-3 series stale for the gap; desired stays 4",
+               f"gap seen in the instant series: {seen_gap}; {len(desired)} decisions over 8 s, all 4")
+
+
 def test_switchover_roles_follow_in_recovery(rig, record):
     pg1, pg2, pg3 = (rig.instances[f"pg-{n}"] for n in (1, 2, 3))
     with Sessions(pg2, 12):
