@@ -11,13 +11,17 @@ use crate::schedule::{self, Schedules};
 pub const MIN_TARGET: f64 = 0.001;
 /// Largest `target`; keeps `desired × target` far below 2^53.
 pub const MAX_TARGET: f64 = 1e9;
+/// `brakeWindowSeconds`: how far back the CNPG brake reads lag and write activity. At least two
+/// scrapes at common intervals (a rate needs two samples); at most an hour.
+pub const BRAKE_WINDOW_SECONDS: std::ops::RangeInclusive<u32> = 30..=3600;
+pub const DEFAULT_BRAKE_WINDOW_SECONDS: u32 = 300;
 /// Largest `maxReplicationLagBytes`: no larger lag is ever measured (promql.rs asserts that its
 /// answers' values reach it).
 pub const MAX_REPLICATION_LAG_BYTES: u64 = 1_000_000_000_000_000;
 
 /// Keys KEDA itself reads from the same trigger metadata; accepted and ignored.
 const KEDA_KEYS: [&str; 3] = ["scalerAddress", "enableTLS", "unsafeSsl"];
-const OUR_KEYS: [&str; 19] = [
+const OUR_KEYS: [&str; 20] = [
     "engine",
     "cluster",
     "pooler",
@@ -28,6 +32,7 @@ const OUR_KEYS: [&str; 19] = [
     "maxSyncReplicas",
     "maxReplicationLagSeconds",
     "maxReplicationLagBytes",
+    "brakeWindowSeconds",
     "dryRun",
     "convergenceDeadlineSeconds",
     "scaleIn",
@@ -188,6 +193,9 @@ pub struct ScalerConfig {
     pub max_sync_replicas: Option<u32>,
     /// CNPG lag brake threshold in seconds; 0 turns the brake off.
     pub max_replication_lag_seconds: f64,
+    /// CNPG: how far back the brake reads lag and write activity: it lets go this long after
+    /// the lag cleared.
+    pub brake_window_seconds: u32,
     /// Redis: replica offset lag threshold in bytes; 0 turns that part of the brake off (the
     /// link-down and full-sync parts stay on).
     pub max_replication_lag_bytes: f64,
@@ -243,6 +251,7 @@ impl std::hash::Hash for ScalerConfig {
         self.max_sync_replicas.hash(state);
         self.max_replication_lag_seconds.to_bits().hash(state);
         self.max_replication_lag_bytes.to_bits().hash(state);
+        self.brake_window_seconds.hash(state);
         self.dry_run.hash(state);
         self.convergence_deadline_seconds
             .map(f64::to_bits)
@@ -349,6 +358,8 @@ const TARGET_ALLOWED: &str =
 const COUNT_ALLOWED: &str = "a whole number from 0 to 1000";
 const MAX_ALLOWED: &str = "a whole number from 1 to 1000 (total instances, primary included)";
 const LAG_ALLOWED: &str = "a number of seconds >= 0 (0 turns the lag brake off)";
+const BRAKE_WINDOW_ALLOWED: &str =
+    "a whole number of seconds from 30 to 3600 (300 by default): how long the brake remembers lag";
 const BOOL_ALLOWED: &str = "true or false";
 const SCALE_IN_ALLOWED: &str = "enabled or disabled (disabled: never fewer than the current count)";
 const DEADLINE_ALLOWED: &str =
@@ -390,6 +401,7 @@ pub fn parse(
         max_sync_replicas: replicas.sync,
         max_replication_lag_seconds: guards.max_replication_lag_seconds,
         max_replication_lag_bytes: guards.max_replication_lag_bytes,
+        brake_window_seconds: guards.brake_window_seconds,
         dry_run: guards.dry_run,
         convergence_deadline_seconds: guards.convergence_deadline_seconds,
         scale_in_disabled: guards.scale_in_disabled,
@@ -411,6 +423,7 @@ struct Replicas {
 struct Guards {
     max_replication_lag_seconds: f64,
     max_replication_lag_bytes: f64,
+    brake_window_seconds: u32,
     dry_run: bool,
     convergence_deadline_seconds: Option<f64>,
     scale_in_disabled: bool,
@@ -480,6 +493,10 @@ impl<'a> Keys<'a> {
                     "a Pooler has no replication: remove it",
                 ),
                 (
+                    "brakeWindowSeconds",
+                    "a Pooler has no replication: remove it",
+                ),
+                (
                     "maxReplicationLagBytes",
                     "a Pooler has no replication: remove it",
                 ),
@@ -505,6 +522,10 @@ impl<'a> Keys<'a> {
                 (
                     "maxSyncReplicas",
                     "Redis replication is asynchronous: remove it (the floor keeps one replica for failover)",
+                ),
+                (
+                    "brakeWindowSeconds",
+                    "it sets the CNPG brake's window; the Redis brake's is fixed (docs/redis.md): remove it",
                 ),
                 (
                     "convergenceDeadlineSeconds",
@@ -648,9 +669,18 @@ impl<'a> Keys<'a> {
                 switch(value, "disabled", "enabled")
             })?
             .unwrap_or(false);
+        let brake_window_seconds = self
+            .value("brakeWindowSeconds", BRAKE_WINDOW_ALLOWED, |value| {
+                value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|s| BRAKE_WINDOW_SECONDS.contains(s))
+            })?
+            .unwrap_or(DEFAULT_BRAKE_WINDOW_SECONDS);
         Ok(Guards {
             max_replication_lag_seconds,
             max_replication_lag_bytes,
+            brake_window_seconds,
             dry_run,
             convergence_deadline_seconds,
             scale_in_disabled,
@@ -782,6 +812,7 @@ mod tests {
                 max_sync_replicas: None,
                 max_replication_lag_seconds: 0.0,
                 max_replication_lag_bytes: 0.0,
+                brake_window_seconds: 300,
                 dry_run: false,
                 convergence_deadline_seconds: None,
                 scale_in_disabled: false,
@@ -802,6 +833,7 @@ mod tests {
             ("minReplicas", "3"),
             ("maxSyncReplicas", "1"),
             ("maxReplicationLagSeconds", "30.5"),
+            ("brakeWindowSeconds", "60"),
             ("dryRun", "True"),
             ("convergenceDeadlineSeconds", "120"),
             ("scaleIn", "Disabled"),
@@ -817,6 +849,7 @@ mod tests {
         assert_eq!(cfg.min_replicas, 3);
         assert_eq!(cfg.max_sync_replicas, Some(1));
         assert_eq!(cfg.max_replication_lag_seconds, 30.5);
+        assert_eq!(cfg.brake_window_seconds, 60);
         assert!(cfg.dry_run);
         assert_eq!(cfg.convergence_deadline_seconds, Some(120.0));
         assert!(cfg.scale_in_disabled);
@@ -859,6 +892,9 @@ mod tests {
                 Some("86401"),
                 "convergenceDeadlineSeconds",
             ),
+            ("brakeWindowSeconds", Some("29"), "brakeWindowSeconds"),
+            ("brakeWindowSeconds", Some("3601"), "brakeWindowSeconds"),
+            ("brakeWindowSeconds", Some("5m"), "brakeWindowSeconds"),
             ("signals", Some("ReadCPUUtilization=0"), "signals"),
             (
                 "signals",
@@ -917,6 +953,7 @@ mod tests {
             ("maxReplicationLagSeconds", "10", "maxReplicationLagBytes"),
             ("maxSyncReplicas", "1", "asynchronous"),
             ("convergenceDeadlineSeconds", "120", "remove it"),
+            ("brakeWindowSeconds", "60", "remove it"),
         ] {
             let err = redis(&[(key, value)]).unwrap_err();
             assert!(matches!(err, MetadataError::WrongEngine { key: k, .. } if k == key));
@@ -1030,6 +1067,7 @@ mod tests {
             "maxReplicationLagBytes",
             "maxSyncReplicas",
             "convergenceDeadlineSeconds",
+            "brakeWindowSeconds",
             "signals",
         ] {
             let err = pooler(&[(key, "1")]).unwrap_err();

@@ -23,7 +23,8 @@ use names::echo;
 
 /// Users whose sessions are the platform's own, not client load.
 pub const INTERNAL_USERS: &str = "cnpg_metrics_exporter|postgres|streaming_replica";
-/// Window for the lag maximum and the WAL rate: the brake's hysteresis.
+/// Window of the rates (CPU, Redis commands and offsets) and of the warm-up; the CNPG brake's is
+/// `brakeWindowSeconds` (5 minutes by default).
 pub const WINDOW: &str = "5m";
 /// Look-back for the CNPG series read as they are now (recovery state, sessions, settings, the
 /// lag's presence). One missed collection makes every series of an instance stale at once (seen
@@ -187,6 +188,9 @@ pub struct Shape {
     pub extra: [Option<Metric>; MAX_EXTRA_SIGNALS],
     /// The lag brake is on: the query adds replica lag and primary WAL rate (always for Redis).
     pub brake: bool,
+    /// How far back a CNPG brake reads lag and write activity (`brakeWindowSeconds`); 0 without
+    /// a CNPG brake, so other shapes never split over it.
+    pub brake_window_seconds: u32,
     /// The connection-budget query of the Clusters behind Poolers ([`pooler::budget_query`]):
     /// its targets are CNPG Clusters, not the Poolers.
     pub budget: bool,
@@ -207,6 +211,12 @@ impl Shape {
                 Engine::Redis => true,
                 Engine::Pgbouncer => false,
             },
+            brake_window_seconds: match config.engine {
+                Engine::Cnpg if config.max_replication_lag_seconds > 0.0 => {
+                    config.brake_window_seconds
+                }
+                _ => 0,
+            },
             budget: false,
         }
     }
@@ -220,6 +230,7 @@ impl Shape {
             metric: Metric::ClientConnections,
             extra: [None; MAX_EXTRA_SIGNALS],
             brake: false,
+            brake_window_seconds: 0,
             budget: true,
         };
         let target = Target {
@@ -280,7 +291,7 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
         parts.push((part::REPLICAS, q.replica_count()));
     }
     if shape.brake {
-        parts.extend(q.brake());
+        parts.extend(q.brake(shape.brake_window_seconds));
     }
     labelled(parts)
 }
@@ -468,8 +479,10 @@ impl CnpgSeries {
 
     /// The lag brake's parts: replica lag, the replicas without a lag series, and the primary's
     /// WAL rate.
-    fn brake(&self) -> [(&'static str, String); 3] {
+    /// `window_seconds` is the brake's hysteresis: the largest lag and the write rate over it.
+    fn brake(&self, window_seconds: u32) -> [(&'static str, String); 3] {
         let (sel, replicas, primary) = (&self.sel, &self.replicas, &self.primary);
+        let window = duration(window_seconds);
         [
             (
                 part::LAG,
@@ -481,10 +494,10 @@ impl CnpgSeries {
                 per_cluster(
                     "max",
                     &format!(
-                        "(max by (namespace,pod) (max_over_time(cnpg_pg_replication_lag{{{sel}}}[{WINDOW}])) \
+                        "(max by (namespace,pod) (max_over_time(cnpg_pg_replication_lag{{{sel}}}[{window}])) \
                          and on(namespace,pod) {replicas}) \
                          unless on(namespace,pod) (label_replace(max by (namespace,application_name) \
-                         (max_over_time(cnpg_pg_stat_replication_replay_diff_bytes{{{sel}}}[{WINDOW}])), \
+                         (max_over_time(cnpg_pg_stat_replication_replay_diff_bytes{{{sel}}}[{window}])), \
                          \"pod\", \"$1\", \"application_name\", \"(.*)\") <= {BACKGROUND_WAL_BYTES})"
                     ),
                 ),
@@ -504,7 +517,7 @@ impl CnpgSeries {
                 per_cluster(
                     "max",
                     &format!(
-                        "max by (namespace,pod) (rate(cnpg_collector_wal_bytes{{{sel}}}[{WINDOW}])) \
+                        "max by (namespace,pod) (rate(cnpg_collector_wal_bytes{{{sel}}}[{window}])) \
                          and on(namespace,pod) {primary}"
                     ),
                 ),
@@ -526,6 +539,15 @@ pub(crate) fn labelled(parts: Vec<(&str, String)>) -> String {
         );
     }
     query
+}
+
+/// A PromQL duration of whole seconds: minutes when they divide it (`5m`, as written by hand).
+fn duration(seconds: u32) -> String {
+    if seconds.is_multiple_of(60) {
+        format!("{}m", seconds / 60)
+    } else {
+        format!("{seconds}s")
+    }
 }
 
 /// A selector's latest sample within [`SERIES_WINDOW`], stale markers skipped.

@@ -14,6 +14,7 @@ const CONNECTIONS_BRAKE: Shape = Shape {
     metric: Metric::ReadConnections,
     extra: [None; 2],
     brake: true,
+    brake_window_seconds: 300,
     budget: false,
 };
 
@@ -83,6 +84,7 @@ fn lag_and_wal_are_only_queried_for_the_brake() {
         metric: Metric::ReadConnections,
         extra: [None; 2],
         brake: false,
+        brake_window_seconds: 0,
         budget: false,
     };
     let q = decision_query(&[t("ns", "pg")], shape);
@@ -92,12 +94,27 @@ fn lag_and_wal_are_only_queried_for_the_brake() {
 }
 
 #[test]
+fn the_brake_reads_lag_and_writes_over_its_window() {
+    let q = decision_query(&[t("ns", "pg")], CONNECTIONS_BRAKE);
+    assert_eq!(q.matches("[5m]").count(), 3, "{q}");
+    let shape = Shape {
+        brake_window_seconds: 90,
+        ..CONNECTIONS_BRAKE
+    };
+    let q = decision_query(&[t("ns", "pg")], shape);
+    assert!(q.contains("max_over_time(cnpg_pg_replication_lag{"), "{q}");
+    assert_eq!(q.matches("[90s]").count(), 3, "{q}");
+    assert!(!q.contains("[5m]"), "{q}");
+}
+
+#[test]
 fn cpu_query_reads_the_postgres_container_in_millicores() {
     let shape = Shape {
         engine: Engine::Cnpg,
         metric: Metric::ReadCpuUtilization,
         extra: [None; 2],
         brake: false,
+        brake_window_seconds: 0,
         budget: false,
     };
     let q = decision_query(&[t("ns", "db")], shape);
@@ -122,6 +139,7 @@ fn every_signal_has_its_load_part_and_usage_reads_max_connections() {
             Some(Metric::ReadCpuUtilization),
         ],
         brake: false,
+        brake_window_seconds: 0,
         budget: false,
     };
     let q = decision_query(&[t("ns", "pg")], shape);
@@ -331,6 +349,7 @@ fn shape() -> impl Strategy<Value = Shape> {
             metric,
             extra: [usage.filter(|u| *u != metric), None],
             brake,
+            brake_window_seconds: if brake { 300 } else { 0 },
             budget: false,
         })
 }
@@ -442,6 +461,7 @@ const REDIS: Shape = Shape {
     metric: Metric::ReadConnections,
     extra: [None; 2],
     brake: true,
+    brake_window_seconds: 0,
     budget: false,
 };
 

@@ -1,7 +1,8 @@
 """`chartgen app` on the count lines real charts write (issue 39), for a CNPG Cluster's `instances`
 and a RedisFailover's `spec.redis.replicas` (fixtures/shape-*, written here): a trailing YAML
-comment, the count read through `with` (`.replicas`) and `$.Values`, the chart's own check around
-the count line, a count key absent from values.yaml, a count rendered by a `range` over a map, a literal count (`--lift-literal-count`), a name made with `template` (and a suffix), other objects reading the count (a Pooler, an alert, a
+comment, the count read through `with` (`.replicas`) and `$.Values` (inside a `with` over another
+map), the chart's own check around
+the count line, a count key absent from values.yaml, a count rendered by a `range` over a map (both kinds), a literal count (`--lift-literal-count`), a name made with `template` (and a suffix), other objects reading the count (a Pooler, an alert, a
 config listing one backend per replica from a helper).
 
 A shape chartgen refuses is refused naming file:line, quoting the line and giving the fix; the
@@ -78,6 +79,16 @@ SHAPES = {
                 "    {{- range $key, $value := .Values.redis }}",
                 "    replicas: {{ $.Values.redis.replicas }}\n"
                 "    {{- range $key, $value := omit .Values.redis \"replicas\" }}"))),
+    "shape-range-cluster": Case(
+        "cnpg", "cluster.instances",
+        refusal=("templates/cluster.yaml:5: `spec:`)", "a `range` over a map",
+                 "write `instances: {{ $.Values.KEY }}` out under `spec:` there"),
+        fix=lambda c: (c / "templates/cluster.yaml").write_text(
+            (c / "templates/cluster.yaml").read_text().replace(
+                "  {{- range $key, $value := .Values.cluster }}",
+                "  instances: {{ $.Values.cluster.instances }}\n"
+                "  {{- range $key, $value := omit .Values.cluster \"instances\" }}"))),
+    "shape-dollar-cluster": Case("cnpg", "cluster.instances"),
     # The flag the refusal names: the disabled render stays that of the fixture as written.
     "shape-literal-cluster": Case(
         "cnpg", "replicas", flags=["--lift-literal-count", "replicas"],

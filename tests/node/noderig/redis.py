@@ -6,6 +6,7 @@ redis-tools and prometheus-redis-exporter (tests/node/setup.sh)."""
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
@@ -77,6 +78,23 @@ def redis_scrape_config(cp, namespace: str, failover: str, interval: str = "5s")
     app.kubernetes.io/component=redis and app.kubernetes.io/name=<failover>, port `metrics`)."""
     return pod_monitor_job(cp, namespace, failover, {"app.kubernetes.io/component": "redis",
                                                      "app.kubernetes.io/name": failover}, interval)
+
+
+def sentinel_replicas(ip: str, master: str = "mymaster") -> int:
+    """How many replicas the Sentinel at `ip` knows for `master` (`num-slaves` of SENTINEL
+    MASTER): only a replica a Sentinel knows can be promoted."""
+    with socket.create_connection((ip, 26379), timeout=5) as s:
+        s.sendall(f"SENTINEL MASTER {master}\r\n".encode())
+        reply = b""
+        while b"num-slaves" not in reply or not re.search(rb"num-slaves\r\n\$\d+\r\n\d+\r\n", reply):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    found = re.search(rb"num-slaves\r\n\$\d+\r\n(\d+)\r\n", reply)
+    if not found:
+        raise RuntimeError(f"Sentinel {ip}: no num-slaves in {reply[:200]!r}")
+    return int(found.group(1))
 
 
 class Clients:
