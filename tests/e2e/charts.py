@@ -3,11 +3,14 @@ is tests/lib/helm.py, pointed at the rig's apiserver."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import yaml
 
 from rig import REPO
+from testkit import cargo_bin
 
 PACKAGE_CHART = REPO / "charts/cozy-autoscaling"
 
@@ -25,3 +28,14 @@ def example_chart() -> Path:
 def package_chart() -> Path:
     assert (PACKAGE_CHART / "Chart.yaml").is_file(), f"{PACKAGE_CHART} is missing: run chartgen package"
     return PACKAGE_CHART
+
+
+def redis_chart(workdir: Path) -> Path:
+    """tests/chartgen/fixtures/redis (shaped like Cozystack's Redis app) after `chartgen app` (the
+    ScaleAdapter, the ScaledObject and the live count of spec.redis.replicas), in `workdir`."""
+    chart = workdir / "redis-chart"
+    shutil.rmtree(chart, ignore_errors=True)
+    shutil.copytree(REPO / "tests/chartgen/fixtures/redis", chart)
+    r = subprocess.run([cargo_bin("chartgen"), "app", "--chart", chart], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return chart

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))  # testkit
 
 from rig import Rig  # noqa: E402
+import scaleadapter  # noqa: E402
 import secured  # noqa: E402
 
 
@@ -52,3 +53,11 @@ def package(rig):
 def scaler(rig, package):
     """The scaler every scenario's ScaledObjects dial, over mTLS as the package wires it."""
     return secured.SecuredScaler(rig).start()
+
+
+@pytest.fixture(scope="module")
+def scale_adapter(rig, package):
+    """The scale adapter controller (scaleadapter.py), leading, for the module that asks for it."""
+    proc = scaleadapter.start(rig, package)
+    yield proc
+    proc.stop()

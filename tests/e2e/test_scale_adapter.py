@@ -15,31 +15,24 @@ The adapter runs as the package chart's ServiceAccount with the RBAC the chart r
 import copy
 import json
 import os
-import shutil
 import subprocess
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 import requests
-import yaml
 
-from rig import POLL, REPO
+from charts import redis_chart
+from rig import POLL
 from rig.kube import ApiError
+from scaleadapter import ADAPTER_NS, IDENTITY, LEASE, MANAGER, MIN_WRITE, SA
 from scaledobject import FAST_BEHAVIOR, TARGET
-from testkit import cargo_bin, free_port, wait_until
+from testkit import wait_until
 
 NS = "tenant-redis"
 OTHER_NS = "tenant-redis-other"
 RF = "databases.spotahome.com/v1"
-SA = "autoscaling.cozystack.io/v1alpha1"
 HPA = "autoscaling/v2"
-MANAGER = "cozy-scale-adapter"
-ADAPTER_NS = "cozy-scale-adapter-e2e"
-ACCOUNT = "cozy-autoscaling-scale-adapter"
-MIN_WRITE = 3  # seconds, --min-write-interval of the adapter under test
-LEASE = ("coordination.k8s.io/v1", "Lease", "cozy-scale-adapter", ADAPTER_NS)
 SELECTOR = "app.kubernetes.io/component=redis,app.kubernetes.io/part-of=redis-failover,app.kubernetes.io/name={}"
 
 
@@ -83,50 +76,12 @@ def hold(rig, name: str, seconds: float, expected: int) -> None:
         time.sleep(0.5)
 
 
-def as_chart_service_account(rig, package) -> Path:
-    """Installs the RBAC the package chart renders for the adapter (scaleAdapter.enabled=true, in
-    ADAPTER_NS) and returns a kubeconfig acting as its ServiceAccount, as `kubectl --as` does: the
-    adapter then runs with exactly the chart's permissions."""
-    helm, chart = package
-    rig.kube.ensure_namespace(ADAPTER_NS)
-    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-    objs = [o for o in helm.render(chart, ["scaleAdapter.enabled=true"], keda=False, release="cozy-autoscaling",
-                                   namespace=ADAPTER_NS)
-            if o["kind"] in kinds and o["metadata"]["name"].startswith(ACCOUNT)]
-    assert sorted(o["kind"] for o in objs) == sorted(kinds), objs
-    for o in objs:
-        if o["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
-            o["metadata"]["namespace"] = ADAPTER_NS
-        rig.kube.apply(o)
-    config = yaml.safe_load(rig.cp.kubeconfig.read_text())
-    config["users"][0]["user"]["as"] = f"system:serviceaccount:{ADAPTER_NS}:{ACCOUNT}"
-    config["users"][0]["user"]["as-groups"] = ["system:serviceaccounts", f"system:serviceaccounts:{ADAPTER_NS}",
-                                               "system:authenticated"]
-    path = rig.dir / "scale-adapter.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 @pytest.fixture(scope="module")
-def adapter_proc(rig, package):
-    """The adapter with the chart's RBAC, after the package chart (whose crds/ hold the
-    ScaleAdapter CRD) is installed."""
+def adapter_proc(rig, scale_adapter):
+    """The adapter (conftest.py), with this module's namespaces."""
     rig.kube.ensure_namespace(NS)
     rig.kube.ensure_namespace(OTHER_NS)
-    kubeconfig = as_chart_service_account(rig, package)
-    admin = free_port()
-    proc = rig.group.start("scale-adapter", [
-        rig.scaler_bin, "scale-adapter", "--admin-listen", f"127.0.0.1:{admin}", "--sync-interval", "1s",
-        "--min-write-interval", f"{MIN_WRITE}s", "--lease-namespace", ADAPTER_NS, "--identity", "adapter-e2e",
-        "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s", "--log-level", "info"],
-        env={"KUBECONFIG": str(kubeconfig)})
-    wait_until(lambda: requests.get(f"http://127.0.0.1:{admin}/readyz", timeout=1).ok,
-               timeout=60, interval=POLL, what="scale-adapter /readyz", proc=proc)
-    wait_until(lambda: (rig.kube.get(*LEASE) or {}).get("spec", {}).get("holderIdentity") == "adapter-e2e",
-               timeout=30, interval=POLL, what="the adapter to lead")
-    proc.admin = f"http://127.0.0.1:{admin}"
-    yield proc
-    proc.stop()
+    return scale_adapter
 
 
 def test_the_redisfailover_crd_has_no_scale_subresource(rig):
@@ -320,7 +275,7 @@ def test_only_the_lease_holder_writes(rig, adapter_proc):
     rig.kube.merge_patch(*LEASE[:3], {"spec": {"holderIdentity": None}}, ADAPTER_NS)
     wait_until(lambda: target_replicas(rig, "led") == 4, timeout=30, interval=POLL, what="the write once leading")
     assert leader_gauge(adapter_proc) == 1
-    assert rig.kube.get(*LEASE)["spec"]["holderIdentity"] == "adapter-e2e"
+    assert rig.kube.get(*LEASE)["spec"]["holderIdentity"] == IDENTITY
     rig.kube.delete(SA, "ScaleAdapter", "led", NS)
 
 
@@ -367,17 +322,6 @@ def test_a_malformed_adapter_is_reported_on_itself_while_the_others_sync(rig, ad
     rig.kube.delete(SA, "ScaleAdapter", "beside", NS)
 
 
-def chartgen_redis_chart(rig) -> Path:
-    """tests/chartgen/fixtures/redis after `chartgen app` (the ScaleAdapter, the ScaledObject and
-    the live count of spec.redis.replicas), in the rig's directory."""
-    chart = rig.dir / "redis-chart"
-    shutil.rmtree(chart, ignore_errors=True)
-    shutil.copytree(REPO / "tests/chartgen/fixtures/redis", chart)
-    r = subprocess.run([cargo_bin("chartgen"), "app", "--chart", chart], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return chart
-
-
 def explain_scaled_object(rig, scaler, name: str, output: str) -> str:
     """`scaler explain --scaled-object` as an operator runs it against the rig's API server."""
     r = subprocess.run([str(rig.scaler_bin), "explain", "--prometheus-url", rig.vm.url, "--scaled-object",
@@ -411,7 +355,7 @@ def test_the_redis_decision_moves_the_redisfailover_2_4_2_and_brakes_on_a_full_s
     the live count)."""
     name = "loop"
     helm, _ = package
-    chart = chartgen_redis_chart(rig)
+    chart = redis_chart(rig.dir)
     values = {"replicas": 2, "autoscaling": {
         "enabled": True, "scalerAddress": scaler.address, "target": TARGET, "minReplicas": 2, "maxReplicas": 5,
         "maxReplicationLagBytes": 1 << 20, "behavior": FAST_BEHAVIOR}}
