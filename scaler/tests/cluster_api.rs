@@ -1,27 +1,18 @@
-//! The scaler's Kubernetes calls, against a scripted API server (tower-test, the pattern of
-//! kube-rs/controller-rs): the watch-fed index of Clusters and ResourceQuotas (two lists, then
+//! The scaler's Kubernetes calls, against the scripted API server every crate's tests use
+//! (`runtime::mock`, the pattern of kube-rs/controller-rs): the watch-fed index of Clusters and ResourceQuotas (two lists, then
 //! watch events; unreadable Clusters kept with their error; unsynced until both first lists) and the direct
 //! Cluster GET + ResourceQuota LIST of `explain` (found, not found, forbidden, timeout). The e2e suite runs
 //! the same code against a real kube-apiserver (tests/e2e/test_guards.py).
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
-use kube::client::Body;
 use prometheus_client::registry::Registry;
+use runtime::mock::{self, list, status};
 use scaler::metrics::Metrics;
 use scaler::topology::{ClusterIndex, Topology, TopologyError};
 use scaler_core::cluster::Snapshot;
 use scaler_core::quota::Milli;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tower_test::mock::{self, Handle};
-
-type ApiHandle = Handle<Request<Body>, Response<Body>>;
-
-fn client() -> (kube::Client, ApiHandle) {
-    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    (kube::Client::new(service, "default"), handle)
-}
 
 fn cluster(namespace: &str, name: &str, spec: Value) -> Value {
     json!({
@@ -32,21 +23,6 @@ fn cluster(namespace: &str, name: &str, spec: Value) -> Value {
     })
 }
 
-fn respond(status: StatusCode, body: Vec<u8>) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap()
-}
-
-async fn next(api: &mut ApiHandle) -> (Request<Body>, mock::SendResponse<Response<Body>>) {
-    tokio::time::timeout(Duration::from_secs(2), api.next_request())
-        .await
-        .expect("no request reached the API server")
-        .expect("the mock service closed")
-}
-
 fn quota(namespace: &str, name: &str, hard: Value, used: Value) -> Value {
     json!({
         "apiVersion": "v1", "kind": "ResourceQuota",
@@ -54,24 +30,6 @@ fn quota(namespace: &str, name: &str, hard: Value, used: Value) -> Value {
         "spec": {"hard": hard},
         "status": {"hard": hard, "used": used},
     })
-}
-
-fn list(kind: &str, items: Vec<Value>) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "apiVersion": "v1", "kind": kind,
-        "metadata": {"resourceVersion": "10"},
-        "items": items,
-    }))
-    .unwrap()
-}
-
-fn events(events: &[Value]) -> Vec<u8> {
-    let mut body = Vec::new();
-    for event in events {
-        body.extend(serde_json::to_vec(event).unwrap());
-        body.push(b'\n');
-    }
-    body
 }
 
 /// Polls until `check` holds for the index's answer (the watch tasks apply events concurrently).
@@ -93,7 +51,7 @@ async fn until(
 
 #[tokio::test]
 async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
-    let (client, mut api) = client();
+    let (client, mut api) = mock::client();
     let shutdown = CancellationToken::new();
     // Owns the watch tasks; dropping it at the end stops them.
     let mut app = runtime::app::App::with_shutdown("test", shutdown.clone());
@@ -105,15 +63,13 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
 
     // Two watches run at once: answer the four requests (two lists, two watches) in any order.
     for _ in 0..4 {
-        let (request, send) = next(&mut api).await;
-        let path = request.uri().path().to_owned();
-        let query = request.uri().query().unwrap_or("").to_owned();
-        let watching = query.contains("watch=true");
+        let (sent, held) = api.next().await;
+        let watching = sent.query.contains("watch=true");
         if watching {
-            assert!(query.contains("resourceVersion=10"), "{query}");
+            assert!(sent.query.contains("resourceVersion=10"), "{sent:?}");
         }
-        let body = match (path.as_str(), watching) {
-            ("/apis/postgresql.cnpg.io/v1/clusters", false) => list(
+        match (sent.path.as_str(), watching) {
+            ("/apis/postgresql.cnpg.io/v1/clusters", false) => held.answer(200, &list(
                 "ClusterList",
                 vec![
                     cluster(
@@ -126,8 +82,8 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
                     // Not a count: an error for this Cluster only, and it says why (not "not found").
                     cluster("tenant-c", "broken", json!({"instances": "three"})),
                 ],
-            ),
-            ("/api/v1/resourcequotas", false) => list(
+            )),
+            ("/api/v1/resourcequotas", false) => held.answer(200, &list(
                 "ResourceQuotaList",
                 vec![
                     quota(
@@ -143,7 +99,7 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
                         json!({"pods": "1"}),
                     ),
                 ],
-            ),
+            )),
             ("/apis/postgresql.cnpg.io/v1/clusters", true) => {
                 let mut modified = cluster(
                     "tenant-a",
@@ -152,16 +108,15 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
                 );
                 modified["status"] = json!({"instances": 5, "readyInstances": 3, "conditions": [
                     {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-30T19:00:00Z"}]});
-                events(&[
+                held.answer_events(&[
                     json!({"type": "MODIFIED", "object": modified}),
                     json!({"type": "DELETED", "object": cluster("tenant-b", "pg", json!({}))}),
-                ])
+                ]);
             }
-            ("/api/v1/resourcequotas", true) => events(&[json!({"type": "MODIFIED",
+            ("/api/v1/resourcequotas", true) => held.answer_events(&[json!({"type": "MODIFIED",
                 "object": quota("tenant-a", "compute", json!({"requests.cpu": "4"}), json!({"requests.cpu": "2500m"}))})]),
-            other => panic!("unexpected request {other:?}"),
-        };
-        send.send_response(respond(StatusCode::OK, body));
+            _ => panic!("unexpected request {sent:?}"),
+        }
     }
 
     until(&index, "the MODIFIED events", |got| {
@@ -200,7 +155,7 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
 
 #[tokio::test]
 async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() {
-    let (client, mut api) = client();
+    let (client, mut api) = mock::client();
     let timeout = Duration::from_millis(300);
     let topology = Topology::Direct { client, timeout };
     let metrics = Metrics::register(&mut Registry::default());
@@ -210,50 +165,31 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
     let server = async {
         for lookup in 0..4 {
             for _ in 0..2 {
-                let (request, send) = next(&mut api).await;
-                let path = request.uri().path().to_owned();
-                if path == "/api/v1/namespaces/tenant-a/resourcequotas" {
+                let (sent, held) = api.next().await;
+                if sent.path == "/api/v1/namespaces/tenant-a/resourcequotas" {
                     let quotas = vec![quota(
                         "tenant-a",
                         "q",
                         json!({"pods": "6"}),
                         json!({"pods": "4"}),
                     )];
-                    send.send_response(respond(StatusCode::OK, list("ResourceQuotaList", quotas)));
+                    held.answer(200, &list("ResourceQuotaList", quotas));
                     continue;
                 }
                 match lookup {
                     0 => {
                         assert_eq!(
-                            path,
+                            sent.path,
                             "/apis/postgresql.cnpg.io/v1/namespaces/tenant-a/clusters/pg"
                         );
-                        let body = cluster("tenant-a", "pg", json!({"instances": 4}));
-                        send.send_response(respond(
-                            StatusCode::OK,
-                            serde_json::to_vec(&body).unwrap(),
-                        ));
+                        held.answer(200, &cluster("tenant-a", "pg", json!({"instances": 4})));
                     }
-                    1 => {
-                        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                            "reason": "NotFound", "code": 404, "message": "not found"});
-                        send.send_response(respond(
-                            StatusCode::NOT_FOUND,
-                            serde_json::to_vec(&status).unwrap(),
-                        ));
-                    }
-                    2 => {
-                        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                            "reason": "Forbidden", "code": 403, "message": "clusters is forbidden"});
-                        send.send_response(respond(
-                            StatusCode::FORBIDDEN,
-                            serde_json::to_vec(&status).unwrap(),
-                        ));
-                    }
+                    1 => held.answer(404, &status(404, "NotFound")),
+                    2 => held.answer(403, &status(403, "Forbidden")),
                     // The fourth Cluster GET gets no answer at all.
                     _ => {
                         gave_up.notified().await;
-                        drop(send);
+                        drop(held);
                     }
                 }
             }
@@ -281,7 +217,7 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
     // Only a 404 is "not found": any other failure is the API's error, named.
     let forbidden = forbidden.unwrap_err();
     assert!(
-        matches!(&forbidden, TopologyError::Api { error, .. } if error.contains("forbidden")),
+        matches!(&forbidden, TopologyError::Api { error, .. } if error.contains("Forbidden")),
         "{forbidden:?}"
     );
     assert!(

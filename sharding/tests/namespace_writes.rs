@@ -1,22 +1,21 @@
-//! The webhook's Kubernetes calls, against a scripted API server (tower-test, the pattern of
-//! kube-rs/controller-rs): the resourceVersion-conditioned namespace label write, adoption of a
+//! The webhook's Kubernetes calls, against the scripted API server every crate's tests use
+//! (`runtime::mock`, the pattern of kube-rs/controller-rs): the resourceVersion-conditioned namespace label write, adoption of a
 //! concurrent writer's choice after a 409, the bounded number of attempts, and the API timeout.
 //! The real kube-apiserver runs the same paths in tests/webhook; this pins the exact requests.
 use std::time::Duration;
 
-use http::{Method, Request, Response, StatusCode};
-use kube::client::Body;
 use prometheus_client::registry::Registry;
+use runtime::mock::{self, ApiServer, Held, status};
 use serde_json::{Value, json};
 use sharding::index::{self, Index};
 use sharding::webhook::assign::{Policy, Resolver};
 use sharding::webhook::metrics::Metrics;
 use sharding::webhook::mutate::{Admit, Pending, Reason, admit};
 use sharding::webhook::review::AdmissionReview;
-use tower_test::mock::{self, Handle};
 
 const TENANT: &str = "tenant-foo";
 const API_TIMEOUT: Duration = Duration::from_millis(300);
+const NAMESPACE_PATH: &str = "/api/v1/namespaces/tenant-foo";
 
 fn pending(dry_run: bool) -> Pending {
     let body = json!({
@@ -46,9 +45,8 @@ fn pending(dry_run: bool) -> Pending {
 }
 
 /// A resolver over a synced, empty index with three shards, talking to the mock API server.
-fn resolver() -> (Resolver, Handle<Request<Body>, Response<Body>>) {
-    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+fn resolver() -> (Resolver, ApiServer) {
+    let (client, api) = mock::client();
     let index = Index::shared();
     {
         let mut index = index::write(&index);
@@ -62,7 +60,7 @@ fn resolver() -> (Resolver, Handle<Request<Body>, Response<Body>>) {
     };
     let metrics = Metrics::register(&mut Registry::default());
     let resolver = Resolver::new(index, kube::Api::all(client), policy, API_TIMEOUT, metrics);
-    (resolver, handle)
+    (resolver, api)
 }
 
 fn namespace(resource_version: &str, shard_label: Option<&str>) -> Value {
@@ -77,37 +75,10 @@ fn namespace(resource_version: &str, shard_label: Option<&str>) -> Value {
     ns
 }
 
-fn respond(status: StatusCode, body: &Value) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Body::from(serde_json::to_vec(body).unwrap()))
-        .unwrap()
-}
-
-fn conflict() -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
-           "code": 409, "message": "the object has been modified"})
-}
-
-/// Expects one request with `method` on the tenant namespace and returns its body as JSON.
-async fn expect(
-    handle: &mut Handle<Request<Body>, Response<Body>>,
-    method: Method,
-) -> (Value, mock::SendResponse<Response<Body>>) {
-    let (request, send) = tokio::time::timeout(Duration::from_secs(2), handle.next_request())
-        .await
-        .expect("the resolver sent no request")
-        .expect("the mock service closed");
-    assert_eq!(request.method(), method);
-    assert_eq!(request.uri().path(), format!("/api/v1/namespaces/{TENANT}"));
-    let bytes = request.into_body().collect_bytes().await.unwrap();
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap()
-    };
-    (body, send)
+/// Expects one request with `method` on the tenant namespace: what it sent, and its answer.
+async fn expect(api: &mut ApiServer, method: &str) -> (Value, Held) {
+    let (sent, held) = api.hold(method, NAMESPACE_PATH).await;
+    (sent.body, held)
 }
 
 #[tokio::test]
@@ -115,13 +86,13 @@ async fn places_an_unlabelled_tenant_with_a_conditional_write() {
     let (resolver, mut api) = resolver();
     let p = pending(false);
     let server = async {
-        let (_, send) = expect(&mut api, Method::GET).await;
-        send.send_response(respond(StatusCode::OK, &namespace("41", None)));
-        let (patch, send) = expect(&mut api, Method::PATCH).await;
+        let (_, send) = expect(&mut api, "GET").await;
+        send.answer(200, &namespace("41", None));
+        let (patch, send) = expect(&mut api, "PATCH").await;
         // The precondition: the write names the resourceVersion it read.
         assert_eq!(patch["metadata"]["resourceVersion"], "41");
         let label = patch["metadata"]["labels"]["internal.cozystack.io/flux-shard"].clone();
-        send.send_response(respond(StatusCode::OK, &namespace("42", label.as_str())));
+        send.answer(200, &namespace("42", label.as_str()));
         label
     };
     let (shard, label) = tokio::join!(resolver.shard_for(&p), server);
@@ -136,13 +107,13 @@ async fn a_conflict_adopts_the_concurrent_writers_choice() {
     let (resolver, mut api) = resolver();
     let p = pending(false);
     let server = async {
-        let (_, send) = expect(&mut api, Method::GET).await;
-        send.send_response(respond(StatusCode::OK, &namespace("7", None)));
-        let (_, send) = expect(&mut api, Method::PATCH).await;
-        send.send_response(respond(StatusCode::CONFLICT, &conflict()));
+        let (_, send) = expect(&mut api, "GET").await;
+        send.answer(200, &namespace("7", None));
+        let (_, send) = expect(&mut api, "PATCH").await;
+        send.answer(409, &status(409, "Conflict"));
         // Re-read: another replica labelled the namespace meanwhile.
-        let (_, send) = expect(&mut api, Method::GET).await;
-        send.send_response(respond(StatusCode::OK, &namespace("8", Some("shard2"))));
+        let (_, send) = expect(&mut api, "GET").await;
+        send.answer(200, &namespace("8", Some("shard2")));
     };
     let (shard, ()) = tokio::join!(resolver.shard_for(&p), server);
     assert_eq!(
@@ -158,17 +129,12 @@ async fn repeated_conflicts_give_up_after_a_bounded_number_of_writes() {
     let p = pending(false);
     let server = async {
         let mut writes = 0;
-        while let Ok(Some((request, send))) =
-            tokio::time::timeout(Duration::from_millis(500), api.next_request()).await
-        {
-            if request.method() == Method::PATCH {
+        while let Some((sent, held)) = api.next_within(Duration::from_millis(500)).await {
+            if sent.method == "PATCH" {
                 writes += 1;
-                send.send_response(respond(StatusCode::CONFLICT, &conflict()));
+                held.answer(409, &status(409, "Conflict"));
             } else {
-                send.send_response(respond(
-                    StatusCode::OK,
-                    &namespace(&writes.to_string(), None),
-                ));
+                held.answer(200, &namespace(&writes.to_string(), None));
             }
         }
         writes
@@ -188,7 +154,7 @@ async fn a_silent_api_server_times_out_within_the_api_timeout() {
     };
     let hold = async {
         // Accept the GET and never answer it (a generous hold: the machine may be loaded).
-        let (_, send) = expect(&mut api, Method::GET).await;
+        let (_, send) = expect(&mut api, "GET").await;
         tokio::time::sleep(API_TIMEOUT * 10).await;
         drop(send);
     };
@@ -205,11 +171,10 @@ async fn a_dry_run_reads_but_never_writes() {
     let (resolver, mut api) = resolver();
     let p = pending(true);
     let server = async {
-        let (_, send) = expect(&mut api, Method::GET).await;
-        send.send_response(respond(StatusCode::OK, &namespace("3", None)));
+        let (_, send) = expect(&mut api, "GET").await;
+        send.answer(200, &namespace("3", None));
         // No PATCH may follow.
-        let next = tokio::time::timeout(Duration::from_millis(300), api.next_request()).await;
-        assert!(next.is_err(), "a dry run wrote to the API");
+        api.silent_for(Duration::from_millis(300)).await;
     };
     let (shard, ()) = tokio::join!(resolver.shard_for(&p), server);
     assert!(shard.is_ok());
