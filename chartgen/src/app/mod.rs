@@ -1,6 +1,7 @@
 //! `chartgen app`: adds KEDA autoscaling to an app chart whose template renders its replica
 //! field from values, taking the target's name, namespace and quorum from its own template.
 
+mod chart;
 mod engine;
 mod pooler;
 mod replica;
@@ -15,8 +16,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::output::{Plan, ensure_inside, read, read_optional};
+use crate::output::Plan;
 use crate::render::Renderer;
+use chart::{Chart, Template};
 use engine::Engine;
 use replica::{Counted, ReplicaLine};
 use settings::Settings;
@@ -103,63 +105,76 @@ struct Ctx<'a> {
     convention: values::Convention,
 }
 
+/// What the author should know about a run, as data: the CLI prints it on stderr as
+/// `chartgen: <note>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// Printed whatever the run's outcome: a link the walk did not follow.
+    Warning(String),
+    /// About the files chartgen app writes: printed only when it wrote them.
+    Info(String),
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Note::Warning(text) => write!(f, "warning: {text}"),
+            Note::Info(text) => write!(f, "note: {text}"),
+        }
+    }
+}
+
 /// The files to write and what the author should know about them.
 pub struct Outcome {
     pub plan: Plan,
     pub spec: AppSpec,
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
 }
 
-/// Everything `chartgen app` would write into `chart`, given the flags of this run: the target
-/// discovered in the chart's templates, the files rendered for it, checked and planned.
-pub fn plan(chart: &Path, flags: Settings, r: &Renderer) -> anyhow::Result<Outcome> {
-    let found = discover(chart, flags)?;
-    let files = render(&found, r)?;
-    write(chart, found, files)
+/// Everything `chartgen app` would write into the chart at `dir`, given the flags of this run:
+/// the chart read once, the target discovered in its templates, the files rendered for it,
+/// checked and planned. `warnings` gets what the author should know even if the run fails.
+pub fn plan(
+    dir: &Path,
+    flags: Settings,
+    r: &Renderer,
+    warnings: &mut Vec<Note>,
+) -> anyhow::Result<Outcome> {
+    let chart = Chart::read(dir, warnings)?;
+    let found = discover(&chart, flags, warnings)?;
+    let files = render(&chart, &found, r)?;
+    write(&chart, found, files)
 }
 
-/// The chart's files chartgen app reads and writes.
-struct Paths {
-    values: PathBuf,
-    schema: PathBuf,
-    settings: PathBuf,
-    templates: PathBuf,
-}
-
-/// What the chart says: its settings, values and the target, with the replica lines rewritten.
+/// What the chart says about the target: the settings of this run and the target, with the
+/// replica lines rewritten.
 struct Discovered {
-    name: String,
-    paths: Paths,
     settings: Settings,
-    values_text: String,
-    values_root: serde_json::Map<String, serde_json::Value>,
     rewritten: Vec<Rewritten>,
     spec: AppSpec,
     max_sync: String,
     notes: Vec<String>,
 }
 
-/// Reads the settings and the chart, finds the target (its kind, count line, name, namespace,
-/// conditions and quorum) and rewrites its replica lines; writes nothing.
-fn discover(chart: &Path, flags: Settings) -> anyhow::Result<Discovered> {
-    let name = chart_name(chart)?;
-    let paths = Paths::of(chart)?;
+/// Finds the target (its kind, count line, name, namespace, conditions and quorum) and rewrites
+/// its replica lines, from the chart as read; writes nothing.
+fn discover(
+    chart: &Chart,
+    flags: Settings,
+    warnings: &mut Vec<Note>,
+) -> anyhow::Result<Discovered> {
     flags
         .check(settings::Origin::Flags)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let stored = Settings::parse(read_optional(&paths.settings)?.as_deref())
-        .map_err(|e| anyhow::anyhow!("'{}': {e}", paths.settings.display()))?;
-    let settings = flags.over(stored);
-    let values_text = read(&paths.values)?;
-    let values_root = values::parse(&values_text)?;
-    let count = count_lines(chart, &paths.templates, &name, &settings)?;
+    let settings = flags.over(chart.settings.clone());
+    let count = count_lines(chart, &settings, warnings)?;
     let mut notes = Vec::new();
-    let (mut spec, max_sync) = target_spec(&count, &settings, &values_root, &mut notes)?;
-    notes.extend(other_readers(chart, &paths.templates, &spec, &count.found)?);
+    let (mut spec, max_sync) = target_spec(&count, &settings, &chart.values, &mut notes)?;
+    notes.extend(other_readers(chart, &spec, &count.found));
     let mut rewritten = count.rewritten;
     // A Pooler serves a CNPG Cluster: the budget the scaler bounds it with is that Cluster's.
     if spec.engine == Engine::Cnpg {
-        let poolers = pooler::wire(chart, &paths.templates, &name, &spec.values_key, &rewritten)?;
+        let poolers = pooler::wire(chart, &spec.values_key, &rewritten)?;
         for (path, text) in poolers.rewritten {
             match rewritten.iter_mut().find(|(p, _)| *p == path) {
                 Some(entry) => entry.1 = text,
@@ -171,11 +186,7 @@ fn discover(chart: &Path, flags: Settings) -> anyhow::Result<Discovered> {
         notes.extend(poolers.notes);
     }
     Ok(Discovered {
-        name,
-        paths,
         settings,
-        values_text,
-        values_root,
         rewritten,
         spec,
         max_sync,
@@ -183,51 +194,35 @@ fn discover(chart: &Path, flags: Settings) -> anyhow::Result<Discovered> {
     })
 }
 
-impl Paths {
-    fn of(chart: &Path) -> anyhow::Result<Paths> {
-        let paths = Paths {
-            values: chart.join("values.yaml"),
-            schema: chart.join("values.schema.json"),
-            settings: chart.join(settings::FILE),
-            templates: chart.join("templates"),
-        };
-        for path in [&paths.values, &paths.schema, &paths.settings] {
-            ensure_inside(chart, path)?;
-        }
-        Ok(paths)
-    }
-}
-
 /// The target's kind and its count lines, found and rewritten.
-struct CountLines {
+struct CountLines<'a> {
     known: &'static engine::Known,
     field: String,
     kind: String,
     values_key: String,
-    found: Vec<Found>,
+    found: Vec<Found<'a>>,
     rewritten: Vec<Rewritten>,
 }
 
 /// Discovers the kind (or takes `--target-kind`), refuses a target chartgen cannot follow (none
 /// here, one per `range` entry), finds the values key of the count and rewrites its lines.
-fn count_lines(
-    chart: &Path,
-    templates: &Path,
-    name: &str,
+fn count_lines<'a>(
+    chart: &'a Chart,
     settings: &Settings,
-) -> anyhow::Result<CountLines> {
-    let (known, field, kind) = target_of(chart, templates, settings)?;
+    warnings: &mut Vec<Note>,
+) -> anyhow::Result<CountLines<'a>> {
+    let (known, field, kind) = target_of(chart, settings)?;
     let shape = Shape {
         field: &field,
         kind: &kind,
         parents: known.parents(),
     };
-    let docs = target_docs(chart, templates, &kind)?;
+    let docs = target_docs(chart.sources(), &kind);
     if docs.is_empty() {
-        return Err(elsewhere(chart, templates, &kind)?);
+        return Err(elsewhere(chart, &kind, warnings)?);
     }
     for d in &docs {
-        if let Err(Around::Range(over)) = target::conditions(&d.text, d.line) {
+        if let Err(Around::Range(over)) = target::conditions(d.text, d.line) {
             bail!(
                 "{}:{}: the {kind} is rendered inside `range {over}`, one per entry; chartgen generates one ScaledObject for one {kind} and cannot follow the entries: give each {kind} its own chart (or a subchart per entry) and run chartgen app on it, or render a single {kind} here",
                 d.path.display(),
@@ -237,15 +232,15 @@ fn count_lines(
     }
     let values_key = match settings.values_key.clone() {
         Some(key) => key,
-        None => count_key(chart, templates, &shape)?,
+        None => count_key(chart, &shape)?,
     };
     let rl = ReplicaLine {
         field: &field,
         key: &values_key,
-        chart: name,
+        chart: &chart.name,
         helpers: "autoscaling",
     };
-    let (found, rewritten) = rewrite_replica_lines(chart, templates, &rl, &shape)?;
+    let (found, rewritten) = rewrite_replica_lines(chart, &rl, &shape)?;
     Ok(CountLines {
         known,
         field,
@@ -259,18 +254,17 @@ fn count_lines(
 /// The target's engine, replica field and kind: from the flags, else discovered from the kinds
 /// the chart's templates render.
 fn target_of(
-    chart: &Path,
-    templates: &Path,
+    chart: &Chart,
     settings: &Settings,
 ) -> anyhow::Result<(&'static engine::Known, String, String)> {
     let known = engine::discover(
         settings.target_kind.as_deref(),
-        &rendered_kinds(chart, templates)?
+        &rendered_kinds(chart)
             .iter()
             .map(String::as_str)
             .collect::<Vec<_>>(),
     )
-    .map_err(|e| anyhow::anyhow!("under '{}': {e}", templates.display()))?;
+    .map_err(|e| anyhow::anyhow!("under '{}': {e}", chart.paths.templates.display()))?;
     let field = settings
         .replica_field
         .clone()
@@ -285,7 +279,12 @@ fn target_of(
 /// `--lift-literal-count KEY`: the edit that makes a literal count (`instances: 2`) read the new
 /// top-level values key KEY, whose default is that literal, so the chart renders byte for byte
 /// as before and chartgen app can then wire the key.
-pub fn lift_literal(chart: &Path, flags: Settings, key: &str) -> anyhow::Result<Plan> {
+pub fn lift_literal(
+    dir: &Path,
+    flags: Settings,
+    key: &str,
+    warnings: &mut Vec<Note>,
+) -> anyhow::Result<Plan> {
     if !(key.starts_with(|c: char| c.is_ascii_alphabetic())
         && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
     {
@@ -293,33 +292,26 @@ pub fn lift_literal(chart: &Path, flags: Settings, key: &str) -> anyhow::Result<
             "--lift-literal-count {key:?}: the new key must be a plain top-level values key (letters, digits, `_`), e.g. replicas"
         );
     }
-    let paths = Paths::of(chart)?;
-    let stored = Settings::parse(read_optional(&paths.settings)?.as_deref())
-        .map_err(|e| anyhow::anyhow!("'{}': {e}", paths.settings.display()))?;
-    let settings = flags.over(stored);
-    let values_text = read(&paths.values)?;
-    if values::has_path(&values::parse(&values_text)?, key) {
+    let chart = Chart::read(dir, warnings)?;
+    let settings = flags.over(chart.settings.clone());
+    if values::has_path(&chart.values, key) {
         bail!(
             "values.yaml already has `{key}`; --lift-literal-count needs a new key, so the literal becomes its default"
         );
     }
-    let (known, field, kind) = target_of(chart, &paths.templates, &settings)?;
+    let (known, field, kind) = target_of(&chart, &settings)?;
     let shape = Shape {
         field: &field,
         kind: &kind,
         parents: known.parents(),
     };
-    let mut plan = Plan::confined(chart);
+    let mut plan = Plan::confined(dir);
     let mut literal: Option<String> = None;
-    for path in template_files(chart, &paths.templates)? {
-        if own_files(&paths.templates).contains(&path) {
-            continue;
-        }
-        let text = read(&path)?;
+    for Template { path, text, .. } in chart.sources() {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let bare: Vec<&str> = text.lines().collect();
         let literals: std::collections::HashMap<usize, (String, (usize, usize))> = shape
-            .counts(&path, &text, &bare)?
+            .counts(path, text, &bare)?
             .into_iter()
             .filter_map(|(i, c)| match c {
                 target::Count::Literal { value, span } => Some((i, (value, span))),
@@ -364,34 +356,34 @@ pub fn lift_literal(chart: &Path, flags: Settings, key: &str) -> anyhow::Result<
             changed = true;
         }
         if changed {
-            plan.add(path, out);
+            plan.add_read(path, out, Some(text));
         }
     }
     let Some(value) = literal else {
         bail!(
             "no {kind} count line under '{}' is a literal (`{field}: 2`); --lift-literal-count rewrites only those: drop it",
-            paths.templates.display()
+            chart.paths.templates.display()
         );
     };
     let doc = format!("The {kind}'s {field} (chartgen app --lift-literal-count).");
-    let comment = match values::convention(&values_text) {
+    let comment = match values::convention(&chart.values_text) {
         values::Convention::HelmDocs => format!("# -- {doc}"),
         values::Convention::Bitnami => format!("## @param {key} {doc}"),
         values::Convention::Cozy => format!("## @param {{int}} {key} - {doc}"),
     };
-    let mut values_new = values_text;
+    let mut values_new = chart.values_text.clone();
     if !values_new.is_empty() && !values_new.ends_with('\n') {
         values_new.push('\n');
     }
     values_new.push_str(&format!("\n{comment}\n{key}: {value}\n"));
-    plan.add(&paths.values, values_new);
+    plan.add_read(&chart.paths.values, values_new, Some(&chart.values_text));
     Ok(plan)
 }
 
 /// What to wire, read from the target's document (the first count line's): the count
 /// expression, the conditions, the name and namespace, the quorum; and the quorum expression.
 fn target_spec(
-    c: &CountLines,
+    c: &CountLines<'_>,
     settings: &Settings,
     values_root: &serde_json::Map<String, serde_json::Value>,
     notes: &mut Vec<String>,
@@ -402,10 +394,10 @@ fn target_spec(
         .first()
         .expect("rewrite_replica_lines finds at least one");
     let lines: Vec<&str> = target.text.lines().collect();
-    let doc = target::doc_at(&target.text, &lines, target.line);
+    let doc = target::doc_at(target.text, &lines, target.line);
     let at = |line: usize| format!("{}:{}", target.path.display(), line + 1);
     let Some(target::Count::Values { expr: count, .. }) =
-        target::count_at(&target.text, &lines, target.line, field)
+        target::count_at(target.text, &lines, target.line, field)
     else {
         unreachable!("rewrite_replica_lines found a count line reading a values key here")
     };
@@ -420,7 +412,7 @@ fn target_spec(
     }
     let count = format!("(int {})", wrap(&target::nil_safe(&count)));
     let kind_line = doc.top_line("kind").unwrap_or(doc.first);
-    let conditions = target::conditions(&target.text, kind_line).map_err(|why| match why {
+    let conditions = target::conditions(target.text, kind_line).map_err(|why| match why {
         Around::Unknown(why) => anyhow::anyhow!(
             "{}: the {kind} renders under a condition chartgen cannot give the ScaledObject: {why}",
             at(kind_line)
@@ -494,7 +486,7 @@ fn redis_engine(doc: &Doc) -> Result<(), (usize, String)> {
 /// The target's name and namespace expressions, checked against the flags, and every other
 /// count line's document naming the same object.
 fn identity(
-    c: &CountLines,
+    c: &CountLines<'_>,
     doc: &Doc,
     at: &dyn Fn(usize) -> String,
     settings: &Settings,
@@ -515,7 +507,7 @@ fn identity(
     )?;
     for other in &c.found[1..] {
         let other_lines: Vec<&str> = other.text.lines().collect();
-        let other_doc = target::doc_at(&other.text, &other_lines, other.line);
+        let other_doc = target::doc_at(other.text, &other_lines, other.line);
         if other_doc.metadata("name").map(|(_, e)| e) != doc.metadata("name").map(|(_, e)| e) {
             bail!(
                 "{} and {}:{} both render `{}` from .Values.{} for differently named {}s; chartgen scales one target per chart",
@@ -545,19 +537,19 @@ struct Rendered {
 /// Renders the values block (merged into values.yaml), the schema property (merged into
 /// values.schema.json), the settings and the generated templates; reads only the chart's own
 /// existing files, writes nothing.
-fn render(d: &Discovered, r: &Renderer) -> anyhow::Result<Rendered> {
+fn render(chart: &Chart, d: &Discovered, r: &Renderer) -> anyhow::Result<Rendered> {
     let spec = &d.spec;
     let mut notes = Vec::new();
-    let convention = values::convention(&d.values_text);
+    let convention = values::convention(&chart.values_text);
     let ctx = Ctx {
-        chart: &d.name,
+        chart: &chart.name,
         spec,
         max_sync: d.max_sync.clone(),
-        v: values::merge(&d.values_root, spec.defaults(&spec.scaler_address))?,
+        v: values::merge(&chart.values, spec.defaults(&spec.scaler_address))?,
         convention,
     };
     let block = r.render("app/values-autoscaling.yaml", &ctx)?;
-    let (values_new, change) = values::merge_block(&d.values_text, values::KEY, &block);
+    let (values_new, change) = values::merge_block(&chart.values_text, values::KEY, &block);
     if !change.added.is_empty() {
         notes.push(format!(
             "added {} to the existing `autoscaling:` block{}",
@@ -580,11 +572,11 @@ fn render(d: &Discovered, r: &Renderer) -> anyhow::Result<Rendered> {
         ));
     }
 
-    let existing = read_optional(&d.paths.schema)?;
+    let existing = chart.schema.as_deref();
     if existing.is_none() {
         notes.push(format!(
             "created {} because the chart had none: it only describes `autoscaling`, so Helm validates nothing else",
-            d.paths.schema.display()
+            chart.paths.schema.display()
         ));
     }
     let property: serde_json::Value =
@@ -595,12 +587,12 @@ fn render(d: &Discovered, r: &Renderer) -> anyhow::Result<Rendered> {
     } else {
         schema::Existing::Replace
     };
-    let schema_new = schema::merge(existing.as_deref(), &property, policy)?;
+    let schema_new = schema::merge(existing, &property, policy)?;
 
     let mut generated = Vec::new();
     for (tmpl, file) in spec.generated() {
-        let path = d.paths.templates.join(file);
-        if let Some(text) = read_optional(&path)?
+        let path = chart.paths.templates.join(file);
+        if let Some(text) = chart.current(&path)
             && !text.starts_with(MARKER)
         {
             bail!(
@@ -619,43 +611,48 @@ fn render(d: &Discovered, r: &Renderer) -> anyhow::Result<Rendered> {
     })
 }
 
-/// Checks every rendered file by loading it back and plans the writes; a file that would not
-/// load stops the run before anything is written.
-fn write(chart: &Path, d: Discovered, files: Rendered) -> anyhow::Result<Outcome> {
-    let mut plan = Plan::confined(chart);
-    for (path, text) in d.rewritten {
-        plan.add(path, text);
-    }
+/// Checks every rendered file by loading it back and plans the writes, each with what the
+/// chart holds now (so `--check` and the write compare without reading it again); a file that
+/// would not load stops the run before anything is written.
+fn write(chart: &Chart, d: Discovered, files: Rendered) -> anyhow::Result<Outcome> {
+    let paths = &chart.paths;
     let spec = d.spec;
-    reparse(&d.paths.values, || {
+    reparse(&paths.values, || {
         let root = values::parse(&files.values)?;
         values::merge(&root, spec.defaults(""))?;
-        if values::has_path(&d.values_root, &spec.values_key)
+        if values::has_path(&chart.values, &spec.values_key)
             && !values::has_path(&root, &spec.values_key)
         {
             bail!("`{}` is lost", spec.values_key);
         }
         Ok(())
     })?;
-    plan.add(&d.paths.values, files.values);
-    reparse(&d.paths.schema, || {
+    reparse(&paths.schema, || {
         serde_json::from_str::<serde_json::Value>(&files.schema)?;
         Ok(())
     })?;
-    plan.add(&d.paths.schema, files.schema);
-    reparse(&d.paths.settings, || {
+    reparse(&paths.settings, || {
         if Settings::parse(Some(&files.settings)).map_err(|e| anyhow::anyhow!(e))? != d.settings {
             bail!("the settings read back differ");
         }
         Ok(())
     })?;
-    plan.add(&d.paths.settings, files.settings);
-    for (path, text) in files.generated {
-        plan.add(path, text);
+    let mut plan = Plan::confined(&chart.dir);
+    let owned = [
+        (paths.values.clone(), files.values),
+        (paths.schema.clone(), files.schema),
+        (paths.settings.clone(), files.settings),
+    ];
+    for (path, text) in d.rewritten.into_iter().chain(owned).chain(files.generated) {
+        let current = chart.current(&path);
+        plan.add_read(path, text, current);
     }
-    let mut notes = d.notes;
-    notes.extend(files.notes);
-    Ok(Outcome { plan, spec, notes })
+    let notes = d.notes.into_iter().chain(files.notes).map(Note::Info);
+    Ok(Outcome {
+        plan,
+        spec,
+        notes: notes.collect(),
+    })
 }
 
 /// Checks a file chartgen is about to write by parsing it back, so a chart is never left with a
@@ -839,12 +836,11 @@ impl Shape<'_> {
 
 /// The values path the target's replica field renders from, read from its count lines (see
 /// `target::count_at`); when none reads one, the refusal says line by line why and what to do.
-fn count_key(chart: &Path, templates: &Path, shape: &Shape) -> anyhow::Result<String> {
+fn count_key(chart: &Chart, shape: &Shape) -> anyhow::Result<String> {
     let mut keys: Vec<String> = Vec::new();
-    for path in template_files(chart, templates)? {
-        let text = read(&path)?;
+    for Template { path, text, .. } in &chart.templates {
         let lines: Vec<&str> = text.lines().collect();
-        for (_, count) in shape.counts(&path, &text, &lines)? {
+        for (_, count) in shape.counts(path, text, &lines)? {
             if let target::Count::Values { key, .. } = count
                 && !keys.contains(&key)
             {
@@ -853,7 +849,7 @@ fn count_key(chart: &Path, templates: &Path, shape: &Shape) -> anyhow::Result<St
         }
     }
     match keys.as_slice() {
-        [] => Err(no_count_line(chart, templates, shape, None)?),
+        [] => Err(no_count_line(chart, shape, None)?),
         [one] => Ok(one.clone()),
         many => bail!(
             "the {} templates render `{}` from several values ({}); pass --values-key with the one to scale",
@@ -875,8 +871,7 @@ fn yaml_key(path: &str, value: &str) -> String {
 /// The refusal for a target none of whose count lines chartgen can rewrite (reading `want`, or
 /// any one values key): each `field` line of the target with why and the fix.
 fn no_count_line(
-    chart: &Path,
-    templates: &Path,
+    chart: &Chart,
     shape: &Shape,
     want: Option<&str>,
 ) -> anyhow::Result<anyhow::Error> {
@@ -889,13 +884,12 @@ fn no_count_line(
         .collect::<Vec<_>>()
         .join(".");
     let mut why = Vec::new();
-    for file in template_files(chart, templates)? {
-        if own_files(templates).contains(&file) {
-            continue;
-        }
-        let text = read(&file)?;
+    for Template {
+        path: file, text, ..
+    } in chart.sources()
+    {
         let lines: Vec<&str> = text.lines().collect();
-        for (i, count) in shape.counts(&file, &text, &lines)? {
+        for (i, count) in shape.counts(file, text, &lines)? {
             let at = format!("{}:{}: `{}`", file.display(), i + 1, lines[i].trim());
             why.push(match count {
                 target::Count::Values { key, .. } => format!(
@@ -916,9 +910,9 @@ fn no_count_line(
         let mut parent = vec!["spec"];
         parent.extend(shape.parents);
         let mut at = Vec::new();
-        for d in target_docs(chart, templates, shape.kind)? {
+        for d in target_docs(chart.sources(), shape.kind) {
             let lines: Vec<&str> = d.text.lines().collect();
-            let doc = target::doc_at(&d.text, &lines, d.line);
+            let doc = target::doc_at(d.text, &lines, d.line);
             let found = (1..=parent.len())
                 .rev()
                 .find_map(|n| doc.line_of(&parent[..n]))
@@ -954,14 +948,10 @@ fn own_files(templates: &Path) -> Vec<PathBuf> {
 }
 
 /// The kinds of the chart's own templates' top-level `kind:` lines (chartgen's files left out).
-fn rendered_kinds(chart: &Path, templates: &Path) -> anyhow::Result<Vec<String>> {
-    let own = own_files(templates);
+fn rendered_kinds(chart: &Chart) -> Vec<String> {
     let mut kinds = Vec::new();
-    for path in template_files(chart, templates)? {
-        if own.contains(&path) {
-            continue;
-        }
-        for line in read(&path)?.lines() {
+    for t in chart.sources() {
+        for line in t.text.lines() {
             if let Some(kind) = kind_of(line)
                 && !kinds.iter().any(|k| k == kind)
             {
@@ -969,7 +959,7 @@ fn rendered_kinds(chart: &Path, templates: &Path) -> anyhow::Result<Vec<String>>
             }
         }
     }
-    Ok(kinds)
+    kinds
 }
 
 /// The value of a top-level `kind:` line, unquoted and without a comment.
@@ -985,69 +975,57 @@ fn kind_of(line: &str) -> Option<&str> {
 }
 
 /// A `kind:` line of the target's kind in a template: its path, text and the 0-based line.
-struct TargetDoc {
-    path: PathBuf,
-    text: String,
+struct TargetDoc<'a> {
+    path: &'a Path,
+    text: &'a str,
     line: usize,
 }
 
-/// Every document of `kind` under `templates` (chartgen's own files left out).
-fn target_docs(chart: &Path, templates: &Path, kind: &str) -> anyhow::Result<Vec<TargetDoc>> {
-    let generated = own_files(templates);
+/// Every document of `kind` in `templates`.
+fn target_docs<'a>(
+    templates: impl Iterator<Item = &'a Template>,
+    kind: &str,
+) -> Vec<TargetDoc<'a>> {
     let mut out = Vec::new();
-    for path in template_files(chart, templates)? {
-        if generated.contains(&path) {
-            continue;
-        }
-        let text = read(&path)?;
-        let lines: Vec<usize> = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| kind_of(l) == Some(kind))
-            .map(|(i, _)| i)
-            .collect();
-        for line in lines {
-            out.push(TargetDoc {
-                path: path.clone(),
-                text: text.clone(),
-                line,
-            });
+    for t in templates {
+        for (line, l) in t.text.lines().enumerate() {
+            if kind_of(l) == Some(kind) {
+                out.push(TargetDoc {
+                    path: &t.path,
+                    text: &t.text,
+                    line,
+                });
+            }
         }
     }
-    Ok(out)
+    out
 }
 
 /// The refusal for a chart whose own templates render no `kind`: which dependency does (a local
-/// subchart) or may (a packaged one), and what to do.
-fn elsewhere(chart: &Path, templates: &Path, kind: &str) -> anyhow::Result<anyhow::Error> {
-    let deps = chart.join("charts");
-    let mut entries: Vec<PathBuf> = match std::fs::read_dir(&deps) {
-        Ok(e) => e.filter_map(|e| e.ok().map(|e| e.path())).collect(),
-        Err(_) => Vec::new(),
-    };
-    entries.sort();
+/// subchart) or may (a packaged one), and what to do. Reads the local dependencies' templates
+/// (the chart model holds only the chart's own), reporting links it skips in `warnings`.
+fn elsewhere(chart: &Chart, kind: &str, warnings: &mut Vec<Note>) -> anyhow::Result<anyhow::Error> {
+    let templates = &chart.paths.templates;
     let mut packaged = Vec::new();
-    for dep in entries {
-        let name = dep
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        if dep.join("Chart.yaml").is_file() && dep.join("templates").is_dir() {
-            if let Some(d) = target_docs(chart, &dep.join("templates"), kind)?.first() {
-                let sub = chart_name(&dep).unwrap_or(name);
-                return Ok(anyhow::anyhow!(
-                    "no template under '{}' renders a {kind}: the dependency `{sub}` does ({}:{}). chartgen adds the ScaledObject to the chart that renders the {kind}, so both render under the same conditions: run `chartgen app --chart {}` (on that chart's own source if it is vendored here), then turn it on from this chart with `{sub}.autoscaling.enabled: true` in values.yaml (under the dependency's alias, if it has one)",
-                    templates.display(),
-                    d.path.display(),
-                    d.line + 1,
-                    dep.display()
-                ));
+    for dep in chart::dependencies(&chart.dir) {
+        match dep {
+            chart::Dependency::Chart { dir, name } => {
+                let files = chart::dependency_templates(&chart.dir, &dir, warnings)?;
+                if let Some(d) = target_docs(files.iter(), kind).first() {
+                    let sub = chart::dependency_name(&dir).unwrap_or(name);
+                    return Ok(anyhow::anyhow!(
+                        "no template under '{}' renders a {kind}: the dependency `{sub}` does ({}:{}). chartgen adds the ScaledObject to the chart that renders the {kind}, so both render under the same conditions: run `chartgen app --chart {}` (on that chart's own source if it is vendored here), then turn it on from this chart with `{sub}.autoscaling.enabled: true` in values.yaml (under the dependency's alias, if it has one)",
+                        templates.display(),
+                        d.path.display(),
+                        d.line + 1,
+                        dir.display()
+                    ));
+                }
             }
-        } else if name.ends_with(".tgz") || name.ends_with(".tar.gz") {
-            packaged.push(name);
+            chart::Dependency::Packaged(name) => packaged.push(name),
         }
     }
+    let deps = chart.dir.join("charts");
     Ok(if packaged.is_empty() {
         anyhow::anyhow!(
             "no template under '{}' renders a {kind} (no `kind: {kind}` line); run chartgen app on the chart that renders the {kind}, or pass --target-kind with the kind whose replica field this chart renders from values",
@@ -1064,9 +1042,9 @@ fn elsewhere(chart: &Path, templates: &Path, kind: &str) -> anyhow::Result<anyho
 }
 
 /// A template that renders the replica field: its path, text and the 0-based line.
-struct Found {
-    path: PathBuf,
-    text: String,
+struct Found<'a> {
+    path: &'a Path,
+    text: &'a str,
     line: usize,
 }
 
@@ -1074,24 +1052,18 @@ struct Found {
 type Rewritten = (PathBuf, String);
 
 /// Rewrites every count line of the target (`shape`): where each was found, and the new texts.
-fn rewrite_replica_lines(
-    chart: &Path,
-    templates: &Path,
+fn rewrite_replica_lines<'a>(
+    chart: &'a Chart,
     rl: &ReplicaLine,
     shape: &Shape,
-) -> anyhow::Result<(Vec<Found>, Vec<Rewritten>)> {
-    let generated = own_files(templates);
+) -> anyhow::Result<(Vec<Found<'a>>, Vec<Rewritten>)> {
     let mut found = Vec::new();
     let mut rewritten = Vec::new();
-    for path in template_files(chart, templates)? {
-        if generated.contains(&path) {
-            continue;
-        }
-        let text = read(&path)?;
+    for Template { path, text, .. } in chart.sources() {
         let lines: Vec<&str> = text.lines().collect();
         // Only lines in a `kind` manifest: another reader (a Pooler's instances) is a note.
         let spans: std::collections::HashMap<usize, (usize, usize)> = shape
-            .counts(&path, &text, &lines)?
+            .counts(path, text, &lines)?
             .into_iter()
             .filter_map(|(i, c)| match c {
                 target::Count::Values { key, span, .. } if key == rl.key => Some((i, span)),
@@ -1105,42 +1077,28 @@ fn rewrite_replica_lines(
             })
         };
         let rw = rl
-            .rewrite(&text, &count_at)
+            .rewrite(text, &count_at)
             .with_context(|| format!("in '{}'", path.display()))?;
         if rw.found == 0 {
             continue;
         }
         for &line in &rw.lines {
-            found.push(Found {
-                path: path.clone(),
-                text: text.clone(),
-                line,
-            });
+            found.push(Found { path, text, line });
         }
-        rewritten.push((path, rw.text));
+        rewritten.push((path.clone(), rw.text));
     }
     if found.is_empty() {
-        return Err(no_count_line(chart, templates, shape, Some(rl.key))?);
+        return Err(no_count_line(chart, shape, Some(rl.key))?);
     }
     Ok((found, rewritten))
 }
 
 /// Every other template line that reads the count value: it stays static while KEDA moves the
 /// target, which the author should know about.
-fn other_readers(
-    chart: &Path,
-    templates: &Path,
-    spec: &AppSpec,
-    found: &[Found],
-) -> anyhow::Result<Vec<String>> {
-    let generated = own_files(templates);
+fn other_readers(chart: &Chart, spec: &AppSpec, found: &[Found]) -> Vec<String> {
     let needle = format!(".Values.{}", spec.values_key);
     let mut out = Vec::new();
-    for path in template_files(chart, templates)? {
-        if generated.contains(&path) {
-            continue;
-        }
-        let text = read(&path)?;
+    for Template { path, text, .. } in chart.sources() {
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
             let reads = line.match_indices(&needle).any(|(at, _)| {
@@ -1151,7 +1109,7 @@ fn other_readers(
             if !reads || is_replica_line || line.contains(".autoscaling.") {
                 continue;
             }
-            let kind = reader(chart, templates, &text, &lines, i)?;
+            let kind = reader(chart, text, &lines, i);
             out.push(format!(
                 "{}:{} ({kind}) also reads .Values.{}: `{}`; it stays at that value while KEDA moves the {}",
                 path.display(),
@@ -1162,46 +1120,42 @@ fn other_readers(
             ));
         }
     }
-    Ok(out)
+    out
 }
 
 /// What renders 0-based line `i` of a template: its document's kind; for a line in a helper,
 /// the helper and the kinds and files of the documents that include it.
-fn reader(
-    chart: &Path,
-    templates: &Path,
-    text: &str,
-    lines: &[&str],
-    i: usize,
-) -> anyhow::Result<String> {
+fn reader(chart: &Chart, text: &str, lines: &[&str], i: usize) -> String {
     if let Some(kind) = target::doc_at(text, lines, i).top("kind") {
-        return Ok(kind.trim_matches(['"', '\'']).to_owned());
+        return kind.trim_matches(['"', '\'']).to_owned();
     }
     let Some(helper) = target::define_at(text, i) else {
-        return Ok("a document with no `kind:` line".into());
+        return "a document with no `kind:` line".into();
     };
     let calls = [
         format!("include \"{helper}\""),
         format!("template \"{helper}\""),
     ];
     let mut users = Vec::new();
-    for path in template_files(chart, templates)? {
-        let other = read(&path)?;
+    for Template {
+        path, text: other, ..
+    } in &chart.templates
+    {
         let other_lines: Vec<&str> = other.lines().collect();
         for (j, line) in other_lines.iter().enumerate() {
             if calls.iter().any(|c| line.contains(c.as_str())) {
-                let kind = target::doc_at(&other, &other_lines, j)
+                let kind = target::doc_at(other, &other_lines, j)
                     .top("kind")
                     .map_or_else(|| "a helper".to_owned(), str::to_owned);
                 users.push(format!("{kind} at {}:{}", path.display(), j + 1));
             }
         }
     }
-    Ok(if users.is_empty() {
+    if users.is_empty() {
         format!("helper `{helper}`, which no template includes")
     } else {
         format!("helper `{helper}`, rendered into {}", users.join(", "))
-    })
+    }
 }
 
 /// What to do after `chartgen app` wrote the chart.
@@ -1243,79 +1197,6 @@ pub fn next_steps(chart: &Path, spec: &AppSpec) -> String {
          \x20    `chartgen app --chart {c} --check` (no flags: the settings are in {c}/{}) keeps CI honest.",
         settings::FILE
     )
-}
-
-/// Template files under `dir`, sorted. Symlinks are followed only while they stay inside
-/// `chart`; one that leaves it (or leads nowhere) is reported and skipped (chartgen never reads or
-/// writes outside the chart).
-fn template_files(chart: &Path, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let root = chart
-        .canonicalize()
-        .with_context(|| format!("cannot resolve '{}'", chart.display()))?;
-    let leaves = |link: &Path| {
-        let inside = link.canonicalize().is_ok_and(|t| t.starts_with(&root));
-        if !inside {
-            eprintln!(
-                "chartgen: warning: not following '{}': the link leads out of the chart",
-                link.display()
-            );
-        }
-        !inside
-    };
-    let walk = walkdir::WalkDir::new(dir)
-        .follow_links(true)
-        .into_iter()
-        .filter_entry(|e| e.depth() == 0 || !e.path_is_symlink() || !leaves(e.path()));
-    let mut out = Vec::new();
-    for entry in walk {
-        let entry = match entry {
-            Ok(entry) => entry,
-            // A dangling link: following it failed.
-            Err(e) if e.path().is_some_and(|p| p.is_symlink() && leaves(p)) => continue,
-            Err(e) => {
-                let listing = format!("cannot list '{}'; is this a Helm chart?", dir.display());
-                return Err(e).context(listing);
-            }
-        };
-        let template = |e: &std::ffi::OsStr| e == "yaml" || e == "yml" || e == "tpl";
-        if entry.file_type().is_file() && entry.path().extension().is_some_and(template) {
-            out.push(entry.into_path());
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-#[derive(serde::Deserialize)]
-struct ChartMeta {
-    name: String,
-}
-
-fn chart_name(chart: &Path) -> anyhow::Result<String> {
-    let path = chart.join("Chart.yaml");
-    let text = read(&path)?;
-    if let Some(line) = values::deeper_than(&text, values::MAX_DEPTH) {
-        bail!(
-            "'{}' nests deeper than {} levels (line {line}); chartgen refuses it to stay fast",
-            path.display(),
-            values::MAX_DEPTH
-        );
-    }
-    let meta: ChartMeta = serde_norway::from_str(&text)
-        .with_context(|| format!("'{}' has no valid `name`", path.display()))?;
-    if meta.name.is_empty()
-        || !meta
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        bail!(
-            "'{}': chart name {:?} cannot prefix template helpers",
-            path.display(),
-            meta.name
-        );
-    }
-    Ok(meta.name)
 }
 
 #[cfg(test)]
