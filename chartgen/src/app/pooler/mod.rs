@@ -14,9 +14,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::chart::{Chart, Template};
+use super::discover::Rewritten;
 use super::replica::{Counted, ReplicaLine};
-use super::target::{self, Count, Doc, Expr};
-use super::{Rewritten, kind_of, wrap};
+use super::target::{self, Count, Doc, Expr, kind_of, wrap};
 
 pub const API_VERSION: &str = "postgresql.cnpg.io/v1";
 pub const KIND: &str = "Pooler";
