@@ -363,6 +363,19 @@ mod tests {
     }
 
     #[test]
+    fn drift_trusts_the_content_its_caller_read() {
+        let dir = scratch("known");
+        fs::write(dir.join("read.yaml"), "changed since\n").unwrap();
+        fs::write(dir.join("unread.yaml"), "old\n").unwrap();
+        let mut plan = Plan::confined(&dir);
+        plan.add_read(dir.join("read.yaml"), "same\n".into(), Some("same\n"));
+        plan.add_read(dir.join("new.yaml"), "new\n".into(), None);
+        plan.add(dir.join("unread.yaml"), "old\n".into());
+        assert_eq!(plan.drift().unwrap(), [dir.join("new.yaml")]);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
     fn writes_keep_the_file_mode_and_refuse_links_and_outside_paths() {
         let dir = scratch("confine");
         let outside = scratch("confine-outside");

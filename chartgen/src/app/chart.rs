@@ -293,3 +293,71 @@ fn chart_name(chart: &Path) -> anyhow::Result<String> {
     }
     Ok(meta.name)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("chartgen-chart-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("chart/templates")).unwrap();
+        fs::create_dir_all(dir.join("outside")).unwrap();
+        fs::write(dir.join("chart/Chart.yaml"), "name: t\n").unwrap();
+        fs::write(dir.join("chart/values.yaml"), "replicas: 2\n").unwrap();
+        fs::write(dir.join("outside/x.yaml"), "kind: Secret\n").unwrap();
+        std::os::unix::fs::symlink(dir.join("outside"), dir.join("chart/templates/out")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_chart_is_read_once_with_its_own_files_marked_and_links_out_reported() {
+        let dir = scratch("read");
+        let chart_dir = dir.join("chart");
+        let templates = chart_dir.join("templates");
+        fs::write(templates.join("db.yaml"), "kind: Cluster\n").unwrap();
+        fs::write(templates.join("scaledobject.yaml"), "{{/* Generated */}}\n").unwrap();
+        let mut warnings = Vec::new();
+        let chart = Chart::read(&chart_dir, &mut warnings).unwrap();
+        let link = templates.join("out");
+        assert_eq!(
+            warnings,
+            [Note::Warning(format!(
+                "not following '{}': the link leads out of the chart",
+                link.display()
+            ))]
+        );
+        let listed: Vec<(&Path, bool)> = chart
+            .templates
+            .iter()
+            .map(|t| (t.path.as_path(), t.own))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                (templates.join("db.yaml").as_path(), false),
+                (templates.join("scaledobject.yaml").as_path(), true)
+            ]
+        );
+        assert_eq!(chart.sources().count(), 1);
+        assert_eq!(chart.current(&chart.paths.values), Some("replicas: 2\n"));
+        assert_eq!(chart.current(&templates.join("_autoscaling.tpl")), None);
+        assert_eq!(chart.schema, None);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn warnings_survive_a_read_that_fails() {
+        let dir = scratch("fails");
+        let chart_dir = dir.join("chart");
+        fs::write(chart_dir.join("templates/bad.yaml"), [0xff, 0xfe]).unwrap();
+        let mut warnings = Vec::new();
+        let err = Chart::read(&chart_dir, &mut warnings).err().unwrap();
+        assert!(err.to_string().contains("is not UTF-8 text"), "{err}");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        fs::remove_dir_all(dir).unwrap();
+    }
+}
