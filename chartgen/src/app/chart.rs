@@ -45,7 +45,8 @@ pub struct Chart {
     /// Every template file the walk lists, sorted by path.
     pub templates: Vec<Template>,
     /// chartgen's own files under `templates/` as they are (None: absent), read by path whether
-    /// or not the walk lists them: one that is a link out of the chart is still refused on write.
+    /// or not the walk lists them: whatever sits there (a link out of the chart, a FIFO) must be
+    /// chartgen's own, or be refused, before a write replaces it.
     own: OwnFiles,
 }
 
