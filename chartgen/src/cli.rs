@@ -1,6 +1,6 @@
 //! Command line: `chartgen app`, `chartgen shards`, `chartgen package`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::str::FromStr;
 
@@ -204,38 +204,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let Self { templates, command } = self;
         match command {
-            Command::App(a) => {
-                if let Some(key) = &a.lift_literal_count {
-                    for path in app::lift_literal(&a.chart, a.settings(), key)?.apply()? {
-                        eprintln!("chartgen: wrote {}", path.display());
-                    }
-                }
-                let out = app::plan(
-                    &a.chart,
-                    a.settings(),
-                    &Renderer::new(templates.as_deref())?,
-                )?;
-                if a.verify {
-                    let target = app::verify::Target {
-                        chart: &a.chart,
-                        values: &a.values,
-                        release: &a.release[0],
-                        namespace: &a.release[1],
-                        timeout: std::time::Duration::from_secs(a.helm_timeout),
-                        max_memory: a.helm_max_memory << 20,
-                    };
-                    return app::verify::run(&target, &out, &a.helms, &a.crds);
-                }
-                let wrote = !a.check && !out.plan.drift()?.is_empty();
-                let code = finish(&out.plan, a.check)?;
-                if wrote {
-                    for note in &out.notes {
-                        eprintln!("chartgen: note: {note}");
-                    }
-                    eprintln!("chartgen: {}", app::next_steps(&a.chart, &out.spec));
-                }
-                Ok(code)
-            }
+            Command::App(a) => a.run(templates.as_deref()),
             Command::Package(p) => {
                 let plan = package::plan(&p.out, &p.flux_deployment)?;
                 finish(&plan, p.check)
@@ -243,6 +212,50 @@ impl Cli {
             Command::Shards(s) => s.run(),
         }
     }
+}
+
+impl AppArgs {
+    fn run(&self, templates: Option<&Path>) -> anyhow::Result<ExitCode> {
+        if let Some(key) = &self.lift_literal_count {
+            let lift = warned(|w| app::lift_literal(&self.chart, self.settings(), key, w))?;
+            for path in lift.apply()? {
+                eprintln!("chartgen: wrote {}", path.display());
+            }
+        }
+        let r = Renderer::new(templates)?;
+        let out = warned(|w| app::plan(&self.chart, self.settings(), &r, w))?;
+        if self.verify {
+            let target = app::verify::Target {
+                chart: &self.chart,
+                values: &self.values,
+                release: &self.release[0],
+                namespace: &self.release[1],
+                timeout: std::time::Duration::from_secs(self.helm_timeout),
+                max_memory: self.helm_max_memory << 20,
+            };
+            return app::verify::run(&target, &out, &self.helms, &self.crds);
+        }
+        let wrote = !self.check && !out.plan.drift()?.is_empty();
+        let code = finish(&out.plan, self.check)?;
+        if wrote {
+            for note in &out.notes {
+                eprintln!("chartgen: {note}");
+            }
+            eprintln!("chartgen: {}", app::next_steps(&self.chart, &out.spec));
+        }
+        Ok(code)
+    }
+}
+
+/// Runs `step`, then prints the warnings it gathered, whether it succeeded or not (a warning
+/// often explains the error that follows).
+fn warned<T>(step: impl FnOnce(&mut Vec<app::Note>) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let mut warnings = Vec::new();
+    let result = step(&mut warnings);
+    for warning in &warnings {
+        eprintln!("chartgen: {warning}");
+    }
+    result
 }
 
 impl ShardsArgs {

@@ -15,6 +15,9 @@ use tempfile::NamedTempFile;
 #[derive(Default)]
 pub struct Plan {
     files: BTreeMap<PathBuf, String>,
+    /// Files whose content the caller read this run (true: already as planned), so drift does not
+    /// read them again.
+    known: BTreeMap<PathBuf, bool>,
     /// When set, every path written or removed must lie under it, reached without symlinks.
     root: Option<PathBuf>,
 }
@@ -29,14 +32,29 @@ impl Plan {
     }
 
     pub fn add(&mut self, path: impl Into<PathBuf>, content: String) {
-        self.files.insert(path.into(), content);
+        let path = path.into();
+        self.known.remove(&path);
+        self.files.insert(path, content);
+    }
+
+    /// Adds `content` for `path`, whose content the caller has already read (`current`, None when
+    /// it does not exist): drift compares with that instead of reading the file again.
+    pub fn add_read(&mut self, path: impl Into<PathBuf>, content: String, current: Option<&str>) {
+        let path = path.into();
+        self.known
+            .insert(path.clone(), current == Some(content.as_str()));
+        self.files.insert(path, content);
     }
 
     /// Files that differ from the plan: changed or missing.
     pub fn drift(&self) -> anyhow::Result<Vec<PathBuf>> {
         let mut out = Vec::new();
         for (path, want) in &self.files {
-            if read_optional(path)?.as_ref() != Some(want) {
+            let same = match self.known.get(path) {
+                Some(&same) => same,
+                None => read_optional(path)?.as_ref() == Some(want),
+            };
+            if !same {
                 out.push(path.clone());
             }
         }
@@ -341,6 +359,19 @@ mod tests {
             "a directory created for staging is removed"
         );
         assert_eq!(listing(&dir), before, "no temporaries left");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn drift_trusts_the_content_its_caller_read() {
+        let dir = scratch("known");
+        fs::write(dir.join("read.yaml"), "changed since\n").unwrap();
+        fs::write(dir.join("unread.yaml"), "old\n").unwrap();
+        let mut plan = Plan::confined(&dir);
+        plan.add_read(dir.join("read.yaml"), "same\n".into(), Some("same\n"));
+        plan.add_read(dir.join("new.yaml"), "new\n".into(), None);
+        plan.add(dir.join("unread.yaml"), "old\n".into());
+        assert_eq!(plan.drift().unwrap(), [dir.join("new.yaml")]);
         fs::remove_dir_all(dir).unwrap();
     }
 

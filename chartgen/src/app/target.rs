@@ -780,6 +780,28 @@ pub fn chain(root: &str, path: &str) -> String {
     format!("({e})")
 }
 
+/// Parenthesised unless it is a single term, so it can be followed by `| quote` or an argument.
+pub fn wrap(expr: &str) -> String {
+    let e = expr.trim();
+    if e.contains(char::is_whitespace) && !(e.starts_with('(') && e.ends_with(')')) {
+        format!("({e})")
+    } else {
+        e.to_owned()
+    }
+}
+
+/// The value of a top-level `kind:` line, unquoted and without a comment.
+pub fn kind_of(line: &str) -> Option<&str> {
+    let v = line.strip_prefix("kind:")?;
+    Some(
+        v.split(" #")
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_matches(['"', '\'']),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,9 +13,10 @@ use anyhow::Context;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::chart::{Chart, Template};
+use super::discover::Rewritten;
 use super::replica::{Counted, ReplicaLine};
-use super::target::{self, Count, Doc, Expr};
-use super::{Rewritten, kind_of, own_files, read, template_files, wrap};
+use super::target::{self, Count, Doc, Expr, kind_of, wrap};
 
 pub const API_VERSION: &str = "postgresql.cnpg.io/v1";
 pub const KIND: &str = "Pooler";
@@ -100,28 +101,18 @@ pub fn defaults() -> (&'static str, Value) {
 /// Finds the Poolers in the chart's templates (each file as `rewritten` left it, else as it is)
 /// and rewrites the count line of each one chartgen wires; `cluster_key` is the Cluster's
 /// count key, which a Pooler sharing it keeps (its count is the Cluster's by the chart's design).
-pub fn wire(
-    chart: &Path,
-    templates: &Path,
-    chart_name: &str,
-    cluster_key: &str,
-    rewritten: &[Rewritten],
-) -> anyhow::Result<Poolers> {
-    let own = own_files(templates);
+pub fn wire(chart: &Chart, cluster_key: &str, rewritten: &[Rewritten]) -> anyhow::Result<Poolers> {
     let mut out = Poolers {
         wired: Vec::new(),
         all_wired: true,
         notes: Vec::new(),
         rewritten: Vec::new(),
     };
-    for path in template_files(chart, templates)? {
-        if own.contains(&path) {
-            continue;
-        }
-        let text = match rewritten.iter().find(|(p, _)| *p == path) {
-            Some((_, text)) => text.clone(),
-            None => read(&path)?,
-        };
+    for Template { path, text, .. } in chart.sources() {
+        let text = rewritten
+            .iter()
+            .find(|(p, _)| p == path)
+            .map_or(text, |(_, t)| t);
         let lines: Vec<&str> = text.lines().collect();
         let mut counts = std::collections::HashMap::new();
         let mut first_key = None;
@@ -134,7 +125,7 @@ pub fn wire(
         };
         for (nth, kind_line) in kind_lines(&lines).into_iter().enumerate() {
             let at = format!("{}:{}", path.display(), kind_line + 1);
-            match read_pooler(&text, &lines, kind_line, &at, cluster_key) {
+            match read_pooler(text, &lines, kind_line, &at, cluster_key) {
                 Ok(Some(Found { spec, line, span })) => {
                     let arg = format!("(list $ {})", out.wired.len());
                     placed.push((nth, out.wired.len()));
@@ -153,18 +144,18 @@ pub fn wire(
         let rl = ReplicaLine {
             field: FIELD,
             key: &key,
-            chart: chart_name,
+            chart: &chart.name,
             helpers: HELPERS,
         };
         let rw = rl
-            .rewrite(&text, &|i| counts.get(&i).cloned())
+            .rewrite(text, &|i| counts.get(&i).cloned())
             .with_context(|| format!("in '{}'", path.display()))?;
         // Named by its line in the chart as written, so a re-run names it the same.
         let after = kind_lines(&rw.text.lines().collect::<Vec<_>>());
         for (nth, wired) in placed {
-            out.wired[wired].at = format!("{}:{}", relative(chart, &path), after[nth] + 1);
+            out.wired[wired].at = format!("{}:{}", relative(&chart.dir, path), after[nth] + 1);
         }
-        out.rewritten.push((path, rw.text));
+        out.rewritten.push((path.clone(), rw.text));
     }
     Ok(out)
 }
