@@ -28,6 +28,9 @@ pub struct Template {
     pub own: bool,
 }
 
+/// A template whose count lines were rewritten: its path and new text.
+pub type Rewritten = (PathBuf, String);
+
 /// What `chartgen app` reads of a chart, read once.
 pub struct Chart {
     /// The chart directory as given.

@@ -12,6 +12,7 @@ mod chart;
 mod discover;
 mod engine;
 mod lift;
+mod matrix;
 mod pooler;
 mod render;
 mod replica;

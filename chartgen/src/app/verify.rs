@@ -12,29 +12,9 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use super::engine::Engine;
+use super::matrix::{ADAPTER_API, ADAPTER_KIND, Case, Expect};
 use super::{AppSpec, Outcome};
 use crate::output::read;
-
-pub(super) const ADAPTER_API: &str = "autoscaling.cozystack.io/v1alpha1";
-pub(super) const ADAPTER_KIND: &str = "ScaleAdapter";
-
-/// One `helm template` run and what it must produce.
-pub(super) struct Case {
-    pub name: &'static str,
-    pub sets: Vec<String>,
-    pub keda: bool,
-    pub expect: Expect,
-    /// The Poolers' pairs (pooler/verify.rs): Some(paused) when they must render, None when
-    /// none may.
-    pub poolers: Option<bool>,
-}
-
-pub(super) enum Expect {
-    /// Renders; objects valid; a ScaledObject iff `scaled`, paused iff `paused`.
-    Renders { scaled: bool, paused: bool },
-    /// The render fails with this text in the message.
-    Fails(&'static str),
-}
 
 fn cases(spec: &AppSpec) -> Vec<Case> {
     let on = |more: &[&str]| {

@@ -6,11 +6,11 @@ mod count;
 mod readers;
 mod spec;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, bail};
 
-use super::chart::{Chart, Template};
+use super::chart::{Chart, Rewritten, Template};
 use super::engine::{self, Engine};
 use super::replica::{Counted, ReplicaLine};
 use super::settings::{self, Settings};
@@ -157,9 +157,6 @@ struct Found<'a> {
     text: &'a str,
     line: usize,
 }
-
-/// A template whose replica lines were rewritten: its path and new text.
-pub(super) type Rewritten = (PathBuf, String);
 
 /// Rewrites every count line of the target (`shape`): where each was found, and the new texts.
 fn rewrite_replica_lines<'a>(

@@ -13,8 +13,7 @@ use anyhow::Context;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::chart::{Chart, Template};
-use super::discover::Rewritten;
+use super::chart::{Chart, Rewritten, Template};
 use super::replica::{Counted, ReplicaLine};
 use super::target::{self, Count, Doc, Expr, kind_of, wrap};
 

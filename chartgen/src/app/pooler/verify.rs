@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{API_VERSION, FIELD, KIND, POOL_SIZES};
 use crate::app::AppSpec;
-use crate::app::verify::{ADAPTER_API, ADAPTER_KIND, Case, Expect};
+use crate::app::matrix::{ADAPTER_API, ADAPTER_KIND, Case, Expect};
 
 /// The `autoscaling.pooler` cases, for a chart with Poolers chartgen wired.
 pub(in crate::app) fn cases(spec: &AppSpec) -> Vec<Case> {
