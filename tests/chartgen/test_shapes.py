@@ -37,6 +37,16 @@ def add_under(path, parent, line):
     path.write_text(text.replace(f"{parent}:\n", f"{parent}:\n  {line}\n", 1))
 
 
+def write_out_of_range(template, indent, key, field):
+    """Follows "write `FIELD: {{ $.Values.KEY }}` out ... and leave it out of what renders the
+    rest": the count line above the `range` over `.Values.KEY`, which now omits it."""
+    text = template.read_text()
+    loop = f"{indent}{{{{- range $key, $value := .Values.{key} }}}}"
+    assert loop in text
+    template.write_text(text.replace(loop, f"{indent}{field}: {{{{ $.Values.{key}.{field} }}}}\n"
+                                           f"{indent}{{{{- range $key, $value := omit .Values.{key} \"{field}\" }}}}"))
+
+
 class Case:
     """A fixture: its engine, the values key of the count, the flags of the run; for a refused
     shape, what the refusal must say and the edit that follows its fix."""
@@ -74,20 +84,12 @@ SHAPES = {
         "redis", "redis.replicas",
         refusal=("templates/redisfailover.yaml:8: `redis:`)", "a `range` over a map",
                  "write `replicas: {{ $.Values.KEY }}` out under `redis:` there"),
-        fix=lambda c: (c / "templates/redisfailover.yaml").write_text(
-            (c / "templates/redisfailover.yaml").read_text().replace(
-                "    {{- range $key, $value := .Values.redis }}",
-                "    replicas: {{ $.Values.redis.replicas }}\n"
-                "    {{- range $key, $value := omit .Values.redis \"replicas\" }}"))),
+        fix=lambda c: write_out_of_range(c / "templates/redisfailover.yaml", "    ", "redis", "replicas")),
     "shape-range-cluster": Case(
         "cnpg", "cluster.instances",
         refusal=("templates/cluster.yaml:5: `spec:`)", "a `range` over a map",
                  "write `instances: {{ $.Values.KEY }}` out under `spec:` there"),
-        fix=lambda c: (c / "templates/cluster.yaml").write_text(
-            (c / "templates/cluster.yaml").read_text().replace(
-                "  {{- range $key, $value := .Values.cluster }}",
-                "  instances: {{ $.Values.cluster.instances }}\n"
-                "  {{- range $key, $value := omit .Values.cluster \"instances\" }}"))),
+        fix=lambda c: write_out_of_range(c / "templates/cluster.yaml", "  ", "cluster", "instances")),
     "shape-dollar-cluster": Case("cnpg", "cluster.instances"),
     # The flag the refusal names: the disabled render stays that of the fixture as written.
     "shape-literal-cluster": Case(
