@@ -237,6 +237,15 @@ def test_a_lifted_literal_reads_the_new_key_and_a_second_lift_is_refused(generat
     assert other.returncode == 2 and "is a literal" in other.stderr and "drop it" in other.stderr, other.stderr
 
 
+def test_a_lift_with_a_flag_the_run_refuses_writes_nothing(tmp_path):
+    chart = tmp_path / "chart"
+    shutil.copytree(FIXTURES / "shape-literal-cluster", chart)
+    run = chartgen("app", "--chart", chart, "--lift-literal-count", "replicas",
+                   "--target-name", "{{ .Release.Name }}\nkind: Secret")
+    assert run.returncode == 2 and "--target-name" in run.stderr, run.stderr
+    assert tree(chart) == tree(FIXTURES / "shape-literal-cluster"), "nothing written"
+
+
 @pytest.mark.parametrize("name,want", [("shape-template-cluster", "pg-shape-template-cluster"),
                                        ("shape-template-redis", "pg-node")])
 def test_a_name_made_with_template_is_the_rendered_name(helm, generated, name, want):

@@ -7,7 +7,7 @@ use anyhow::bail;
 
 use super::chart::{Chart, Template};
 use super::discover::{Shape, target_of};
-use super::settings::Settings;
+use super::settings::{self, Settings};
 use super::{Note, target, values};
 use crate::output::Plan;
 
@@ -27,6 +27,11 @@ pub fn lift_literal(
             "--lift-literal-count {key:?}: the new key must be a plain top-level values key (letters, digits, `_`), e.g. replicas"
         );
     }
+    // Before anything is written: a flag the run that follows would refuse must not leave the
+    // lift behind.
+    flags
+        .check(settings::Origin::Flags)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let chart = Chart::read(dir, warnings)?;
     let settings = flags.over(chart.settings.clone());
     if values::has_path(&chart.values, key) {
