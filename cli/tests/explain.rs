@@ -71,6 +71,27 @@ async fn prints_the_decision_with_inputs_and_guards() {
         text.contains("floor                 2 = max(minReplicas 2"),
         "{text}"
     );
+
+    // The brake's window: the flag, the query over it, and the line that names it.
+    let out = explain(
+        &vm,
+        &[
+            "--target",
+            "10",
+            "--max-replicas",
+            "9",
+            "--max-replication-lag-seconds",
+            "30",
+            "--brake-window-seconds",
+            "90",
+        ],
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("replica lag, 90s max"), "{text}");
+    assert!(
+        text.contains("max_over_time(cnpg_pg_replication_lag{") && text.contains("[90s]"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

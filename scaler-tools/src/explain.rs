@@ -79,6 +79,9 @@ pub struct Args {
     /// Lag brake threshold in seconds; 0 turns it off (CNPG).
     #[arg(long)]
     pub max_replication_lag_seconds: Option<String>,
+    /// How far back the CNPG brake reads lag and writes, seconds (300 when absent).
+    #[arg(long)]
+    pub brake_window_seconds: Option<String>,
     /// With --engine redis: a replica's offset lag in bytes above which the brake holds while
     /// the master writes; 0 = that part off (links down and full syncs still brake).
     #[arg(long)]
@@ -132,6 +135,8 @@ struct Report<'a> {
     /// What GetMetrics would return (desired × target).
     metric_name: String,
     metric_value: f64,
+    /// `brakeWindowSeconds`: how far back the CNPG brake read lag and writes.
+    brake_window_seconds: u32,
     query: String,
 }
 
@@ -151,6 +156,7 @@ impl Args {
                 "maxReplicationLagSeconds",
                 &self.max_replication_lag_seconds,
             ),
+            ("brakeWindowSeconds", &self.brake_window_seconds),
             ("maxReplicationLagBytes", &self.max_replication_lag_bytes),
             ("maxClientWaitSeconds", &self.max_client_wait_seconds),
             ("defaultPoolSize", &self.default_pool_size),
@@ -258,6 +264,7 @@ impl Args {
             summary: evaluation.summary(),
             metric_name: config.metric_name(),
             metric_value: f64::from(evaluation.decision.desired) * config.target,
+            brake_window_seconds: config.brake_window_seconds,
             query: {
                 let mut query = promql::decision_query(
                     &[Target {
@@ -295,7 +302,7 @@ fn text(report: &Report<'_>) -> String {
         e.namespace, e.cluster, e.metric, e.policy.target
     );
     decision_section(&mut s, report);
-    inputs_section(&mut s, e);
+    inputs_section(&mut s, e, report.brake_window_seconds);
     guards_section(&mut s, e);
     let _ = writeln!(
         s,
@@ -345,7 +352,7 @@ fn decision_section(s: &mut String, report: &Report<'_>) {
 }
 
 /// What was measured: instances, loads, and the lag brake's series.
-fn inputs_section(s: &mut String, e: &Evaluation) {
+fn inputs_section(s: &mut String, e: &Evaluation, brake_window_seconds: u32) {
     let (p, o, d) = (&e.policy, &e.observation, &e.decision);
     let _ = writeln!(s, "\nInputs (topology: {})", e.topology);
     // Each engine counts its instances by its own exporter's pods.
@@ -417,7 +424,7 @@ fn inputs_section(s: &mut String, e: &Evaluation) {
     }
     match o.redis {
         Some(r) => replication_lines(s, e, r),
-        None => lag_lines(s, e),
+        None => lag_lines(s, e, brake_window_seconds),
     }
 }
 
@@ -490,15 +497,16 @@ fn replication_lines(s: &mut String, e: &Evaluation, r: RedisReplication) {
 }
 
 /// Replica lag and the primary's WAL rate, when the brake queried them.
-fn lag_lines(s: &mut String, e: &Evaluation) {
+fn lag_lines(s: &mut String, e: &Evaluation, window_seconds: u32) {
     let o = &e.observation;
     if e.policy.max_lag_seconds <= 0.0 {
         _ = writeln!(s, "  replica lag, WAL      not queried (lag brake off)");
         return;
     }
+    let label = format!("replica lag, {window_seconds}s max");
     match o.max_lag_seconds {
-        Some(lag) => _ = writeln!(s, "  replica lag, 5m max   {lag} s"),
-        None => _ = writeln!(s, "  replica lag, 5m max   none (no replica lags)"),
+        Some(lag) => _ = writeln!(s, "  {label:<21} {lag} s"),
+        None => _ = writeln!(s, "  {label:<21} none (no replica lags)"),
     }
     if o.lag_unknown {
         _ = writeln!(
