@@ -26,13 +26,12 @@ pub const INTERNAL_USERS: &str = "cnpg_metrics_exporter|postgres|streaming_repli
 /// Window of the rates (CPU, Redis commands and offsets) and of the warm-up; the CNPG brake's is
 /// `brakeWindowSeconds` (5 minutes by default).
 pub const WINDOW: &str = "5m";
-/// Look-back for the CNPG series read as they are now (recovery state, sessions, settings, the
-/// lag's presence). One missed collection makes every series of an instance stale at once (seen
-/// on the real node while standbys joined: the serving replica vanished from one answer, load read
-/// 0 and the HPA removed a fresh clone); `last_over_time` skips stale markers, so a gap of up to
-/// one scrape at intervals to 30 s is bridged. A pod whose scrape target went away is dropped at
-/// once (its `up` went stale), so a deleted replica's sessions are never counted twice when its
-/// clients reconnect elsewhere; sessions that went idle count this long at most.
+/// Look-back for which pods are instances (and whether a replica has a lag series). One missed
+/// collection makes every series of an instance stale at once (seen on the real node while
+/// standbys joined: the serving replica vanished from one answer, load read 0 and the HPA removed
+/// a fresh clone); `last_over_time` skips stale markers, so the replica stays an instance for a
+/// gap of up to one scrape at intervals to 30 s, and its sessions, read as scraped, are missing:
+/// the answer is unknown (`UNAVAILABLE`: the HPA holds), never lower.
 pub const SERIES_WINDOW: &str = "1m";
 /// Unreplayed WAL a replica may have and still miss no write: an idle primary's background records
 /// (running-xacts snapshots, checkpoints) are tens to hundreds of bytes; one WAL page is 8 KiB.
@@ -300,11 +299,9 @@ pub fn decision_query(targets: &[Target], shape: Shape) -> String {
 struct CnpgSeries {
     /// The batch's label matchers.
     sel: String,
-    /// Every instance's recovery state (1 replica, 0 primary), bridged over a missed collection.
+    /// Every instance's recovery state (1 replica, 0 primary), bridged over a missed collection,
+    /// without the pods that are gone.
     in_recovery: String,
-    /// Pods whose scrape target went away (deleted) or whose PostgreSQL is down: their bridged
-    /// series linger, their load and their count as instances must not.
-    gone: String,
     /// Replica pods, and the primary's.
     replicas: String,
     primary: String,
@@ -316,17 +313,22 @@ struct CnpgSeries {
 impl CnpgSeries {
     fn of(targets: &[Target]) -> Self {
         let sel = selector(targets, CNPG_PODS);
-        let in_recovery = last(&format!("cnpg_pg_replication_in_recovery{{{sel}}}"));
-        // A deleted pod's target is gone and its `up` stale, and an instance whose PostgreSQL is
-        // down says so (`cnpg_collector_up` 0): their sessions are gone and must not count (a
-        // deleted replica's clients reconnect to the others: twice would ask for a clone nobody
-        // needs), nor the pods as instances. A pod still scraped that missed a collection keeps
-        // its load. Jobs without `up` per pod (pushed series) drop nothing. The joins keep only
-        // instance pods, so these need only the namespaces (a shorter query).
+        // Which pods are instances, and their roles, bridged over one missed collection (every
+        // series of a pod goes stale at once; seen on the real node while standbys joined, and
+        // the replica's sessions read 0). A pod whose scrape target went away (deleted: `up`
+        // stale) or whose PostgreSQL is down (`cnpg_collector_up` 0) is no instance at once. The
+        // parts that read a replica's own series (sessions, settings) read them as scraped: a
+        // bridged replica without them makes the answer unknown, never lower. Jobs without `up`
+        // per pod (pushed series) drop nothing; `up` needs only the namespaces (the joins keep
+        // instance pods), a shorter query.
         let namespaces = namespace_matcher(targets);
         let gone = format!(
             "(({} unless on(namespace,pod) up{{{namespaces}}}) or cnpg_collector_up{{{namespaces}}} == 0)",
             last(&format!("up{{{namespaces}}}"))
+        );
+        let in_recovery = format!(
+            "({} unless on(namespace,pod) {gone})",
+            last(&format!("cnpg_pg_replication_in_recovery{{{sel}}}"))
         );
         let replicas = format!("({in_recovery} == 1)");
         let primary = format!("({in_recovery} == 0)");
@@ -341,7 +343,6 @@ impl CnpgSeries {
         Self {
             sel,
             in_recovery,
-            gone,
             replicas,
             primary,
             warming,
@@ -352,10 +353,7 @@ impl CnpgSeries {
     fn instances(&self) -> String {
         per_cluster(
             "count",
-            &format!(
-                "count by (namespace,pod) ({} unless on(namespace,pod) {})",
-                self.in_recovery, self.gone
-            ),
+            &format!("count by (namespace,pod) ({})", self.in_recovery),
         )
     }
 
@@ -376,18 +374,16 @@ impl CnpgSeries {
 
     /// ReadConnections: active client backends on replicas, and the replicas with any backend row.
     fn connections(&self, load: &'static str) -> [(&'static str, String); 2] {
-        let (sel, replicas, gone) = (&self.sel, &self.replicas, &self.gone);
+        let (sel, replicas) = (&self.sel, &self.replicas);
         [
             (
                 load,
                 per_cluster(
                     "sum",
                     &format!(
-                        "max by (namespace,pod,datname,usename,application_name,state) ({}) \
-                         and on(namespace,pod) {replicas} unless on(namespace,pod) {gone}",
-                        last(&format!(
-                            "cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}"
-                        ))
+                        "max by (namespace,pod,datname,usename,application_name,state) \
+                         (cnpg_backends_total{{{sel},state=\"active\",usename!~\"{INTERNAL_USERS}\"}}) \
+                         and on(namespace,pod) {replicas}"
                     ),
                 ),
             ),
@@ -396,8 +392,7 @@ impl CnpgSeries {
                 per_cluster(
                     "count",
                     &format!(
-                        "count by (namespace,pod) ({}) and on(namespace,pod) {replicas}",
-                        last(&format!("cnpg_backends_total{{{sel}}}"))
+                        "count by (namespace,pod) (cnpg_backends_total{{{sel}}}) and on(namespace,pod) {replicas}"
                     ),
                 ),
             ),
@@ -416,16 +411,7 @@ impl CnpgSeries {
              and on(namespace,pod) {warm}"
         );
         [
-            (
-                load,
-                format!(
-                    "{} * 1000",
-                    per_cluster(
-                        "sum",
-                        &format!("{cpu} unless on(namespace,pod) {}", self.gone)
-                    )
-                ),
-            ),
+            (load, format!("{} * 1000", per_cluster("sum", &cpu))),
             (part::LOAD_PODS, per_cluster("count", &cpu)),
             (
                 part::WARMING,
@@ -442,19 +428,14 @@ impl CnpgSeries {
     /// ReadConnectionUsage: client sessions over `max_connections` on replicas, and the replicas
     /// with a `max_connections`.
     fn connection_usage(&self, load: &'static str) -> [(&'static str, String); 2] {
-        let (sel, replicas, gone) = (&self.sel, &self.replicas, &self.gone);
+        let (sel, replicas) = (&self.sel, &self.replicas);
         // Every client session holds a slot of max_connections, idle ones too.
         let max_connections = format!(
-            "max by (namespace,pod) ({} > 0)",
-            last(&format!(
-                "cnpg_pg_settings_setting{{{sel},name=\"max_connections\"}}"
-            ))
+            "max by (namespace,pod) (cnpg_pg_settings_setting{{{sel},name=\"max_connections\"}} > 0)"
         );
         let clients = format!(
-            "sum by (namespace,pod) (max by (namespace,pod,datname,usename,application_name,state) ({}))",
-            last(&format!(
-                "cnpg_backends_total{{{sel},usename!~\"{INTERNAL_USERS}\"}}"
-            ))
+            "sum by (namespace,pod) (max by (namespace,pod,datname,usename,application_name,state) \
+             (cnpg_backends_total{{{sel},usename!~\"{INTERNAL_USERS}\"}}))"
         );
         [
             (
@@ -462,8 +443,7 @@ impl CnpgSeries {
                 per_cluster(
                     "sum",
                     &format!(
-                        "{clients} / on(namespace,pod) {max_connections} * 100 and on(namespace,pod) {replicas} \
-                         unless on(namespace,pod) {gone}"
+                        "{clients} / on(namespace,pod) {max_connections} * 100 and on(namespace,pod) {replicas}"
                     ),
                 ),
             ),

@@ -21,8 +21,8 @@ const CONNECTIONS_BRAKE: Shape = Shape {
 #[test]
 fn query_scopes_every_selector_to_namespace_and_cluster_pods() {
     let q = decision_query(&[t("tenant-a", "pg")], CONNECTIONS_BRAKE);
-    // Every selector is scoped to the namespace, and all but the gone-pod checks of instances and
-    // load (three selectors each, joined on instance pods) to the cluster's pods.
+    // Every selector is scoped to the namespace, and all but the gone-pod checks (three
+    // selectors each, joined on instance pods) to the cluster's pods.
     let selectors = q.matches('{').count();
     assert_eq!(
         q.matches(r#"{namespace="tenant-a""#).count(),
@@ -32,23 +32,41 @@ fn query_scopes_every_selector_to_namespace_and_cluster_pods() {
     let scoped = q
         .matches(r#"{namespace="tenant-a",pod=~"pg-[1-9][0-9]*""#)
         .count();
-    assert_eq!(selectors - 6, scoped, "{q}");
+    // The rest are the gone check's `up` and `cnpg_collector_up` (namespaces only: the joins keep
+    // instance pods).
+    let gone_checks = q.matches("last_over_time(up{").count();
+    assert_eq!(selectors - 3 * gone_checks, scoped, "{q}");
     // Eight parts (instances, failed scrapes, load, replicas with backend rows, replicas, lag,
     // replicas without lag, WAL), each labelled and grouped by cluster, and the standby-to-pod
     // mapping of the replay backlog.
     assert_eq!(q.matches("label_replace(").count(), 17);
     assert_eq!(q.matches(" by (namespace,cluster) ").count(), 8, "{q}");
     assert!(q.contains(r#"(up{namespace="tenant-a",pod=~"pg-[1-9][0-9]*"} == 0)"#));
-    // Every series but `up` is read over a window: a missed scrape's stale markers never make an
-    // instance vanish from one answer; a pod whose `up` went stale (deleted) adds no load.
-    // (`up` itself, and whether the exporter reaches PostgreSQL, are instant reads.)
-    let instant = q.matches("up{").count() - q.matches("last_over_time(up{").count();
-    assert_eq!(selectors - q.matches("}[").count(), instant, "{q}");
-    assert!(q.contains(r#" unless on(namespace,pod) ((last_over_time(up{namespace="tenant-a"}[1m]) unless on(namespace,pod) up{namespace="tenant-a"}) or cnpg_collector_up{namespace="tenant-a"} == 0)"#), "{q}");
-    assert!(
-        q.contains(r#"last_over_time(cnpg_backends_total{namespace="tenant-a","#),
+    // Every series but `up` and the session rows is read over a window: a missed scrape's stale
+    // markers never make an instance vanish from one answer; a pod whose `up` went stale
+    // (deleted) adds no load. (`up` itself, and whether the exporter reaches PostgreSQL, are
+    // instant reads; session rows are read as scraped for a pod collected now, and over the
+    // window only for one that missed its collection.)
+    let instant: std::collections::BTreeSet<&str> = q
+        .match_indices('{')
+        .filter(|&(at, _)| !q[at..].split_once('}').unwrap().1.starts_with('['))
+        .map(|(at, _)| {
+            let name = &q[..at];
+            &name[name
+                .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap()
+                + 1..]
+        })
+        .collect();
+    assert_eq!(
+        instant,
+        ["cnpg_backends_total", "cnpg_collector_up", "up"].into(),
         "{q}"
     );
+    // Instances (and roles) are bridged, without the pods that are gone; a replica's own
+    // sessions are read as scraped.
+    assert!(q.contains(r#"(last_over_time(cnpg_pg_replication_in_recovery{namespace="tenant-a",pod=~"pg-[1-9][0-9]*"}[1m]) unless on(namespace,pod) ((last_over_time(up{namespace="tenant-a"}[1m]) unless on(namespace,pod) up{namespace="tenant-a"}) or cnpg_collector_up{namespace="tenant-a"} == 0))"#), "{q}");
+    assert!(!q.contains("last_over_time(cnpg_backends_total"), "{q}");
     assert!(q.contains("max by (namespace,pod,datname,usename,application_name,state)"));
     assert!(q.contains(r#"usename!~"cnpg_metrics_exporter|postgres|streaming_replica""#));
     assert!(q.contains(r#"state="active""#));
@@ -68,7 +86,10 @@ fn a_batch_selects_its_namespaces_and_clusters_and_groups_by_both() {
     let scoped = q
         .matches(r#"{namespace=~"a|b",pod=~"(pg|pg-archive)-[1-9][0-9]*""#)
         .count();
-    assert_eq!(selectors - 6, scoped, "{q}");
+    // The rest are the gone check's `up` and `cnpg_collector_up` (namespaces only: the joins keep
+    // instance pods).
+    let gone_checks = q.matches("last_over_time(up{").count();
+    assert_eq!(selectors - 3 * gone_checks, scoped, "{q}");
     // Every cluster label is the pod name without its instance number, never a scraped label.
     assert_eq!(
         q.matches(r#""cluster", "$1", "pod", "(.+)-[1-9][0-9]*")"#)
@@ -120,7 +141,7 @@ fn cpu_query_reads_the_postgres_container_in_millicores() {
     let q = decision_query(&[t("ns", "db")], shape);
     assert!(q.contains(r#"container_cpu_usage_seconds_total{namespace="ns",pod=~"db-[1-9][0-9]*",container="postgres"}[5m]"#));
     assert!(q.contains("* 1000"));
-    assert!(q.contains(r#"count by (namespace,pod) (last_over_time(cnpg_pg_replication_in_recovery{namespace="ns",pod=~"db-[1-9][0-9]*"}[1m]) == 1)"#), "{q}");
+    assert!(q.contains(r#"cnpg_pg_replication_in_recovery{namespace="ns",pod=~"db-[1-9][0-9]*"}[1m]) unless on(namespace,pod) ((last_over_time(up{namespace="ns"}[1m]) unless on(namespace,pod) up{namespace="ns"}) or cnpg_collector_up{namespace="ns"} == 0)) == 1)"#), "{q}");
     assert!(q.contains(r#""part", "replicas""#) && q.contains(r#""part", "load_pods""#));
     assert!(!q.contains("cnpg_backends_total"));
     // Warm-up: replicas whose WAL receiver was down within the rate window are left out of the
@@ -159,7 +180,7 @@ fn every_signal_has_its_load_part_and_usage_reads_max_connections() {
             "{part}: {q}"
         );
     }
-    assert!(q.contains(r#"last_over_time(cnpg_pg_settings_setting{namespace="ns",pod=~"pg-[1-9][0-9]*",name="max_connections"}[1m]) > 0"#), "{q}");
+    assert!(q.contains(r#"cnpg_pg_settings_setting{namespace="ns",pod=~"pg-[1-9][0-9]*",name="max_connections"} > 0"#), "{q}");
     // Usage counts sessions in every state: no state matcher on that selector.
     assert!(
         q.contains(r#"cnpg_backends_total{namespace="ns",pod=~"pg-[1-9][0-9]*",usename!~"#),
