@@ -1,6 +1,6 @@
 """The real CloudNativePG operator on the node: a Cluster of real PostgreSQL pods streams to its
 standby, scaling out clones a new standby with pg_basebackup, and CNPG's own webhook refuses an
-instance count below maxSyncReplicas + 1."""
+instance count not above the synchronous stanza's `number`."""
 
 from __future__ import annotations
 
@@ -20,9 +20,11 @@ def cluster(image: str, instances: int) -> dict:
             "metadata": {"name": NAME, "namespace": NS},
             "spec": {"instances": instances, "imageName": image, "imagePullPolicy": "Never",
                      "enableSuperuserAccess": True,
-                     # Synchronous replication to one standby: the webhook's floor is 2 instances.
-                     "minSyncReplicas": 0, "maxSyncReplicas": 1,
-                     "postgresql": {"parameters": {"shared_buffers": "32MB", "max_connections": "40"}},
+                     # Synchronous replication to one standby (the `synchronous` stanza, CNPG >= 1.24;
+                     # the legacy min/maxSyncReplicas may not stand beside it): the webhook's floor
+                     # is 2 instances, and the scaler reads `number` as the quorum.
+                     "postgresql": {"synchronous": {"method": "any", "number": 1},
+                                    "parameters": {"shared_buffers": "32MB", "max_connections": "40"}},
                      "storage": {"size": "1Gi", "storageClass": STORAGE_CLASS}}}
 
 
@@ -88,10 +90,11 @@ def test_scaling_to_three_clones_a_new_standby(node, cnpg):
     assert claims == {f"{NAME}-1": "Bound", f"{NAME}-2": "Bound", f"{NAME}-3": "Bound"}
 
 
-def test_the_webhook_refuses_instances_below_max_sync_replicas_plus_one(node, cnpg):
+def test_the_webhook_refuses_instances_not_above_the_synchronous_number(node, cnpg):
     with pytest.raises(ApiError) as refused:
         node.kube.merge_patch("postgresql.cnpg.io/v1", "Cluster", NAME, {"spec": {"instances": 1}}, NS)
-    assert "maxSyncReplicas must be lower than the number of instances" in str(refused.value)
+    assert ("the number of synchronous replicas must be less than the total number of instances"
+            in str(refused.value)), refused.value
     assert "vcluster.cnpg.io" in str(refused.value)
     assert node.kube.get("postgresql.cnpg.io/v1", "Cluster", NAME, NS)["spec"]["instances"] == 3
 
@@ -110,21 +113,25 @@ def test_a_scale_subresource_write_below_the_floor_passes_the_webhook_and_wedges
         s = status(kube)
         return s.get("phase") == "Invalid cluster definition" and s
     try:
-        s = wait_until(invalid, timeout=180, interval=1, what="the operator marking the Cluster invalid")
-    except TimeoutError as e:
-        c = kube.get("postgresql.cnpg.io/v1", "Cluster", NAME, NS)
-        raise TimeoutError(f"{e}; generation {c['metadata']['generation']}, spec.instances "
-                           f"{c['spec']['instances']}, status {c.get('status')}") from None
-    assert s["phaseReason"] == ("the resource failed admission validation on: spec.maxSyncReplicas "
-                                "(see the operator logs for details)")
-    assert {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "False"
-    time.sleep(15)  # several reconcile periods: nothing moves
-    assert kube.get("postgresql.cnpg.io/v1", "Cluster", NAME, NS)["spec"]["instances"] == 1
-    instances = [p["metadata"]["name"] for p in kube.list("v1", "Pod", NS, selector=stand_in_selector(NAME))]
-    assert sorted(instances) == [f"{NAME}-1", f"{NAME}-2", f"{NAME}-3"]
-    assert not [e for e in kube.list("v1", "Event", NS) if e["reason"] in ("NoScaleDown", "ScaleDown")]
-    # A valid count again (the webhook admits 3): the operator reconciles and the Cluster is healthy.
-    kube.merge_patch("postgresql.cnpg.io/v1", "Cluster", NAME, {"spec": {"instances": 3}}, NS)
+        try:
+            s = wait_until(invalid, timeout=180, interval=1, what="the operator marking the Cluster invalid")
+        except TimeoutError as e:
+            c = kube.get("postgresql.cnpg.io/v1", "Cluster", NAME, NS)
+            raise TimeoutError(f"{e}; generation {c['metadata']['generation']}, spec.instances "
+                               f"{c['spec']['instances']}, status {c.get('status')}") from None
+        assert s["phaseReason"].startswith("the resource failed admission validation on: "
+                                           "spec.postgresql.synchronous"), s["phaseReason"]
+        assert {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "False"
+        time.sleep(15)  # several reconcile periods: nothing moves
+        assert kube.get("postgresql.cnpg.io/v1", "Cluster", NAME, NS)["spec"]["instances"] == 1
+        instances = [p["metadata"]["name"] for p in kube.list("v1", "Pod", NS, selector=stand_in_selector(NAME))]
+        assert sorted(instances) == [f"{NAME}-1", f"{NAME}-2", f"{NAME}-3"]
+        assert not [e for e in kube.list("v1", "Event", NS) if e["reason"] in ("NoScaleDown", "ScaleDown")]
+    finally:
+        # A valid count again (the webhook admits 3), also when a check above failed, so the
+        # suite's later tests find a Cluster the operator reconciles.
+        kube.merge_patch("postgresql.cnpg.io/v1", "Cluster", NAME, {"spec": {"instances": 3}}, NS)
+    # The operator reconciles the valid count and the Cluster is healthy.
     wait_ready(kube, 3, timeout=120)
 
 
