@@ -21,7 +21,7 @@ from testkit import REPO, TOOLS, cargo_bin, upstream, versions, wait_until
 from noderig import node_binary
 from noderig.package import adapter_scale, latest_decision, pod_ready as ready
 from noderig.redis import (FAILOVER, REDIS_NAMESPACE as NS, REDIS_PODS, SENTINEL_PODS, Clients, RedisOperator,
-                           sentinel_replicas)
+                           info, sentinel_replicas)
 
 RF = "databases.spotahome.com/v1"
 FIXTURE = REPO / "tests/chartgen/fixtures/redis"
@@ -50,16 +50,31 @@ def pods(kube, selector: str) -> list[dict]:
     return kube.list("v1", "Pod", NS, selector=selector)
 
 
+def pod_ip(kube, name: str) -> str:
+    return kube.get("v1", "Pod", name, NS)["status"]["podIP"]
+
+
 def roles(kube) -> dict[str, str]:
     """Each ready Redis pod and the role the operator labelled it with (master, slave)."""
     return {p["metadata"]["name"]: p["metadata"]["labels"].get("redisfailovers-role")
             for p in pods(kube, REDIS_PODS) if ready(p)}
 
 
+def linked(ip: str) -> bool:
+    """The replica's own word that it replicates: `master_link_status:up` (the operator's readiness
+    probe checks only that no sync is in progress, so a replica that never synced is ready)."""
+    try:
+        return info(ip, "replication").get("master_link_status") == "up"
+    except OSError:
+        return False
+
+
 def serving(kube, replicas: int) -> bool:
     spec = kube.get(RF, "RedisFailover", FAILOVER, NS)["spec"]["redis"]["replicas"]
     found = roles(kube)
-    return spec == replicas and len(found) == replicas and list(found.values()).count("master") == 1
+    if not (spec == replicas and len(found) == replicas and list(found.values()).count("master") == 1):
+        return False
+    return all(linked(pod_ip(kube, name)) for name, role in found.items() if role == "slave")
 
 
 def wait_serving(node, replicas: int, timeout: float, what: str) -> None:
@@ -188,7 +203,8 @@ def test_the_master_deleted_never_takes_the_count_under_the_floor(node, failover
         if d.get("desired") is not None:
             desired.append(d["desired"])
         found = roles(kube)
-        return len(found) == FLOOR and found.get(old) == "slave" and list(found.values()).count("master") == 1
+        return (len(found) == FLOOR and found.get(old) == "slave" and list(found.values()).count("master") == 1
+                and linked(pod_ip(kube, old)))
     wait_until(recovered, timeout=300, interval=1, what=f"a new master, and {old} back as a replica")
     node.timings["Redis: master deleted -> new master, old back as replica"] = time.monotonic() - t
     assert min(counts) == FLOOR and min(desired) >= FLOOR, (counts, desired)

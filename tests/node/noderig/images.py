@@ -25,6 +25,7 @@ class Image:
     tag_prefix: str = ""  # e.g. the PostgreSQL version, which CNPG reads from the tag
     entrypoint: list[str] | None = None
     user: str | None = None
+    workdir: str | None = None
     env: list[str] = field(default_factory=lambda: ["PATH=/usr/local/bin:/usr/bin:/bin"])
 
 
@@ -68,7 +69,7 @@ def _plan(image: Image) -> _Archive:
         data = _files_layer(image)
         layers.append((hashlib.sha256(data).hexdigest(), data))
     cfg = {k: v for k, v in (("Entrypoint", image.entrypoint), ("User", image.user),
-                              ("Env", image.env)) if v}
+                              ("WorkingDir", image.workdir), ("Env", image.env)) if v}
     config = json.dumps({"architecture": "amd64", "os": "linux", "config": cfg,
                          "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for d, _ in layers]},
                          "created": "1970-01-01T00:00:00Z"}, sort_keys=True).encode()
