@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import resp
 from helm import Helm
 from rig import install_crds
 from testkit import crd_files, wait_until
@@ -84,78 +85,15 @@ def redis_scrape_config(cp, namespace: str, failover: str, interval: str = "5s")
                                                      "app.kubernetes.io/name": failover}, interval)
 
 
-class Connection:
-    """One RESP connection to a Redis or Sentinel pod for the suite's own commands (the venv has no
-    Redis client library): replies are strings, integers, None or lists; an error reply raises."""
-
-    def __init__(self, ip: str, port: int = 6379, timeout: float = 30):
-        self.sock = socket.create_connection((ip, port), timeout=timeout)
-        self.buf = b""
-
-    def __enter__(self) -> "Connection":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.sock.close()
-
-    @staticmethod
-    def encode(*args) -> bytes:
-        parts = [b"*%d\r\n" % len(args)]
-        for a in args:
-            b = a if isinstance(a, bytes) else str(a).encode()
-            parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        return b"".join(parts)
-
-    def call(self, *args):
-        self.sock.sendall(self.encode(*args))
-        return self.reply()
-
-    def _fill(self, n: int) -> None:
-        while len(self.buf) < n:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("Redis closed the connection")
-            self.buf += chunk
-
-    def _line(self) -> bytes:
-        while b"\r\n" not in self.buf:
-            self._fill(len(self.buf) + 1)
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def reply(self):
-        line = self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            raise RuntimeError(f"Redis: {rest.decode()}")
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            self._fill(n + 2)
-            data, self.buf = self.buf[:n], self.buf[n + 2:]
-            return data.decode()
-        if kind == b"*":
-            return [self.reply() for _ in range(int(rest))]
-        raise RuntimeError(f"Redis: unexpected reply {line[:80]!r}")
-
-
 def info(ip: str, section: str) -> dict[str, str]:
-    """INFO <section> of the Redis at `ip`, as its `field:value` lines."""
-    with Connection(ip, timeout=5) as c:
-        text = c.call("INFO", section)
-    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    """INFO <section> of the Redis pod at `ip`, as its `field:value` lines."""
+    return resp.info(6379, section, host=ip)
 
 
 def sentinel_replicas(ip: str, master: str = "mymaster") -> int:
     """How many replicas the Sentinel at `ip` knows for `master` (`num-slaves` of SENTINEL
     MASTER): only a replica a Sentinel knows can be promoted."""
-    with Connection(ip, 26379, timeout=5) as c:
-        fields = c.call("SENTINEL", "MASTER", master)
+    fields = [f.decode() for f in resp.command(26379, "SENTINEL", "MASTER", master, host=ip)]
     return int(dict(zip(fields[::2], fields[1::2]))["num-slaves"])
 
 

@@ -1,13 +1,13 @@
-"""A minimal RESP2 client over a plain socket: real client connections to redis-server for the
-load and the writer, without a client library (the suite's only dependency is the server)."""
+"""A minimal RESP2 client over a plain socket: real client connections to redis-server (the live
+Redis suite's load and writer, the real node's replication checks), without a client library."""
 from __future__ import annotations
 
 import socket
 
 
 class Conn:
-    def __init__(self, port: int, timeout: float = 5.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 5.0, host: str = "127.0.0.1"):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
 
     def close(self) -> None:
@@ -60,8 +60,8 @@ class Conn:
         raise RuntimeError(f"unexpected RESP reply {line!r}")
 
 
-def info(port: int, section: str) -> dict[str, str]:
-    c = Conn(port)
+def info(port: int, section: str, host: str = "127.0.0.1") -> dict[str, str]:
+    c = Conn(port, host=host)
     try:
         text = c.call("INFO", section).decode()
     finally:
@@ -69,8 +69,8 @@ def info(port: int, section: str) -> dict[str, str]:
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
 
 
-def command(port: int, *args):
-    c = Conn(port)
+def command(port: int, *args, host: str = "127.0.0.1"):
+    c = Conn(port, host=host)
     try:
         return c.call(*args)
     finally:
