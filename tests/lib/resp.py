@@ -24,21 +24,21 @@ class Conn:
         self.send(*args)
         return self.reply()
 
+    def _more(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("connection closed by redis-server")
+        self.buf += chunk
+
     def _line(self) -> bytes:
         while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed by redis-server")
-            self.buf += chunk
+            self._more()
         line, self.buf = self.buf.split(b"\r\n", 1)
         return line
 
     def _exact(self, n: int) -> bytes:
         while len(self.buf) < n + 2:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed by redis-server")
-            self.buf += chunk
+            self._more()
         data, self.buf = self.buf[:n], self.buf[n + 2:]
         return data
 

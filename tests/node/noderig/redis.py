@@ -6,7 +6,6 @@ redis-tools and prometheus-redis-exporter (tests/node/setup.sh)."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import resp
@@ -102,18 +101,16 @@ class Clients:
     each is a connected client in INFO and CLIENT LIST, which the scaler's ReadConnections counts."""
 
     def __init__(self):
-        self.sockets: list[socket.socket] = []
+        self.connections: list[resp.Conn] = []
 
     def open(self, ip: str, n: int) -> None:
         for _ in range(n):
-            s = socket.create_connection((ip, 6379), timeout=10)
+            c = resp.Conn(6379, timeout=10, host=ip)
             # One round trip each, so Redis has accepted and registered every client.
-            s.sendall(b"PING\r\n")
-            assert s.recv(64).startswith(b"+PONG"), "Redis did not answer PING"
-            self.sockets.append(s)
+            assert c.call("PING") == "PONG", "Redis did not answer PING"
+            self.connections.append(c)
 
     def close(self) -> None:
-        for s in self.sockets:
-            s.close()
-        self.sockets = []
-
+        for c in self.connections:
+            c.close()
+        self.connections = []
