@@ -132,3 +132,20 @@ class Rig(Probes):
         if r.returncode != 0:
             raise RuntimeError(f"scaler explain failed: {r.stderr}")
         return json.loads(r.stdout)
+
+    def explain_when_scraped(self, **kwargs) -> dict:
+        """`explain` once every replica's sessions are in one scrape. Right after a restart or a
+        promotion an exporter can miss a collection (its old connection fails once), and the
+        scaler rightly answers "unknown" for that scrape; any other error propagates at once."""
+        def attempt():
+            try:
+                return self.explain(**kwargs)
+            except RuntimeError as e:
+                if "were scraped from" in str(e):
+                    raise ScrapeGap(str(e)) from e
+                raise
+        return wait_until(attempt, 20, 0.5, "an explain without a scrape gap", retry=(ScrapeGap,))
+
+
+class ScrapeGap(Exception):
+    """`explain` refused: some replica's sessions were missing from the scrape."""

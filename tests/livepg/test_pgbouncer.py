@@ -57,9 +57,12 @@ def test_clients_beyond_the_pool_wait_and_the_wait_grows_until_they_leave(primar
         # Five clients each run a 4 s query: two get the pool's two servers, three wait.
         busy = Clients(bouncer, 5, "SELECT pg_sleep(4)")
         try:
-            first = wait_until(lambda: (p := bouncer.pool()) and p["cl_waiting"] == 3 and p, 5, 0.05,
-                               "three waiting clients")
-            assert first["cl_active"] == 3 + 2 and first["sv_active"] == 2, first
+            # PgBouncer logs in one server connection at a time and the five clients connect one
+            # after another, so "three waiting" can be seen before the second server serves one:
+            # wait for the settled state, both servers busy.
+            first = wait_until(lambda: (p := bouncer.pool()) and p["cl_waiting"] == 3 and p["sv_active"] == 2 and p,
+                               5, 0.05, "three waiting clients beside two busy servers")
+            assert first["cl_active"] == 3 + 2, first
             assert server_backends(primary) == 2
             # maxwait is whole seconds; the fraction is in maxwait_us (a second column).
             time.sleep(0.6)

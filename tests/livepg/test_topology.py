@@ -99,7 +99,7 @@ def test_switchover_roles_follow_in_recovery(rig, record):
         with Sessions(pg1, 6):
             # pg-2's 12 sessions survived the promotion but are on the primary now; pg-1's 6 count.
             rig.wait_desired(3)
-            report = rig.explain()
+            report = rig.explain_when_scraped()
             assert report["observation"]["load"] == 6, report
             record("switchover pg-1 -> pg-2 with 12 active sessions on pg-2; then 6 on pg-1",
                    "in_recovery pg-1 1, pg-2 0, pg-3 1; desired 4 -> 3 (pg-2's sessions stop counting)",
