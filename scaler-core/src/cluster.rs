@@ -75,27 +75,101 @@ pub fn facts_from(object: &serde_json::Value) -> Result<ClusterFacts, String> {
     })
 }
 
+/// The redis-operator's count when `spec.redis.replicas` is absent or not positive.
+pub const FAILOVER_DEFAULT_REPLICAS: u32 = 3;
+
+/// Reads [`ClusterFacts`] from a RedisFailover's JSON (`databases.spotahome.com/v1`): the Redis
+/// pods (master included) of `spec.redis.replicas` and what one costs. No quorum (replication is
+/// asynchronous) and no status (the operator writes no ready count).
+pub fn failover_facts_from(object: &serde_json::Value) -> Result<ClusterFacts, String> {
+    let spec = object.get("spec").ok_or("no spec")?;
+    let redis = spec.get("redis").unwrap_or(&serde_json::Value::Null);
+    let instances = match redis.get("replicas") {
+        None | Some(serde_json::Value::Null) => FAILOVER_DEFAULT_REPLICAS,
+        Some(v) => match v.as_i64() {
+            // The operator's defaulting turns 0 and below into its default.
+            Some(n) if n <= 0 => FAILOVER_DEFAULT_REPLICAS,
+            Some(n) => {
+                u32::try_from(n).map_err(|_| format!("spec.redis.replicas {v} is not a count"))?
+            }
+            None => return Err(format!("spec.redis.replicas {v} is not a count")),
+        },
+    };
+    let claim = redis.pointer("/storage/persistentVolumeClaim");
+    let storage = match claim {
+        Some(claim) => quantity(
+            claim,
+            "spec.redis.storage.persistentVolumeClaim",
+            "/spec/resources/requests/storage",
+        )?,
+        None => None,
+    };
+    let mut cost = pod_cost(redis, "spec.redis", storage, u32::from(claim.is_some()))?;
+    // The exporter is a second container of every Redis pod: its resources count too.
+    if redis.pointer("/exporter/enabled").and_then(|e| e.as_bool()) == Some(true) {
+        let exporter = redis.get("exporter").unwrap_or(&serde_json::Value::Null);
+        let sidecar = pod_cost(exporter, "spec.redis.exporter", None, 0)?;
+        cost.requests_cpu = add(cost.requests_cpu, sidecar.requests_cpu);
+        cost.limits_cpu = add(cost.limits_cpu, sidecar.limits_cpu);
+        cost.requests_memory = add(cost.requests_memory, sidecar.requests_memory);
+        cost.limits_memory = add(cost.limits_memory, sidecar.limits_memory);
+    }
+    Ok(ClusterFacts {
+        instances,
+        quorum: None,
+        status: None,
+        cost,
+    })
+}
+
+fn add(a: Option<Milli>, b: Option<Milli>) -> Option<Milli> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(Milli(a.0.saturating_add(b.0))),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The quantity at `pointer` inside `within` (which errors name `at`), if there is one.
+fn quantity(within: &serde_json::Value, at: &str, pointer: &str) -> Result<Option<Milli>, String> {
+    let Some(value) = within.pointer(pointer) else {
+        return Ok(None);
+    };
+    let text = match value {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        other => return Err(format!("{at}{pointer} {other} is not a quantity")),
+    };
+    parse_quantity(&text, Rounding::Up)
+        .map(Some)
+        .map_err(|e| format!("{at}{pointer}: {e}"))
+}
+
+/// A container's `resources` (inside `within`, which errors name `at`), with the pod's volumes.
+fn pod_cost(
+    within: &serde_json::Value,
+    at: &str,
+    storage: Option<Milli>,
+    pvcs: u32,
+) -> Result<InstanceCost, String> {
+    Ok(InstanceCost {
+        requests_cpu: quantity(within, at, "/resources/requests/cpu")?,
+        limits_cpu: quantity(within, at, "/resources/limits/cpu")?,
+        requests_memory: quantity(within, at, "/resources/requests/memory")?,
+        limits_memory: quantity(within, at, "/resources/limits/memory")?,
+        storage: storage.filter(|s| s.0 > 0),
+        pvcs,
+    })
+}
+
 /// One instance's pod resources and volumes (data, WAL, tablespaces), from a Cluster spec.
 fn cost_from(spec: &serde_json::Value) -> Result<InstanceCost, String> {
-    let quantity = |pointer: &str, within: &serde_json::Value| -> Result<Option<Milli>, String> {
-        let Some(value) = within.pointer(pointer) else {
-            return Ok(None);
-        };
-        let text = match value {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Number(n) => n.to_string(),
-            other => return Err(format!("spec{pointer} {other} is not a quantity")),
-        };
-        parse_quantity(&text, Rounding::Up)
-            .map(Some)
-            .map_err(|e| format!("spec{pointer}: {e}"))
-    };
     // A volume's size, or its pvcTemplate's storage request.
     let volume = |storage: &serde_json::Value| -> Result<Milli, String> {
-        Ok(quantity("/size", storage)?
+        Ok(quantity(storage, "spec", "/size")?
             .or(quantity(
-                "/pvcTemplate/resources/requests/storage",
                 storage,
+                "spec",
+                "/pvcTemplate/resources/requests/storage",
             )?)
             .unwrap_or_default())
     };
@@ -115,15 +189,8 @@ fn cost_from(spec: &serde_json::Value) -> Result<InstanceCost, String> {
         storage.0 = storage.0.saturating_add(volume(v)?.0);
         pvcs = pvcs.saturating_add(1);
     }
-    Ok(InstanceCost {
-        requests_cpu: quantity("/resources/requests/cpu", spec)?,
-        limits_cpu: quantity("/resources/limits/cpu", spec)?,
-        requests_memory: quantity("/resources/requests/memory", spec)?,
-        limits_memory: quantity("/resources/limits/memory", spec)?,
-        storage: Some(storage).filter(|s| s.0 > 0),
-        // CNPG always gives an instance its data PVC.
-        pvcs: pvcs.max(1),
-    })
+    // CNPG always gives an instance its data PVC.
+    pod_cost(spec, "spec", Some(storage), pvcs.max(1))
 }
 
 /// A Cluster and the ResourceQuotas of its namespace.
@@ -188,6 +255,69 @@ mod tests {
         let err =
             facts_from(&json!({"spec": {"resources": {"requests": {"cpu": "lots"}}}})).unwrap_err();
         assert!(err.contains("/resources/requests/cpu"), "{err}");
+    }
+
+    #[test]
+    fn failover_facts_read_the_redis_pods_and_what_one_costs() {
+        let f = failover_facts_from(&json!({"spec": {
+            "redis": {
+                "replicas": 4,
+                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+                "storage": {"persistentVolumeClaim": {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}},
+                "exporter": {"enabled": true, "resources": {"requests": {"cpu": "50m"}}},
+            },
+            "sentinel": {"replicas": 3},
+        }}))
+        .unwrap();
+        assert_eq!((f.instances, f.quorum, f.status), (4, None, None));
+        assert_eq!(
+            f.cost,
+            InstanceCost {
+                requests_cpu: milli("150m"),
+                limits_cpu: None,
+                requests_memory: milli("256Mi"),
+                limits_memory: milli("512Mi"),
+                storage: milli("2Gi"),
+                pvcs: 1,
+            }
+        );
+        // The operator's default for an absent or non-positive count; no claim, no PVC.
+        for redis in [json!({}), json!({"replicas": 0}), json!({"replicas": -2})] {
+            let f = failover_facts_from(&json!({"spec": {"redis": redis}})).unwrap();
+            assert_eq!((f.instances, f.cost.pvcs, f.cost.storage), (3, 0, None));
+        }
+        assert_eq!(
+            failover_facts_from(&json!({"spec": {}})).unwrap().instances,
+            3
+        );
+        // A disabled exporter's resources are not a container of the pod.
+        let f = failover_facts_from(
+            &json!({"spec": {"redis": {"exporter": {"resources": {"requests": {"cpu": "1"}}}}}}),
+        )
+        .unwrap();
+        assert_eq!(f.cost.requests_cpu, None);
+        for (spec, field) in [
+            (
+                json!({"redis": {"replicas": "four"}}),
+                "spec.redis.replicas",
+            ),
+            (
+                json!({"redis": {"replicas": 1u64 << 40}}),
+                "spec.redis.replicas",
+            ),
+            (
+                json!({"redis": {"resources": {"limits": {"cpu": "lots"}}}}),
+                "spec.redis/resources/limits/cpu",
+            ),
+            (
+                json!({"redis": {"storage": {"persistentVolumeClaim": {"spec": {"resources": {"requests": {"storage": []}}}}}}}),
+                "spec.redis.storage.persistentVolumeClaim/spec/resources/requests/storage",
+            ),
+        ] {
+            let err = failover_facts_from(&json!({ "spec": spec })).unwrap_err();
+            assert!(err.contains(field), "{err}");
+        }
+        assert!(failover_facts_from(&json!({})).is_err());
     }
 
     #[test]

@@ -136,7 +136,7 @@ pub enum EvaluateError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CurrentSource {
-    /// The Cluster's `spec.instances`.
+    /// The Cluster's `spec.instances`, or the RedisFailover's `spec.redis.replicas`.
     ClusterSpec,
     /// The number of instance series (metrics-only mode).
     InstanceSeries,
@@ -222,8 +222,6 @@ pub fn evaluate(
     parts: &HashMap<String, f64>,
     snapshot: Option<&Snapshot>,
 ) -> Result<Evaluation, EvaluateError> {
-    // No RedisFailover facts yet (docs/redis.md): the current count is the instance series'.
-    let snapshot = snapshot.filter(|_| config.engine == Engine::Cnpg);
     let facts = snapshot.map(|s| s.cluster);
     let instance_series = instance_series(namespace, config, parts)?;
     let metrics: Vec<Metric> = std::iter::once(config.metric)
@@ -593,7 +591,8 @@ fn redis_health(
     }
     Ok(RedisReplication {
         links_down: count(part::LINKS_DOWN),
-        syncing: count(part::SYNCING),
+        // The same sync can be seen from both sides: the larger count, never the sum.
+        syncing: count(part::SYNCING).max(count(part::MASTER_SYNCING)),
         max_lag_bytes: parts.get(part::LAG_BYTES).copied(),
     })
 }
@@ -601,7 +600,7 @@ fn redis_health(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::facts_from;
+    use crate::cluster::{facts_from, failover_facts_from};
     use crate::decision::{Brake, Reason};
     use crate::metadata::parse;
     use crate::quota::Quota;
@@ -1272,24 +1271,62 @@ mod tests {
     }
 
     #[test]
-    fn redis_ignores_cnpg_cluster_facts() {
-        let snap = snapshot(
-            json!({"spec": {"instances": 5, "maxSyncReplicas": 3}}),
-            vec![],
-        );
+    fn redis_current_is_the_failover_spec_not_the_series_that_lag_it() {
+        // The HPA asked for 4; the fourth pod is in its full sync and not scraped yet, so three
+        // instance series. The master writes: the brake holds the spec's 4, never the series' 3
+        // (which the HPA would write, removing the syncing replica).
+        let snap = Snapshot {
+            cluster: failover_facts_from(&json!({"spec": {"redis": {"replicas": 4}}})).unwrap(),
+            quotas: vec![],
+        };
+        let mut answer = redis_answer(25.0, 20_000.0);
+        answer.insert("syncing".into(), 1.0);
+        answer.insert("links_down".into(), 1.0);
         let e = evaluate(
             "ns",
             &redis_config(&[]),
             &inputs("kube"),
-            &redis_answer(0.0, 0.0),
+            &answer,
             Some(&snap),
         )
         .unwrap();
         assert_eq!(
-            (e.observation.current, e.current_source, e.policy.quorum),
-            (3, CurrentSource::InstanceSeries, 0)
+            (
+                e.instance_series,
+                e.observation.current,
+                e.current_source,
+                e.policy.quorum
+            ),
+            (3, 4, CurrentSource::ClusterSpec, 0)
         );
-        assert_eq!(e.cluster_spec, None);
+        assert_eq!((e.decision.desired, e.decision.reason), (4, Reason::Brake));
+        // The new pod unscraped, its sync seen only in the master's list: the brake holds too.
+        let mut answer = redis_answer(25.0, 20_000.0);
+        answer.insert("master_syncing".into(), 1.0);
+        let e = evaluate(
+            "ns",
+            &redis_config(&[]),
+            &inputs("kube"),
+            &answer,
+            Some(&snap),
+        )
+        .unwrap();
+        assert_eq!(e.observation.redis.map(|r| r.syncing), Some(1));
+        assert_eq!((e.decision.desired, e.decision.reason), (4, Reason::Brake));
+        // Both sides seeing the same sync count it once.
+        answer.insert("syncing".into(), 1.0);
+        let e = evaluate(
+            "ns",
+            &redis_config(&[]),
+            &inputs("kube"),
+            &answer,
+            Some(&snap),
+        )
+        .unwrap();
+        assert_eq!(e.observation.redis.map(|r| r.syncing), Some(1));
+        // The same answer without a topology holds the series' count.
+        let e = evaluate("ns", &redis_config(&[]), &inputs("metrics"), &answer, None).unwrap();
+        assert_eq!((e.observation.current, e.decision.desired), (3, 3));
     }
 
     fn pooler_config(extra: &[(&str, &str)]) -> ScalerConfig {

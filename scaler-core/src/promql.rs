@@ -105,8 +105,11 @@ pub mod part {
     pub const HEALTH_PODS: &str = "health_pods";
     /// Redis: replicas whose link to the master is down.
     pub const LINKS_DOWN: &str = "links_down";
-    /// Redis: replicas in a full sync.
+    /// Redis: replicas in a full sync, by their own word.
     pub const SYNCING: &str = "syncing";
+    /// Redis: replicas the master lists in a state other than `online` (a full sync under way),
+    /// including those whose own pod the scrape has not discovered yet.
+    pub const MASTER_SYNCING: &str = "master_syncing";
     /// Redis: largest replica offset lag behind the master, in bytes.
     pub const LAG_BYTES: &str = "lag_bytes";
     /// Redis: the master's replication offset growth, in bytes per second.
@@ -132,7 +135,7 @@ pub mod part {
     pub const RESERVED: &str = "reserved_connections";
     pub const BACKENDS: &str = "backends";
     /// Every part name the query can label a series with.
-    pub const ALL: [&str; 35] = [
+    pub const ALL: [&str; 36] = [
         INSTANCES,
         SCRAPE_FAILED,
         LOAD,
@@ -153,6 +156,7 @@ pub mod part {
         HEALTH_PODS,
         LINKS_DOWN,
         SYNCING,
+        MASTER_SYNCING,
         LAG_BYTES,
         REPL_RATE,
         "load_clientconnections",

@@ -156,7 +156,7 @@ impl RedisSeries {
     }
 
     /// The brake's parts: replication health, offset lag and the master's replication rate.
-    fn brake(&self) -> [(&'static str, String); 5] {
+    fn brake(&self) -> [(&'static str, String); 6] {
         let (sel, master) = (&self.sel, &self.master);
         let link_up = format!("min by (namespace,pod) (redis_master_link_up{{{sel}}})");
         [
@@ -170,6 +170,19 @@ impl RedisSeries {
                 self.count_replicas(&format!(
                     "max by (namespace,pod) (redis_master_sync_in_progress{{{sel}}}) == 1"
                 )),
+            ),
+            (
+                // The master lists a replica as soon as it connects, before vmagent discovers the
+                // replica's pod (up to its 30 s discovery interval) and while its full sync runs.
+                part::MASTER_SYNCING,
+                per(
+                    "count",
+                    &format!(
+                        "max by (namespace,pod,slave_ip,slave_port) \
+                         (redis_connected_slave_offset_bytes{{{sel},slave_state!=\"online\"}}) \
+                         and on(namespace,pod) {master}"
+                    ),
+                ),
             ),
             (
                 // Per replica, from the master's own INFO (one instant): its offset minus the

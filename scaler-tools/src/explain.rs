@@ -370,6 +370,9 @@ fn inputs_section(s: &mut String, e: &Evaluation, brake_window_seconds: u32) {
         e.instance_series, e.cluster
     );
     let current_from = match e.current_source {
+        CurrentSource::ClusterSpec if p.engine == Engine::Redis => {
+            "RedisFailover spec.redis.replicas"
+        }
         CurrentSource::ClusterSpec => "Cluster spec.instances",
         CurrentSource::InstanceSeries => "count of instance series",
         CurrentSource::Simulated => "the backtest's simulated HPA",
@@ -440,7 +443,7 @@ fn replication_lines(s: &mut String, e: &Evaluation, r: RedisReplication) {
     );
     _ = writeln!(
         s,
-        "  replicas syncing      {} of {replicas} (redis_master_sync_in_progress 1: a full sync)",
+        "  replicas syncing      {} of {replicas} (redis_master_sync_in_progress 1, or listed by the master not online: a full sync)",
         r.syncing
     );
     let threshold = if p.max_lag_bytes > 0.0 {
@@ -687,9 +690,6 @@ fn schedule_line(e: &Evaluation) -> String {
 fn quota_line(e: &Evaluation) -> String {
     let d = &e.decision;
     match (&e.quota, d.quota_ceiling) {
-        _ if e.policy.engine == Engine::Redis => {
-            "not applied (the topology reads CNPG Clusters only, not RedisFailovers)".to_owned()
-        }
         _ if e.topology != "kube" => "not applied (needs --topology kube)".to_owned(),
         (Some(fit), Some(cap)) if fit.unreadable.is_some() => format!(
             "{cap} = max(existing, current, floor): ResourceQuota {} cannot be read ({}), so no \

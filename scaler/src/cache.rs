@@ -69,7 +69,7 @@ impl ObserveError {
     /// counters report the same code KEDA got.
     pub fn code(&self) -> tonic::Code {
         match self {
-            Self::Query(QueryError::Timeout(_)) | Self::Topology(TopologyError::Timeout(_)) => {
+            Self::Query(QueryError::Timeout(_)) | Self::Topology(TopologyError::Timeout { .. }) => {
                 tonic::Code::DeadlineExceeded
             }
             Self::Topology(TopologyError::NotFound { .. }) => tonic::Code::NotFound,

@@ -317,7 +317,7 @@ impl<E: Evaluate> ExternalScaler for Scaler<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::TopologyError;
+    use crate::topology::{Kind, TopologyError};
     use scaler_core::evaluate::EvaluateError;
     use scaler_core::promql::QueryError;
 
@@ -367,6 +367,7 @@ mod tests {
             ),
             (
                 ObserveError::Topology(TopologyError::NotFound {
+                    kind: Kind::Cluster,
                     namespace: "n".into(),
                     name: "c".into(),
                 })
@@ -374,12 +375,17 @@ mod tests {
                 Code::NotFound,
             ),
             (
-                ObserveError::Topology(TopologyError::NotSynced { last_error: None }).into(),
+                ObserveError::Topology(TopologyError::NotSynced {
+                    kind: Kind::Failover,
+                    last_error: None,
+                })
+                .into(),
                 Code::Unavailable,
             ),
             // Only a real 404 is NOT_FOUND: an API failure or an unreadable object says what.
             (
                 ObserveError::Topology(TopologyError::Api {
+                    kind: Kind::Cluster,
                     namespace: "n".into(),
                     name: "c".into(),
                     error: "forbidden".into(),
@@ -389,6 +395,7 @@ mod tests {
             ),
             (
                 ObserveError::Topology(TopologyError::Unreadable {
+                    kind: Kind::Cluster,
                     namespace: "n".into(),
                     name: "c".into(),
                     error: "spec.instances \"five\" is not a count".into(),

@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
 use scaler_core::evaluate::{self, Evaluation, Inputs};
-use scaler_core::metadata::Engine;
 use scaler_core::promql::{self, Parts, QueryError, Shape, Target};
 use tracing::warn;
 
@@ -75,17 +74,14 @@ impl Evaluate for Observer {
         let queries = futures::stream::iter(queries)
             .buffered(self.concurrency.max(1))
             .collect::<Vec<_>>();
-        // The topology knows CNPG Clusters only; a Redis or Pooler key's count is its instance
-        // series'.
-        let lookups = futures::future::join_all(keys.iter().map(|key| async move {
-            match key.config.engine {
-                Engine::Cnpg => {
-                    self.topology
-                        .lookup(&key.namespace, &key.config.cluster, &self.metrics)
-                        .await
-                }
-                Engine::Redis | Engine::Pgbouncer => Ok(None),
-            }
+        // A Pooler key's count is its instance series'; the topology answers `None` for it.
+        let lookups = futures::future::join_all(keys.iter().map(|key| {
+            self.topology.lookup(
+                key.config.engine,
+                &key.namespace,
+                &key.config.cluster,
+                &self.metrics,
+            )
         }));
         let (answers, snapshots) = tokio::join!(queries, lookups);
         let answers: Vec<_> = batches

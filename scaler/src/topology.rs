@@ -1,9 +1,9 @@
-//! Where the current instance count and the sync quorum come from: the CNPG `Cluster` objects
-//! (through the Kubernetes API) or, in metrics-only mode, nothing (the decision then counts
-//! instance series).
+//! Where the current instance count and the sync quorum come from: the CNPG `Cluster` and Redis
+//! `RedisFailover` objects (through the Kubernetes API) or, in metrics-only mode, nothing (the
+//! decision then counts instance series).
 //!
-//! `serve` watches every Cluster once and answers lookups from memory, so decisions cost no API
-//! call; `explain` reads the one Cluster it needs.
+//! `serve` watches every Cluster and RedisFailover once and answers lookups from memory, so
+//! decisions cost no API call; `explain` reads the one object it needs.
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -19,7 +19,8 @@ use tracing::{Instrument as _, info, info_span, warn};
 
 use crate::counted::BackendQuery;
 use crate::metrics::Metrics;
-use scaler_core::cluster::{ClusterFacts, Snapshot, facts_from};
+use scaler_core::cluster::{ClusterFacts, Snapshot, facts_from, failover_facts_from};
+use scaler_core::metadata::Engine;
 use scaler_core::quota::Quota;
 
 /// `--topology`.
@@ -53,39 +54,89 @@ pub fn quota_from(object: &ResourceQuota) -> Quota {
         .unwrap_or_else(|error| Quota::unreadable(name, scoped, error))
 }
 
+/// The kinds whose spec says a database's current count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// CloudNativePG `Cluster`: `spec.instances`.
+    Cluster,
+    /// Redis `RedisFailover`: `spec.redis.replicas` (what the ScaleAdapter writes).
+    Failover,
+}
+
+impl Kind {
+    /// The kind an engine's count lives in; a Pooler's count is its instance series'.
+    pub fn of(engine: Engine) -> Option<Self> {
+        match engine {
+            Engine::Cnpg => Some(Self::Cluster),
+            Engine::Redis => Some(Self::Failover),
+            Engine::Pgbouncer => None,
+        }
+    }
+
+    pub fn resource(self) -> ApiResource {
+        match self {
+            Self::Cluster => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("postgresql.cnpg.io", "v1", "Cluster"),
+                "clusters",
+            ),
+            Self::Failover => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("databases.spotahome.com", "v1", "RedisFailover"),
+                "redisfailovers",
+            ),
+        }
+    }
+
+    fn facts(self, object: &serde_json::Value) -> Result<ClusterFacts, String> {
+        match self {
+            Self::Cluster => facts_from(object),
+            Self::Failover => failover_facts_from(object),
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Cluster => "CNPG Cluster",
+            Self::Failover => "RedisFailover",
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TopologyError {
     /// The API server said 404, or the watched list does not hold it.
-    #[error("CNPG Cluster {namespace}/{name} not found")]
-    NotFound { namespace: String, name: String },
-    /// `last_error` is the watch's latest failure, if any (e.g. RBAC forbids the list).
-    #[error("the CNPG Cluster and ResourceQuota lists are not loaded yet{}",
+    #[error("{kind} {namespace}/{name} not found")]
+    NotFound {
+        kind: Kind,
+        namespace: String,
+        name: String,
+    },
+    /// `last_error` is the watch's latest failure, if any (e.g. RBAC forbids the list, or the
+    /// kind's CRD is not installed).
+    #[error("the {kind} and ResourceQuota lists are not loaded yet{}",
         last_error.as_ref().map_or(String::new(), |e| format!(": {e}")))]
-    NotSynced { last_error: Option<String> },
-    #[error(
-        "cannot read CNPG Cluster {namespace}/{name} or its namespace's ResourceQuotas: {error}"
-    )]
+    NotSynced {
+        kind: Kind,
+        last_error: Option<String>,
+    },
+    #[error("cannot read {kind} {namespace}/{name} or its namespace's ResourceQuotas: {error}")]
     Api {
+        kind: Kind,
         namespace: String,
         name: String,
         error: String,
     },
     /// The object exists but what it says cannot be used (e.g. `spec.instances: "three"`).
-    #[error("CNPG Cluster {namespace}/{name} cannot be read: {error}")]
+    #[error("{kind} {namespace}/{name} cannot be read: {error}")]
     Unreadable {
+        kind: Kind,
         namespace: String,
         name: String,
         error: String,
     },
-    #[error("reading the CNPG Cluster and ResourceQuotas timed out after {0:?}")]
-    Timeout(Duration),
-}
-
-pub fn cluster_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("postgresql.cnpg.io", "v1", "Cluster"),
-        "clusters",
-    )
+    #[error("reading the {kind} and ResourceQuotas timed out after {timeout:?}")]
+    Timeout { kind: Kind, timeout: Duration },
 }
 
 /// The chosen source of Cluster facts.
@@ -126,25 +177,32 @@ impl Topology {
         }
     }
 
-    /// `Ok(None)` in metrics-only mode; otherwise the Cluster's facts and its namespace's
-    /// ResourceQuotas, or an error.
+    /// `Ok(None)` in metrics-only mode and for an engine whose count no object says (a
+    /// Pooler's); otherwise the object's facts and its namespace's ResourceQuotas, or an error.
     pub async fn lookup(
         &self,
+        engine: Engine,
         namespace: &str,
         name: &str,
         metrics: &Metrics,
     ) -> Result<Option<Snapshot>, TopologyError> {
+        let Some(kind) = Kind::of(engine) else {
+            return Ok(None);
+        };
         match self {
             Self::Metrics => Ok(None),
-            Self::Watched(index) => index.get(namespace, name).map(Some),
+            Self::Watched(index) => index.get(kind, namespace, name).map(Some),
             Self::Direct { client, timeout } => {
                 let mut counted = BackendQuery::start(metrics, "cluster");
-                let result = tokio::time::timeout(*timeout, read(client, namespace, name))
+                let result = tokio::time::timeout(*timeout, read(client, kind, namespace, name))
                     .await
-                    .unwrap_or(Err(TopologyError::Timeout(*timeout)));
+                    .unwrap_or(Err(TopologyError::Timeout {
+                        kind,
+                        timeout: *timeout,
+                    }));
                 counted.outcome(match &result {
                     Ok(_) | Err(TopologyError::NotFound { .. }) => "ok",
-                    Err(TopologyError::Timeout(_)) => "timeout",
+                    Err(TopologyError::Timeout { .. }) => "timeout",
                     Err(_) => "error",
                 });
                 result.map(Some)
@@ -153,18 +211,20 @@ impl Topology {
     }
 }
 
-/// One Cluster GET and one ResourceQuota LIST of its namespace, concurrently.
+/// One GET of the object and one ResourceQuota LIST of its namespace, concurrently.
 async fn read(
     client: &kube::Client,
+    kind: Kind,
     namespace: &str,
     name: &str,
 ) -> Result<Snapshot, TopologyError> {
     let clusters: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &cluster_resource());
+        Api::namespaced_with(client.clone(), namespace, &kind.resource());
     let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
     let params = ListParams::default();
     let (cluster, quotas) = tokio::join!(clusters.get_opt(name), quotas.list(&params));
     let api = |e: kube::Error| TopologyError::Api {
+        kind,
         namespace: namespace.into(),
         name: name.into(),
         error: e.to_string(),
@@ -173,15 +233,19 @@ async fn read(
     let cluster = cluster
         .map_err(api)?
         .ok_or_else(|| TopologyError::NotFound {
+            kind,
             namespace: namespace.into(),
             name: name.into(),
         })?;
     Ok(Snapshot {
-        cluster: facts_from(&cluster.data).map_err(|error| TopologyError::Unreadable {
-            namespace: namespace.into(),
-            name: name.into(),
-            error,
-        })?,
+        cluster: kind
+            .facts(&cluster.data)
+            .map_err(|error| TopologyError::Unreadable {
+                kind,
+                namespace: namespace.into(),
+                name: name.into(),
+                error,
+            })?,
         quotas: quotas.map_err(api)?.items.iter().map(quota_from).collect(),
     })
 }
@@ -239,37 +303,46 @@ impl<V> Watched<V> {
     }
 }
 
-/// What the index holds of a Cluster: its facts, or why they cannot be read.
+/// What the index holds of a Cluster or RedisFailover: its facts, or why they cannot be read.
 type ClusterEntry = Result<ClusterFacts, String>;
 
-/// Every Cluster's facts and every namespace's ResourceQuotas, kept current by two watches.
+/// Every Cluster's and RedisFailover's facts and every namespace's ResourceQuotas, kept current
+/// by three watches.
 #[derive(Clone, Default)]
 pub struct ClusterIndex {
     clusters: Arc<Watched<ClusterEntry>>,
+    failovers: Arc<Watched<ClusterEntry>>,
     quotas: Arc<Watched<Quota>>,
 }
 
 impl ClusterIndex {
-    /// Starts watching Clusters and ResourceQuotas in all namespaces, in `app`'s task set; the
-    /// index is synced after the first full list of both.
+    /// Starts watching Clusters, RedisFailovers and ResourceQuotas in all namespaces, in `app`'s
+    /// task set. Readiness waits for the Cluster and ResourceQuota lists only: a platform without
+    /// the RedisFailover CRD serves CNPG, and its Redis lookups say what is missing.
     pub fn spawn(app: &mut App, client: kube::Client) -> Self {
         let index = Self::default();
-        let this = index.clone();
-        let clusters = Api::all_with(client.clone(), &cluster_resource());
-        let clusters = watch::follow(
-            watcher(clusters, Default::default()),
-            app.shutdown(),
-            move |event| match event {
-                Ok(event) => this.apply_cluster(event),
-                Err(error) => this
-                    .clusters
-                    .failed(format!("watching CNPG Clusters: {error}")),
-            },
-        );
-        app.spawn(
-            "CNPG Cluster watch",
-            clusters.instrument(info_span!("clusters.postgresql.cnpg.io")),
-        );
+        for kind in [Kind::Cluster, Kind::Failover] {
+            let this = index.clone();
+            let objects = Api::all_with(client.clone(), &kind.resource());
+            let follow = watch::follow(
+                watcher(objects, Default::default()),
+                app.shutdown(),
+                move |event| match event {
+                    Ok(event) => this.apply(kind, event),
+                    Err(error) => this
+                        .watched(kind)
+                        .failed(format!("watching {kind}s: {error}")),
+                },
+            );
+            let span = info_span!("watch", kind = %kind);
+            app.spawn(
+                match kind {
+                    Kind::Cluster => "CNPG Cluster watch",
+                    Kind::Failover => "RedisFailover watch",
+                },
+                follow.instrument(span),
+            );
+        }
         let this = index.clone();
         let quotas = Api::<ResourceQuota>::all(client);
         let quotas = watch::follow(
@@ -289,11 +362,18 @@ impl ClusterIndex {
         index
     }
 
-    pub fn apply_cluster(&self, event: watcher::Event<DynamicObject>) {
-        self.clusters.apply(event, |object| {
-            facts_from(&object.data).inspect_err(|error| {
+    fn watched(&self, kind: Kind) -> &Watched<ClusterEntry> {
+        match kind {
+            Kind::Cluster => &self.clusters,
+            Kind::Failover => &self.failovers,
+        }
+    }
+
+    pub fn apply(&self, kind: Kind, event: watcher::Event<DynamicObject>) {
+        self.watched(kind).apply(event, |object| {
+            kind.facts(&object.data).inspect_err(|error| {
                 let meta = kube::Resource::meta(object);
-                warn!(namespace = ?meta.namespace, name = ?meta.name, %error, "unreadable CNPG Cluster");
+                warn!(namespace = ?meta.namespace, name = ?meta.name, %error, "unreadable {kind}");
             })
         });
     }
@@ -309,27 +389,30 @@ impl ClusterIndex {
         });
     }
 
+    /// Whether the lists `serve` waits for before it is ready (Clusters and ResourceQuotas).
     pub fn is_synced(&self) -> bool {
         self.clusters.is_synced() && self.quotas.is_synced()
     }
 
-    pub fn get(&self, namespace: &str, name: &str) -> Result<Snapshot, TopologyError> {
-        if !self.is_synced() {
-            let error = |w: &Option<String>| w.clone();
-            let last_error = [&self.clusters.last_error, &self.quotas.last_error]
+    pub fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Snapshot, TopologyError> {
+        let watched = self.watched(kind);
+        if !(watched.is_synced() && self.quotas.is_synced()) {
+            let last_error = [&watched.last_error, &self.quotas.last_error]
                 .into_iter()
-                .find_map(|e| error(&lock::lock(e)));
-            return Err(TopologyError::NotSynced { last_error });
+                .find_map(|e| lock::lock(e).clone());
+            return Err(TopologyError::NotSynced { kind, last_error });
         }
-        let clusters = lock::read(&self.clusters.objects);
-        let cluster = clusters
+        let objects = lock::read(&watched.objects);
+        let facts = objects
             .get(&(namespace.to_owned(), name.to_owned()))
             .ok_or_else(|| TopologyError::NotFound {
+                kind,
                 namespace: namespace.into(),
                 name: name.into(),
             })?
             .clone()
             .map_err(|error| TopologyError::Unreadable {
+                kind,
                 namespace: namespace.into(),
                 name: name.into(),
                 error,
@@ -337,7 +420,7 @@ impl ClusterIndex {
         let quotas = lock::read(&self.quotas.objects);
         let in_namespace = (namespace.to_owned(), String::new())..;
         Ok(Snapshot {
-            cluster,
+            cluster: facts,
             quotas: quotas
                 .range(in_namespace)
                 .take_while(|((ns, _), _)| ns == namespace)

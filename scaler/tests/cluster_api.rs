@@ -1,15 +1,17 @@
 //! The scaler's Kubernetes calls, against the scripted API server every crate's tests use
-//! (`runtime::mock`, the pattern of kube-rs/controller-rs): the watch-fed index of Clusters and ResourceQuotas (two lists, then
-//! watch events; unreadable Clusters kept with their error; unsynced until both first lists) and the direct
-//! Cluster GET + ResourceQuota LIST of `explain` (found, not found, forbidden, timeout). The e2e suite runs
+//! (`runtime::mock`, the pattern of kube-rs/controller-rs): the watch-fed index of Clusters, RedisFailovers and
+//! ResourceQuotas (three lists, then watch events; unreadable Clusters kept with their error; unsynced until the
+//! first lists) and the direct GET + ResourceQuota LIST of `explain` (a Cluster, a RedisFailover, not found,
+//! forbidden, timeout). The e2e suite runs
 //! the same code against a real kube-apiserver (tests/e2e/test_guards.py).
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use runtime::mock::{self, list, status};
 use scaler::metrics::Metrics;
-use scaler::topology::{ClusterIndex, Topology, TopologyError};
+use scaler::topology::{ClusterIndex, Kind, Topology, TopologyError};
 use scaler_core::cluster::Snapshot;
+use scaler_core::metadata::Engine;
 use scaler_core::quota::Milli;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -20,6 +22,15 @@ fn cluster(namespace: &str, name: &str, spec: Value) -> Value {
         "kind": "Cluster",
         "metadata": {"namespace": namespace, "name": name, "resourceVersion": "5"},
         "spec": spec,
+    })
+}
+
+fn failover(namespace: &str, name: &str, replicas: u32) -> Value {
+    json!({
+        "apiVersion": "databases.spotahome.com/v1",
+        "kind": "RedisFailover",
+        "metadata": {"namespace": namespace, "name": name, "resourceVersion": "6"},
+        "spec": {"redis": {"replicas": replicas}, "sentinel": {"replicas": 3}},
     })
 }
 
@@ -39,30 +50,33 @@ async fn until(
     check: impl Fn(&Result<Snapshot, TopologyError>) -> bool,
 ) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while !check(&index.get("tenant-a", "pg")) {
+    while !check(&index.get(Kind::Cluster, "tenant-a", "pg")) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "{what}: {:?}",
-            index.get("tenant-a", "pg")
+            index.get(Kind::Cluster, "tenant-a", "pg")
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
 #[tokio::test]
-async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
+async fn the_index_lists_then_follows_watch_events_of_every_kind() {
     let (client, mut api) = mock::client();
     let shutdown = CancellationToken::new();
     // Owns the watch tasks; dropping it at the end stops them.
     let mut app = runtime::app::App::with_shutdown("test", shutdown.clone());
     let index = ClusterIndex::spawn(&mut app, client);
     assert_eq!(
-        index.get("tenant-a", "pg"),
-        Err(TopologyError::NotSynced { last_error: None })
+        index.get(Kind::Cluster, "tenant-a", "pg"),
+        Err(TopologyError::NotSynced {
+            kind: Kind::Cluster,
+            last_error: None
+        })
     );
 
-    // Two watches run at once: answer the four requests (two lists, two watches) in any order.
-    for _ in 0..4 {
+    // Three watches run at once: answer the six requests (three lists, three watches) in any order.
+    for _ in 0..6 {
         let (sent, held) = api.next().await;
         let watching = sent.query.contains("watch=true");
         if watching {
@@ -113,6 +127,13 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
                     json!({"type": "DELETED", "object": cluster("tenant-b", "pg", json!({}))}),
                 ]);
             }
+            ("/apis/databases.spotahome.com/v1/redisfailovers", false) => held.answer(
+                200,
+                &list("RedisFailoverList", vec![failover("tenant-a", "cache", 2)]),
+            ),
+            ("/apis/databases.spotahome.com/v1/redisfailovers", true) => held.answer_events(&[
+                json!({"type": "MODIFIED", "object": failover("tenant-a", "cache", 4)}),
+            ]),
             ("/api/v1/resourcequotas", true) => held.answer_events(&[json!({"type": "MODIFIED",
                 "object": quota("tenant-a", "compute", json!({"requests.cpu": "4"}), json!({"requests.cpu": "2500m"}))})]),
             _ => panic!("unexpected request {sent:?}"),
@@ -130,7 +151,7 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
         })
     })
     .await;
-    let snapshot = index.get("tenant-a", "pg").unwrap();
+    let snapshot = index.get(Kind::Cluster, "tenant-a", "pg").unwrap();
     let status = snapshot.cluster.status.unwrap();
     assert_eq!(
         (status.ready, status.not_ready_since),
@@ -139,17 +160,30 @@ async fn the_index_lists_then_follows_watch_events_of_both_kinds() {
     assert_eq!(snapshot.cluster.cost.requests_cpu, Some(Milli(500)));
     assert_eq!(snapshot.quotas.len(), 1);
     assert!(matches!(
-        index.get("tenant-c", "broken"),
+        index.get(Kind::Cluster, "tenant-c", "broken"),
         Err(TopologyError::Unreadable { .. })
     ));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while index.get("tenant-b", "pg").is_ok() {
+    while index.get(Kind::Cluster, "tenant-b", "pg").is_ok() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the DELETED event was not applied"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The RedisFailover's count, and its namespace's quotas beside it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let failover = loop {
+        match index.get(Kind::Failover, "tenant-a", "cache") {
+            Ok(snapshot) if snapshot.cluster.instances == 4 => break snapshot,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "the RedisFailover's MODIFIED event: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(failover.quotas.len(), 1);
     shutdown.cancel();
 }
 
@@ -160,10 +194,10 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
     let topology = Topology::Direct { client, timeout };
     let metrics = Metrics::register(&mut Registry::default());
 
-    // Each lookup sends a Cluster GET and a ResourceQuota LIST, in either order.
+    // Each lookup sends a GET of its object and a ResourceQuota LIST, in either order.
     let gave_up = tokio::sync::Notify::new();
     let server = async {
-        for lookup in 0..4 {
+        for lookup in 0..5 {
             for _ in 0..2 {
                 let (sent, held) = api.next().await;
                 if sent.path == "/api/v1/namespaces/tenant-a/resourcequotas" {
@@ -184,9 +218,16 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
                         );
                         held.answer(200, &cluster("tenant-a", "pg", json!({"instances": 4})));
                     }
-                    1 => held.answer(404, &status(404, "NotFound")),
-                    2 => held.answer(403, &status(403, "Forbidden")),
-                    // The fourth Cluster GET gets no answer at all.
+                    1 => {
+                        assert_eq!(
+                            sent.path,
+                            "/apis/databases.spotahome.com/v1/namespaces/tenant-a/redisfailovers/cache"
+                        );
+                        held.answer(200, &failover("tenant-a", "cache", 5));
+                    }
+                    2 => held.answer(404, &status(404, "NotFound")),
+                    3 => held.answer(403, &status(403, "Forbidden")),
+                    // The last GET gets no answer at all.
                     _ => {
                         gave_up.notified().await;
                         drop(held);
@@ -196,19 +237,38 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
         }
     };
     let client = async {
-        let found = topology.lookup("tenant-a", "pg", &metrics).await;
-        let missing = topology.lookup("tenant-a", "gone", &metrics).await;
-        let forbidden = topology.lookup("tenant-a", "secret", &metrics).await;
+        let found = topology
+            .lookup(Engine::Cnpg, "tenant-a", "pg", &metrics)
+            .await;
+        let redis = topology
+            .lookup(Engine::Redis, "tenant-a", "cache", &metrics)
+            .await;
+        // A Pooler's count is its instance series': no request at all.
+        let pooler = topology
+            .lookup(Engine::Pgbouncer, "tenant-a", "pooler", &metrics)
+            .await;
+        let missing = topology
+            .lookup(Engine::Cnpg, "tenant-a", "gone", &metrics)
+            .await;
+        let forbidden = topology
+            .lookup(Engine::Redis, "tenant-a", "secret", &metrics)
+            .await;
         let started = tokio::time::Instant::now();
-        let silent = topology.lookup("tenant-a", "slow", &metrics).await;
+        let silent = topology
+            .lookup(Engine::Cnpg, "tenant-a", "slow", &metrics)
+            .await;
         let took = started.elapsed();
         gave_up.notify_one();
-        (found, missing, forbidden, silent, took)
+        (found, redis, pooler, missing, forbidden, silent, took)
     };
-    let ((found, missing, forbidden, silent, took), ()) = tokio::join!(client, server);
+    let ((found, redis, pooler, missing, forbidden, silent, took), ()) =
+        tokio::join!(client, server);
     let found = found.unwrap().unwrap();
     assert_eq!((found.cluster.instances, found.cluster.quorum), (4, None));
     assert_eq!(found.quotas.len(), 1);
+    let redis = redis.unwrap().unwrap();
+    assert_eq!((redis.cluster.instances, redis.quotas.len()), (5, 1));
+    assert_eq!(pooler, Ok(None));
     assert_eq!(found.quotas[0].hard["pods"], Milli(6_000));
     assert!(
         matches!(missing, Err(TopologyError::NotFound { .. })),
@@ -221,10 +281,18 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
         "{forbidden:?}"
     );
     assert!(
-        forbidden.to_string().contains("tenant-a/secret"),
+        forbidden
+            .to_string()
+            .starts_with("cannot read RedisFailover tenant-a/secret"),
         "{forbidden}"
     );
-    assert_eq!(silent, Err(TopologyError::Timeout(timeout)));
+    assert_eq!(
+        silent,
+        Err(TopologyError::Timeout {
+            kind: Kind::Cluster,
+            timeout
+        })
+    );
     // Bounded by the timeout, not by the silent server (generous: the machine may be loaded).
     assert!(took >= timeout && took < timeout * 10, "took {took:?}");
 }

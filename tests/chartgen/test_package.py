@@ -41,6 +41,8 @@ def test_scaler_deployment_service_pdb_and_rbac(helm):
     role = one(objs, "ClusterRole", "cozy-autoscaling-scaler")
     assert role["rules"] == [{"apiGroups": ["postgresql.cnpg.io"], "resources": ["clusters"],
                               "verbs": ["get", "list", "watch"]},
+                             {"apiGroups": ["databases.spotahome.com"], "resources": ["redisfailovers"],
+                              "verbs": ["get", "list", "watch"]},
                              {"apiGroups": [""], "resources": ["resourcequotas"],
                               "verbs": ["get", "list", "watch"]},
                              # Events on ScaledObjects: the uid, then create, patch on repeats.

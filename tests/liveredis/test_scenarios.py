@@ -6,7 +6,7 @@ clients per replica, maxReplicas 6."""
 import json
 import time
 
-from rig import NAMESPACE, Clients, Writer
+from rig import NAMESPACE, Clients, Instance, Writer
 from testkit import wait_until
 
 PODS = f'namespace="{NAMESPACE}",pod=~"rfr-cache-[0-9]+"'
@@ -185,3 +185,43 @@ def test_full_sync_under_writes(rig, record):
            "desired held at 3 while master_sync_in_progress is 1, then 6",
            f"redis_master_sync_in_progress {syncing}; desired 3 over {len(seen)} polls during the "
            "sync, then 6")
+
+
+def test_a_new_replica_the_scrape_has_not_found_holds_the_brake_by_the_masters_word(rig, record):
+    """A new replica's own series appear only once the scrape discovers its pod (vmagent: up to
+    30 s), while its full sync starts at once. The master lists it at once, in a state other than
+    `online`: that alone holds the brake (the count stays 3, the instance series'), and the
+    brake lets go once the master lists it online."""
+    master, r1 = rig.instances["rfr-cache-0"], rig.instances["rfr-cache-1"]
+    master.call("CONFIG", "SET", "repl-diskless-sync", "no")
+    master.call("CONFIG", "SET", "rdb-key-save-delay", "1000")
+    new = Instance(rig.engine, rig.base, 3)  # no exporter: not discovered
+    try:
+        with Writer(master, 2000), Clients(r1, 22):
+            wait_until(lambda: int(master.info("keyspace").get("db0", "keys=0").split(",")[0][5:]) >= 10000, 30,
+                       0.2, "10000 keys")
+            rig.wait_desired(6)
+            new.start(master)
+            listing = (f'redis_connected_slave_offset_bytes{{namespace="{NAMESPACE}",pod="rfr-cache-0",'
+                       f'slave_port="{new.port}",slave_state!="online"}}')
+            rig.wait_scraped(listing, lambda s: "rfr-cache-0" in s, what="the master listing the new replica, not online")
+            listed = rig.vm.query(listing)[0]["metric"]["slave_state"]
+            assert not rig.series(f'redis_instance_info{{namespace="{NAMESPACE}",pod="{new.name}"}}'), \
+                "the new replica must stay unscraped"
+            rig.wait_desired(3)
+            seen = [3]
+            while new.info("replication").get("master_link_status") != "up":
+                seen.append(rig.desired())
+                assert seen[-1] == 3, seen
+                time.sleep(0.5)
+            t0 = time.monotonic()
+            rig.wait_desired(6, timeout=30)
+            released = time.monotonic() - t0
+    finally:
+        master.call("CONFIG", "SET", "rdb-key-save-delay", "0")
+        new.stop()
+    record("a new replica, unscraped (no exporter), full sync of 10000 keys under 2000 SET/s; 22 clients "
+           "on rfr-cache-1",
+           "desired held at 3 while only the master lists it (not online), then 6",
+           f"master listed it as {listed}; desired 3 over {len(seen)} polls during the sync, then 6 "
+           f"{released:.1f} s after its link was up")

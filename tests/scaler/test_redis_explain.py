@@ -81,7 +81,7 @@ def test_a_healthy_replica_set_scales_on_its_clients_with_the_brake_clear(vm):
         "instance series       3 (pods rfr-healthy-<n> reporting redis_instance_info)",
         "read load             20 (client connections on Redis replicas, less the sentinels'",
         "replica links down    0 of 2 (redis_master_link_up 0)",
-        "replicas syncing      0 of 2 (redis_master_sync_in_progress 1: a full sync)",
+        "replicas syncing      0 of 2 (redis_master_sync_in_progress 1, or listed by the master not online: a full sync)",
         f"replica lag, bytes    425 B, the largest of master offset − a replica's acknowledged offset "
         f"(maxReplicationLagBytes {LAG_THRESHOLD})",
         "B/s (above the 1024 B/s of sentinel hellos and pings: writing)",
@@ -89,7 +89,7 @@ def test_a_healthy_replica_set_scales_on_its_clients_with_the_brake_clear(vm):
         "floor                 2 = max(minReplicas 2, 2)",
         f"replication brake     clear (every replica's link up, none in a full sync, offset lag not above "
         f"{LAG_THRESHOLD} B)",
-        "quota ceiling         not applied (the topology reads CNPG Clusters only, not RedisFailovers)",
+        "quota ceiling         not applied (needs --topology kube)",
         "convergence           not applied (a RedisFailover's ready count is not read)",
         "redis_master_sync_in_progress",
     ]:

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use runtime::logging::LogArgs;
 use scaler::decisions::{self, Page};
 use scaler::scaledobject::{self, AddressMatch};
-use scaler::topology::cluster_resource;
+use scaler::topology::Kind;
 
 pub mod list;
 pub mod table;
@@ -144,7 +144,7 @@ impl Args {
         };
         let clusters = async {
             let client = client.map_err(String::clone)?;
-            let api = dynamic(client.clone(), namespace, &cluster_resource());
+            let api = dynamic(client.clone(), namespace, &Kind::Cluster.resource());
             let read = list::list(client, api.resource_url(), None, caps, |o| {
                 Some(cluster(&o))
             });
