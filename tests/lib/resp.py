@@ -3,6 +3,7 @@ Redis suite's load and writer, the real node's replication checks), without a cl
 from __future__ import annotations
 
 import socket
+import threading
 
 
 class Conn:
@@ -75,3 +76,55 @@ def command(port: int, *args, host: str = "127.0.0.1"):
         return c.call(*args)
     finally:
         c.close()
+
+
+def fill(port: int, keys: int, host: str = "127.0.0.1", value_bytes: int = 100) -> None:
+    """SETs `k:0` .. `k:<keys - 1>` on the master at `port`, pipelined a thousand at a time."""
+    c = Conn(port, timeout=30, host=host)
+    try:
+        for start in range(0, keys, 1000):
+            batch = range(start, min(start + 1000, keys))
+            for i in batch:
+                c.send("SET", f"k:{i}", "v" * value_bytes)
+            for _ in batch:
+                c.reply()
+    finally:
+        c.close()
+
+
+class Writer:
+    """A client that SETs 100-byte values over `k:0` .. `k:<keys - 1>` on the master at `port`,
+    pipelined, about `per_second` a second, until the `with` block ends: the master's replication
+    offset advances with it. A failure is raised when the block ends."""
+
+    def __init__(self, port: int, per_second: int = 2000, host: str = "127.0.0.1", keys: int = 10000):
+        self.port, self.host, self.per_second, self.keys = port, host, per_second, keys
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.written = 0
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            c = Conn(self.port, timeout=10, host=self.host)
+            batch = max(1, self.per_second // 20)
+            while not self.stop_event.is_set():
+                for i in range(batch):
+                    c.send("SET", f"k:{(self.written + i) % self.keys}", "v" * 100)
+                for _ in range(batch):
+                    c.reply()
+                self.written += batch
+                self.stop_event.wait(0.05)
+            c.close()
+        except BaseException as e:  # surfaced by __exit__
+            self.error = e
+
+    def __enter__(self) -> "Writer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_event.set()
+        self.thread.join(10)
+        if self.error and exc[0] is None:
+            raise self.error

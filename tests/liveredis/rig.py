@@ -15,7 +15,6 @@ import platform
 import shutil
 import signal
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,43 +104,6 @@ class Clients:
     def __exit__(self, *exc) -> None:
         for c in self.conns:
             c.close()
-
-
-class Writer:
-    """A client that SETs 100-byte values on the master, pipelined, about `per_second` a second,
-    until stopped: the master's replication offset advances with it."""
-
-    def __init__(self, master: Instance, per_second: int = 2000):
-        self.master, self.per_second = master, per_second
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.written = 0
-        self.error: BaseException | None = None
-
-    def _run(self) -> None:
-        try:
-            c = resp.Conn(self.master.port)
-            batch = max(1, self.per_second // 20)
-            while not self.stop_event.is_set():
-                for i in range(batch):
-                    c.send("SET", f"k:{(self.written + i) % 10000}", "v" * 100)
-                for _ in range(batch):
-                    c.reply()
-                self.written += batch
-                self.stop_event.wait(0.05)
-            c.close()
-        except BaseException as e:  # surfaced by __exit__
-            self.error = e
-
-    def __enter__(self) -> "Writer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop_event.set()
-        self.thread.join(10)
-        if self.error and exc[0] is None:
-            raise self.error
 
 
 class Rig(Probes):

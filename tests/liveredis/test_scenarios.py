@@ -6,7 +6,8 @@ clients per replica, maxReplicas 6."""
 import json
 import time
 
-from rig import NAMESPACE, Clients, Instance, Writer
+from resp import Writer
+from rig import NAMESPACE, Clients, Instance
 from testkit import wait_until
 
 PODS = f'namespace="{NAMESPACE}",pod=~"rfr-cache-[0-9]+"'
@@ -109,7 +110,7 @@ def test_read_load_up_and_down(rig, record):
 def test_writes_without_lag(rig, record):
     r1 = rig.instances["rfr-cache-1"]
     master = rig.instances["rfr-cache-0"]
-    with Writer(master, 2000) as w, Clients(r1, 12):
+    with Writer(master.port, 2000) as w, Clients(r1, 12):
         wait_until(lambda: repl_rate(rig) > BACKGROUND, 30, 0.5, "master writing")
         rig.wait_desired(4, maxReplicationLagBytes=LAG_THRESHOLD)  # 1 + ceil(12 / 5)
         lags = []
@@ -137,7 +138,7 @@ def test_writes_without_lag(rig, record):
 def test_link_down_under_writes(rig, record):
     r1, r2 = rig.instances["rfr-cache-1"], rig.instances["rfr-cache-2"]
     master = rig.instances["rfr-cache-0"]
-    with Writer(master, 2000), Clients(r1, 22):
+    with Writer(master.port, 2000), Clients(r1, 22):
         rig.wait_desired(6)
         cut_link(r2)
         rig.wait_scraped(f'redis_master_link_up{{namespace="{NAMESPACE}",pod="rfr-cache-2"}}',
@@ -161,7 +162,7 @@ def test_full_sync_under_writes(rig, record):
     # server's rdb-key-save-delay (microseconds per key) makes it last (10000 keys: about 10 s).
     master.call("CONFIG", "SET", "repl-diskless-sync", "no")
     master.call("CONFIG", "SET", "rdb-key-save-delay", "1000")
-    with Writer(master, 2000), Clients(r1, 22):
+    with Writer(master.port, 2000), Clients(r1, 22):
         wait_until(lambda: int(master.info("keyspace").get("db0", "keys=0").split(",")[0][5:]) >= 10000, 30, 0.2,
                    "10000 keys")
         rig.wait_desired(6)
@@ -197,7 +198,7 @@ def test_a_new_replica_the_scrape_has_not_found_holds_the_brake_by_the_masters_w
     master.call("CONFIG", "SET", "rdb-key-save-delay", "1000")
     new = Instance(rig.engine, rig.base, 3)  # no exporter: not discovered
     try:
-        with Writer(master, 2000), Clients(r1, 22):
+        with Writer(master.port, 2000), Clients(r1, 22):
             wait_until(lambda: int(master.info("keyspace").get("db0", "keys=0").split(",")[0][5:]) >= 10000, 30,
                        0.2, "10000 keys")
             rig.wait_desired(6)

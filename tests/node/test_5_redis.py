@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+import resp
 from helm import Helm
 from scaledobject import FAST_BEHAVIOR
 from testkit import REPO, TOOLS, cargo_bin, upstream, versions, wait_until
@@ -29,6 +30,7 @@ TARGET = 5     # client connections one replica should hold
 CLIENTS = 15   # on one replica: 1 master + ceil(15 / 5) replicas = 4
 FLOOR, MAX = 2, 4
 SENTINELS = 3  # the fixture's literal count
+SYNC_KEYS = 40000  # with a 1 ms per-key RDB delay on the master, a full sync of about 40 s
 
 
 def render(node, chart) -> dict[str, dict]:
@@ -67,6 +69,19 @@ def linked(ip: str) -> bool:
         return info(ip, "replication").get("master_link_status") == "up"
     except OSError:
         return False
+
+
+def in_full_sync(ip: str) -> bool:
+    try:
+        return info(ip, "replication").get("master_sync_in_progress") == "1"
+    except OSError:
+        return False
+
+
+def keys(ip: str) -> int:
+    """db0's key count at `ip` (INFO keyspace: `db0:keys=N,expires=...`)."""
+    db0 = info(ip, "keyspace").get("db0", "keys=0")
+    return int(db0.split(",")[0].removeprefix("keys="))
 
 
 def serving(kube, replicas: int) -> bool:
@@ -171,6 +186,64 @@ def test_client_connections_on_a_replica_scale_the_failover_out_and_back(node, f
     t = time.monotonic()
     wait_serving(node, FLOOR, 300, f"the RedisFailover back at {FLOOR}")
     node.timings["Redis: clients gone -> 2 ready"] = time.monotonic() - t
+
+
+def spec_replicas(kube) -> int:
+    return kube.get(RF, "RedisFailover", FAILOVER, NS)["spec"]["redis"]["replicas"]
+
+
+def test_a_full_sync_under_writes_holds_the_count_while_the_new_replica_syncs(node, failover):
+    """The master holds 40,000 keys and writes all along; each full sync lasts about 40 s (a 1 ms
+    per-key RDB delay). Clients on the replica make the HPA write 4; while a new replica syncs,
+    the clients leave, so the load asks for 2: the brake holds the RedisFailover's 4 (its
+    `spec.redis.replicas`, not the instance series, which lag the new pods) until that replica
+    replicates, and the count goes back to 2 once nothing syncs."""
+    kube = node.kube
+    found = roles(kube)
+    [master] = [name for name, role in found.items() if role == "master"]
+    [replica] = [name for name, role in found.items() if role == "slave"]
+    master_ip, replica_ip = pod_ip(kube, master), pod_ip(kube, replica)
+    resp.command(6379, "CONFIG", "SET", "save", "", host=master_ip)  # no background save to wait behind
+    resp.fill(6379, SYNC_KEYS, host=master_ip)
+    wait_until(lambda: linked(replica_ip) and keys(replica_ip) >= SYNC_KEYS, timeout=120, interval=1,
+               what=f"the replica holding the {SYNC_KEYS} keys")
+    resp.command(6379, "CONFIG", "SET", "rdb-key-save-delay", "1000", host=master_ip)
+    specs, held = [], []
+    try:
+        with resp.Writer(6379, per_second=200, host=master_ip, keys=SYNC_KEYS):
+            t = time.monotonic()
+            failover["clients"].open(replica_ip, CLIENTS)
+            wait_until(lambda: spec_replicas(kube) == MAX, timeout=120, interval=1,
+                       what=f"spec.redis.replicas {MAX}")
+            syncing = wait_until(lambda: next((p["metadata"]["name"] for p in pods(kube, REDIS_PODS)
+                                               if p["metadata"]["name"] not in found and p["status"].get("podIP")
+                                               and in_full_sync(p["status"]["podIP"])), None),
+                                 timeout=120, interval=0.5, what="a new replica in its full sync")
+            node.timings["Redis: clients -> a new replica in its full sync"] = time.monotonic() - t
+            failover["clients"].close()
+            # The load now asks for the floor; the master writes and a replica syncs.
+            brake = wait_until(lambda: (d := decision(kube)).get("reason") == "brake" and d["recommended"] == FLOOR
+                               and d, timeout=60, interval=1, what="the brake holding the count")
+            assert brake["desired"] == MAX and re.search(r"\b[1-9] in a full sync", brake["summary"]), brake
+
+            # Held for as long as that replica syncs (the StatefulSet makes the next one only
+            # once it is ready, and between two syncs nothing needs holding).
+            sync_ip = pod_ip(kube, syncing)
+
+            def synced():
+                specs.append(spec_replicas(kube))
+                d = decision(kube)
+                if d.get("desired") is not None:
+                    held.append(d["desired"])
+                return linked(sync_ip)
+            t = time.monotonic()
+            wait_until(synced, timeout=300, interval=1, what=f"{syncing} replicating")
+            node.timings["Redis: brake held while a new replica synced"] = time.monotonic() - t
+    finally:
+        resp.command(6379, "CONFIG", "SET", "rdb-key-save-delay", "0", host=master_ip)
+    assert min(specs) == MAX and min(held) == MAX, (specs, held, syncing)
+    wait_serving(node, FLOOR, 300, f"the RedisFailover back at {FLOOR} once no replica syncs")
+    resp.command(6379, "FLUSHALL", host=master_ip)
 
 
 def test_the_master_deleted_never_takes_the_count_under_the_floor(node, failover):
