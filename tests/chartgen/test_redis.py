@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import HELMS, REPO, Helm, chartgen, one
+from conftest import HELMS, PACKAGE, REPO, Helm, chartgen, one
 from test_reproducible import tree
 from testkit import upstream
-from validate import validate_all
+from validate import validate, validate_all
 
 FIXTURE = Path(__file__).parent / "fixtures/redis"
 ADAPTER_CRD = REPO / "charts/cozy-autoscaling/crds/scaleadapters.yaml"
@@ -217,3 +217,21 @@ def test_verify_checks_a_computed_engine_in_every_render(copy, tmp_path):
     assert out.returncode == 1, out.stdout
     assert 'RedisFailover/verify: spec.engine "Memcached" is not an engine the redis-operator runs' in out.stdout, \
         out.stdout
+
+
+def test_tenant_redis_helmrelease_example_ignores_both_autoscaled_counts(helm, generated):
+    """The documented Redis tenant HelmRelease is a valid Flux object whose drift detection leaves
+    the ScaleAdapter's count to the HPA and the RedisFailover's to the adapter (the e2e flip matrix
+    applies its rules), and its values render with the Redis chart after `chartgen app`."""
+    [hr] = [d for d in yaml.safe_load_all((PACKAGE / "examples/tenant-redis-helmrelease.yaml").read_text()) if d]
+    validate(hr)
+    drift = hr["spec"]["driftDetection"]
+    assert drift["mode"] == "enabled"
+    assert sorted((r["target"]["kind"], r["paths"]) for r in drift["ignore"]) == [
+        ("RedisFailover", ["/spec/redis/replicas"]), ("ScaleAdapter", ["/spec/replicas"])]
+    objs = helm.render(generated[0], values=hr["spec"]["values"], release=hr["metadata"]["name"])
+    rf = one(objs, "RedisFailover")
+    assert rf["spec"]["redis"]["replicas"] == hr["spec"]["values"]["replicas"]
+    trigger = one(objs, "ScaledObject")["spec"]["triggers"][0]["metadata"]
+    assert (trigger["engine"], trigger["maxReplicationLagBytes"]) == ("redis", "1048576"), trigger
+    assert one(objs, "ScaleAdapter")["spec"]["targetRef"]["name"] == rf["metadata"]["name"]
