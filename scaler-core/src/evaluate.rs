@@ -176,10 +176,12 @@ pub struct Evaluation {
     /// Redis: the master's replication offset growth in bytes/s, the brake's write gate; `None`
     /// for other engines, or without a rate yet.
     pub repl_bytes_per_second: Option<f64>,
-    pub cluster_spec: Option<ClusterFacts>,
+    /// Boxed, as `quota`: absent in metrics-only mode, and a scaler holds an evaluation per
+    /// ScaledObject (hundreds of bytes each inline).
+    pub cluster_spec: Option<Box<ClusterFacts>>,
     /// The tightest ResourceQuota limit on one more instance; `None` without a Kubernetes
     /// topology or without a quota that limits what an instance uses.
-    pub quota: Option<Fit>,
+    pub quota: Option<Box<Fit>>,
     pub current_source: CurrentSource,
     pub quorum_source: QuorumSource,
     /// The schedule windows open at `Inputs.now` and what they ask for.
@@ -197,7 +199,7 @@ impl Evaluation {
             &self.decision,
             &self.policy,
             &self.observation,
-            self.quota.as_ref(),
+            self.quota.as_deref(),
         )
     }
 }
@@ -273,8 +275,8 @@ pub fn evaluate(
             .then(|| count(parts, part::WARMING)),
         wal_bytes_per_second: parts.get(part::WAL).copied(),
         repl_bytes_per_second: parts.get(part::REPL_RATE).copied(),
-        cluster_spec: facts,
-        quota: fit,
+        cluster_spec: facts.map(Box::new),
+        quota: fit.map(Box::new),
         current_source,
         quorum_source,
         schedule,
