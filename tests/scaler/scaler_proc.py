@@ -16,29 +16,40 @@ class Scaler:
                  topology="metrics", env=None):
         self.env = env or {}
         self.tls = tls  # (grpc credentials, server name) the health probe connects with
+        self.workdir = workdir
+        self.flags = ["--prometheus-url", prometheus_url, "--topology", topology, "--refresh-interval", refresh,
+                      *extra]
+        self._pick_ports()
+        self.proc = None
+
+    def _pick_ports(self) -> None:
         self.grpc_port, self.admin_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.grpc_port}"
         self.admin = f"http://127.0.0.1:{self.admin_port}"
-        self.argv = [
-            scaler_binary(), "serve",
-            "--listen", self.address,
-            "--admin-listen", f"127.0.0.1:{self.admin_port}",
-            "--prometheus-url", prometheus_url,
-            "--topology", topology,
-            "--refresh-interval", refresh,
-            *extra,
-        ]
-        self.log = os.path.join(workdir, f"scaler-{self.grpc_port}.log")
-        self.proc = None
+        self.argv = [scaler_binary(), "serve", "--listen", self.address,
+                     "--admin-listen", f"127.0.0.1:{self.admin_port}", *self.flags]
+        self.log = os.path.join(self.workdir, f"scaler-{self.grpc_port}.log")
 
     def start(self, timeout=30):
-        self.proc = Proc(self.argv, self.log, env=self.env)
-        try:
-            wait_until(self.serving, timeout, 0.1, f"scaler gRPC health SERVING on {self.address}")
-        except TimeoutError:
-            self.proc.stop()
-            raise RuntimeError(f"scaler did not become SERVING; log tail:\n{self.proc.tail()}")
-        return self
+        # A free port is free only when it is picked: with other suites beside this one, an
+        # outgoing connection can take it before the scaler binds it. Then new ports, up to 3 times.
+        for attempt in range(3):
+            self.proc = Proc(self.argv, self.log, env=self.env)
+            try:
+                wait_until(self.serving, timeout, 0.1, f"scaler gRPC health SERVING on {self.address}",
+                           proc=self.proc)
+                return self
+            except (TimeoutError, RuntimeError):
+                self.proc.stop()
+                log = self.proc.log.read_text(errors="replace") if self.proc.log.exists() else ""
+                if "Address already in use" in log and attempt < 2:
+                    self._pick_ports()
+                    continue
+                # The error is the log's first lines; a backtrace follows it.
+                head = "\n".join(log.splitlines()[:5])
+                raise RuntimeError(f"scaler did not become SERVING; log head:\n{head}\nlog tail:\n"
+                                   f"{self.proc.tail()}") from None
+        raise AssertionError("unreachable")
 
     def health(self, service="") -> int:
         with channel(self.address, self.tls) as ch:
@@ -46,8 +57,6 @@ class Scaler:
             return resp.status
 
     def serving(self) -> bool:
-        if not self.proc.alive():
-            raise RuntimeError(f"scaler exited early:\n{self.proc.tail()}")
         return self.health() == health_pb2.HealthCheckResponse.SERVING
 
     def stop(self) -> int:

@@ -121,6 +121,9 @@ def read_back_to_back(admin: str, readers: int, on, stop, counts):
 
 
 
+SCHEDULER_NOISE_S = 0.025
+
+
 # Four operators watching; and 64 at once (the issue: p95 5-7 s), past the admin port's 16
 # connections per peer, so some of those are refused a connection.
 @pytest.mark.parametrize("n_readers", [4, 64])
@@ -148,7 +151,9 @@ def test_decisions_readers_leave_get_metrics_fast(fleet, n_readers):
     # cores) and readers past the two at once were told to wait.
     assert figures["pages"] >= 1 and figures["busy"] > 0, figures
     assert figures["other"] == 0 or n_readers > 16, figures
-    assert loaded_p99 <= 2 * quiet_p99, figures
+    # Within 2x of quiet, plus the scheduler's noise: with a quiet p99 near 2 ms, one busy moment
+    # of a 2-core machine doubles it (seen in CI: 1.9 -> 4.3 ms); the defect was seconds.
+    assert loaded_p99 <= 2 * quiet_p99 + SCHEDULER_NOISE_S, figures
 
 
 SLOW_READERS = 48  # as in the issue
