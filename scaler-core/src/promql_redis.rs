@@ -174,12 +174,16 @@ impl RedisSeries {
             (
                 // The master lists a replica as soon as it connects, before vmagent discovers the
                 // replica's pod (up to its 30 s discovery interval) and while its full sync runs.
+                // The state is a label: a replica the master also lists as online is not syncing
+                // (its earlier state's series lingers where no staleness marker ends it).
                 part::MASTER_SYNCING,
                 per(
                     "count",
                     &format!(
-                        "max by (namespace,pod,slave_ip,slave_port) \
+                        "(max by (namespace,pod,slave_ip,slave_port) \
                          (redis_connected_slave_offset_bytes{{{sel},slave_state!=\"online\"}}) \
+                         unless on(namespace,pod,slave_ip,slave_port) \
+                         redis_connected_slave_offset_bytes{{{sel},slave_state=\"online\"}}) \
                          and on(namespace,pod) {master}"
                     ),
                 ),
