@@ -1281,17 +1281,20 @@ mod tests {
             cluster: failover_facts_from(&json!({"spec": {"redis": {"replicas": 4}}})).unwrap(),
             quotas: vec![],
         };
+        let kube = |answer: &HashMap<String, f64>| {
+            evaluate(
+                "ns",
+                &redis_config(&[]),
+                &inputs("kube"),
+                answer,
+                Some(&snap),
+            )
+            .unwrap()
+        };
         let mut answer = redis_answer(25.0, 20_000.0);
         answer.insert("syncing".into(), 1.0);
         answer.insert("links_down".into(), 1.0);
-        let e = evaluate(
-            "ns",
-            &redis_config(&[]),
-            &inputs("kube"),
-            &answer,
-            Some(&snap),
-        )
-        .unwrap();
+        let e = kube(&answer);
         assert_eq!(
             (
                 e.instance_series,
@@ -1305,27 +1308,12 @@ mod tests {
         // The new pod unscraped, its sync seen only in the master's list: the brake holds too.
         let mut answer = redis_answer(25.0, 20_000.0);
         answer.insert("master_syncing".into(), 1.0);
-        let e = evaluate(
-            "ns",
-            &redis_config(&[]),
-            &inputs("kube"),
-            &answer,
-            Some(&snap),
-        )
-        .unwrap();
+        let e = kube(&answer);
         assert_eq!(e.observation.redis.map(|r| r.syncing), Some(1));
         assert_eq!((e.decision.desired, e.decision.reason), (4, Reason::Brake));
         // Both sides seeing the same sync count it once.
         answer.insert("syncing".into(), 1.0);
-        let e = evaluate(
-            "ns",
-            &redis_config(&[]),
-            &inputs("kube"),
-            &answer,
-            Some(&snap),
-        )
-        .unwrap();
-        assert_eq!(e.observation.redis.map(|r| r.syncing), Some(1));
+        assert_eq!(kube(&answer).observation.redis.map(|r| r.syncing), Some(1));
         // The same answer without a topology holds the series' count.
         let e = evaluate("ns", &redis_config(&[]), &inputs("metrics"), &answer, None).unwrap();
         assert_eq!((e.observation.current, e.decision.desired), (3, 3));

@@ -236,27 +236,16 @@ async fn a_direct_lookup_reads_one_cluster_and_its_quotas_and_bounds_the_wait() 
             }
         }
     };
+    let lookup = |engine, name| topology.lookup(engine, "tenant-a", name, &metrics);
     let client = async {
-        let found = topology
-            .lookup(Engine::Cnpg, "tenant-a", "pg", &metrics)
-            .await;
-        let redis = topology
-            .lookup(Engine::Redis, "tenant-a", "cache", &metrics)
-            .await;
+        let found = lookup(Engine::Cnpg, "pg").await;
+        let redis = lookup(Engine::Redis, "cache").await;
         // A Pooler's count is its instance series': no request at all.
-        let pooler = topology
-            .lookup(Engine::Pgbouncer, "tenant-a", "pooler", &metrics)
-            .await;
-        let missing = topology
-            .lookup(Engine::Cnpg, "tenant-a", "gone", &metrics)
-            .await;
-        let forbidden = topology
-            .lookup(Engine::Redis, "tenant-a", "secret", &metrics)
-            .await;
+        let pooler = lookup(Engine::Pgbouncer, "pooler").await;
+        let missing = lookup(Engine::Cnpg, "gone").await;
+        let forbidden = lookup(Engine::Redis, "secret").await;
         let started = tokio::time::Instant::now();
-        let silent = topology
-            .lookup(Engine::Cnpg, "tenant-a", "slow", &metrics)
-            .await;
+        let silent = lookup(Engine::Cnpg, "slow").await;
         let took = started.elapsed();
         gave_up.notify_one();
         (found, redis, pooler, missing, forbidden, silent, took)
