@@ -43,7 +43,7 @@ use scaler_core::evaluate::{EvaluateError, Evaluation};
 use scaler_core::metadata::ScalerConfig;
 use scaler_core::promql::QueryError;
 
-/// Default `--max-cached-objects`: a fleet of this many ScaledObjects fits (about 2.5 KiB each,
+/// Default `--max-cached-objects`: a fleet of this many ScaledObjects fits (about 2.1 KiB each,
 /// docs/benchmarks.md); larger fleets raise it.
 pub const DEFAULT_CAPACITY: usize = 10_000;
 
