@@ -62,20 +62,26 @@ def roles(kube) -> dict[str, str]:
             for p in pods(kube, REDIS_PODS) if ready(p)}
 
 
+def replication(ip: str) -> dict[str, str]:
+    """INFO replication of the Redis pod at `ip`; nothing while it does not answer."""
+    try:
+        return info(ip, "replication")
+    except OSError:
+        return {}
+
+
 def linked(ip: str) -> bool:
     """The replica's own word that it replicates: `master_link_status:up` (the operator's readiness
     probe checks only that no sync is in progress, so a replica that never synced is ready)."""
-    try:
-        return info(ip, "replication").get("master_link_status") == "up"
-    except OSError:
-        return False
+    return replication(ip).get("master_link_status") == "up"
 
 
 def in_full_sync(ip: str) -> bool:
-    try:
-        return info(ip, "replication").get("master_sync_in_progress") == "1"
-    except OSError:
-        return False
+    return replication(ip).get("master_sync_in_progress") == "1"
+
+
+def spec_replicas(kube) -> int:
+    return kube.get(RF, "RedisFailover", FAILOVER, NS)["spec"]["redis"]["replicas"]
 
 
 def keys(ip: str) -> int:
@@ -85,7 +91,7 @@ def keys(ip: str) -> int:
 
 
 def serving(kube, replicas: int) -> bool:
-    spec = kube.get(RF, "RedisFailover", FAILOVER, NS)["spec"]["redis"]["replicas"]
+    spec = spec_replicas(kube)
     found = roles(kube)
     if not (spec == replicas and len(found) == replicas and list(found.values()).count("master") == 1):
         return False
@@ -97,7 +103,7 @@ def wait_serving(node, replicas: int, timeout: float, what: str) -> None:
     try:
         wait_until(lambda: serving(kube, replicas), timeout=timeout, interval=1, what=what)
     except TimeoutError as e:
-        spec = kube.get(RF, "RedisFailover", FAILOVER, NS)["spec"]["redis"]["replicas"]
+        spec = spec_replicas(kube)
         phases = {p["metadata"]["name"]: p["status"].get("phase") for p in kube.list("v1", "Pod", NS)}
         try:
             d = decision(kube)
@@ -188,10 +194,6 @@ def test_client_connections_on_a_replica_scale_the_failover_out_and_back(node, f
     node.timings["Redis: clients gone -> 2 ready"] = time.monotonic() - t
 
 
-def spec_replicas(kube) -> int:
-    return kube.get(RF, "RedisFailover", FAILOVER, NS)["spec"]["redis"]["replicas"]
-
-
 def test_a_full_sync_under_writes_holds_the_count_while_the_new_replica_syncs(node, failover):
     """The master holds 40,000 keys and writes all along; each full sync lasts about 40 s (a 1 ms
     per-key RDB delay). Clients on the replica make the HPA write 4; while a new replica syncs,
@@ -271,7 +273,7 @@ def test_the_master_deleted_never_takes_the_count_under_the_floor(node, failover
     counts, desired = [], []
 
     def recovered():
-        counts.append(kube.get(RF, "RedisFailover", FAILOVER, NS)["spec"]["redis"]["replicas"])
+        counts.append(spec_replicas(kube))
         d = decision(kube)
         if d.get("desired") is not None:
             desired.append(d["desired"])
