@@ -8,9 +8,11 @@
 //! pool, one at a time: a flood of new schedules takes at most one core and never an async
 //! worker, so cached answers for other keys stay fast.
 use std::collections::HashMap;
+use std::hash::{BuildHasher as _, Hash as _, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use siphasher::sip128::{Hasher128 as _, SipHasher13};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
@@ -31,39 +33,37 @@ pub type Parsed = Result<Arc<ScalerConfig>, MetadataError>;
 
 /// The content a parse depends on: the ScaledObject's name (the default cluster) and the
 /// metadata, sorted; and its namespace, so an invalid one is reported (logged at warn, an
-/// Event) once per ScaledObject and metadata. One string, each part prefixed by its length (so
-/// no two contents spell the same): one allocation per entry, where a string per key and value
-/// cost a dozen.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Content(Box<str>);
+/// Event) once per ScaledObject and metadata. Held as a 128-bit SipHash under the cache's own
+/// random keys: a cache holds one per ScaledObject, and the text itself cost 150 bytes each
+/// (docs/benchmarks.md). Without the keys no tenant can aim a collision at another's content,
+/// and by chance one is about 2⁻⁸⁹ likely among a million contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Content(u128);
 
 impl Content {
-    fn new(namespace: &str, name: &str, raw: &HashMap<String, String>) -> Self {
+    fn new(keys: (u64, u64), namespace: &str, name: &str, raw: &HashMap<String, String>) -> Self {
         let mut metadata: Vec<(&String, &String)> = raw.iter().collect();
         metadata.sort_unstable();
-        let parts = [namespace, name].into_iter().chain(
-            metadata
-                .into_iter()
-                .flat_map(|(k, v)| [k.as_str(), v.as_str()]),
-        );
-        let mut content = String::new();
-        for part in parts {
-            content.push_str(&part.len().to_string());
-            content.push(':');
-            content.push_str(part);
-        }
-        Self(content.into_boxed_str())
+        let mut digest = SipHasher13::new_with_keys(keys.0, keys.1);
+        // `str`'s Hash ends each part with 0xff, a byte UTF-8 never holds, and the Vec's
+        // starts with its length: no two contents feed the same bytes.
+        (namespace, name, metadata).hash(&mut digest);
+        Self(digest.finish128().as_u128())
     }
 }
 
 struct Slot {
-    parsed: Parsed,
+    /// The error boxed, as in no [`Parsed`]: a cache holds one slot per ScaledObject, and
+    /// inline the error (64 bytes) sized every slot.
+    parsed: Result<Arc<ScalerConfig>, Box<MetadataError>>,
     /// A tick of [`MetadataCache::clock`]: larger is more recent.
     asked: AtomicU64,
 }
 
 pub struct MetadataCache {
     entries: Mutex<HashMap<Content, Slot>>,
+    /// The digest's keys, random per process.
+    keys: (u64, u64),
     capacity: usize,
     clock: AtomicU64,
     /// One schedule validation at a time, on the blocking pool.
@@ -78,6 +78,10 @@ impl MetadataCache {
             entries: Mutex::default(),
             capacity: capacity.max(1),
             clock: AtomicU64::new(0),
+            keys: (
+                RandomState::new().hash_one(0),
+                RandomState::new().hash_one(1),
+            ),
             expensive: Semaphore::new(1),
             metrics,
             events: None,
@@ -107,7 +111,7 @@ impl MetadataCache {
             }
             return parsed;
         }
-        let content = Content::new(namespace, name, raw);
+        let content = Content::new(self.keys, namespace, name, raw);
         if let Some(parsed) = self.cached(&content) {
             return parsed;
         }
@@ -144,7 +148,10 @@ impl MetadataCache {
         let entries = lock(&self.entries);
         let slot = entries.get(content)?;
         slot.asked.store(self.tick(), Ordering::Relaxed);
-        Some(slot.parsed.clone())
+        Some(match &slot.parsed {
+            Ok(config) => Ok(config.clone()),
+            Err(error) => Err((**error).clone()),
+        })
     }
 
     fn insert(&self, content: Content, parsed: Parsed) {
@@ -158,6 +165,7 @@ impl MetadataCache {
             self.metrics.evicted("metadata", "capacity", oldest.len());
         }
         let asked = AtomicU64::new(self.tick());
+        let parsed = parsed.map_err(Box::new);
         entries.insert(content, Slot { parsed, asked });
     }
 
@@ -218,21 +226,33 @@ mod tests {
         assert_eq!(c.len(), 3);
     }
 
+    const KEYS: (u64, u64) = (7, 11);
+
     #[test]
     fn contents_differ_whenever_their_parts_do() {
-        let a = Content::new("ns", "pg", &md(&[("target", "5"), ("maxReplicas", "4")]));
-        let same = Content::new("ns", "pg", &md(&[("maxReplicas", "4"), ("target", "5")]));
+        let a = Content::new(
+            KEYS,
+            "ns",
+            "pg",
+            &md(&[("target", "5"), ("maxReplicas", "4")]),
+        );
+        let same = Content::new(
+            KEYS,
+            "ns",
+            "pg",
+            &md(&[("maxReplicas", "4"), ("target", "5")]),
+        );
         assert_eq!(a, same, "the order of the keys does not matter");
         // Parts that join into the same text stay apart.
         assert_ne!(
-            Content::new("ns", "pg", &md(&[("ab", "c")])),
-            Content::new("ns", "pg", &md(&[("a", "bc")]))
+            Content::new(KEYS, "ns", "pg", &md(&[("ab", "c")])),
+            Content::new(KEYS, "ns", "pg", &md(&[("a", "bc")]))
         );
         assert_ne!(
-            Content::new("n", "spg", &md(&[])),
-            Content::new("ns", "pg", &md(&[]))
+            Content::new(KEYS, "n", "spg", &md(&[])),
+            Content::new(KEYS, "ns", "pg", &md(&[]))
         );
-        assert_ne!(a, Content::new("ns", "pg", &md(&[("target", "5")])));
+        assert_ne!(a, Content::new(KEYS, "ns", "pg", &md(&[("target", "5")])));
     }
 
     #[tokio::test]

@@ -192,23 +192,36 @@ impl Topology {
         match self {
             Self::Metrics => Ok(None),
             Self::Watched(index) => index.get(kind, namespace, name).map(Some),
+            // Boxed: inline, the read's state machine (4 KiB) sized every lookup future, and a
+            // tick holds one per key at once, whatever the topology.
             Self::Direct { client, timeout } => {
-                let mut counted = BackendQuery::start(metrics, "cluster");
-                let result = tokio::time::timeout(*timeout, read(client, kind, namespace, name))
+                Box::pin(read_timed(client, *timeout, kind, namespace, name, metrics))
                     .await
-                    .unwrap_or(Err(TopologyError::Timeout {
-                        kind,
-                        timeout: *timeout,
-                    }));
-                counted.outcome(match &result {
-                    Ok(_) | Err(TopologyError::NotFound { .. }) => "ok",
-                    Err(TopologyError::Timeout { .. }) => "timeout",
-                    Err(_) => "error",
-                });
-                result.map(Some)
+                    .map(Some)
             }
         }
     }
+}
+
+/// [`read`] within `timeout`, counted as a backend query.
+async fn read_timed(
+    client: &kube::Client,
+    timeout: Duration,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+    metrics: &Metrics,
+) -> Result<Snapshot, TopologyError> {
+    let mut counted = BackendQuery::start(metrics, "cluster");
+    let result = tokio::time::timeout(timeout, read(client, kind, namespace, name))
+        .await
+        .unwrap_or(Err(TopologyError::Timeout { kind, timeout }));
+    counted.outcome(match &result {
+        Ok(_) | Err(TopologyError::NotFound { .. }) => "ok",
+        Err(TopologyError::Timeout { .. }) => "timeout",
+        Err(_) => "error",
+    });
+    result
 }
 
 /// One GET of the object and one ResourceQuota LIST of its namespace, concurrently.

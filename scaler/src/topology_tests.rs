@@ -197,3 +197,13 @@ fn failovers_are_their_own_list_and_never_hold_readiness() {
         "{error}"
     );
 }
+
+/// A tick holds one lookup future per key at once (1,600 with the defaults): the Kubernetes
+/// read's state machine, kilobytes, is boxed inside, allocated only when a read happens.
+#[test]
+fn a_lookup_future_is_small() {
+    let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+    let lookup = Topology::Metrics.lookup(Engine::Cnpg, "ns", "pg", &metrics);
+    let size = std::mem::size_of_val(&lookup);
+    assert!(size <= 128, "a lookup future is {size} bytes");
+}
