@@ -17,13 +17,15 @@
 //!   another caller's flight waits for it;
 //! * a failed refresh keeps serving the last good answer until it is `staleness` old, then the
 //!   error;
-//! * keys not asked for during `ttl` are evicted, with their decision gauges;
+//! * keys not asked for during `ttl` are evicted, with their decision gauges (read from the cache
+//!   at scrape time: [`ObjectSource`]);
 //! * at most `capacity` keys are held (callers choose the keys: made-up names must not grow the
 //!   process): a new key past it evicts the least recently asked, a sixteenth of the capacity at
 //!   once so the scan is amortised, with their gauges. Each key has at most a dozen gauges, so
 //!   this bounds the per-ScaledObject series on `/metrics` too.
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::fmt;
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
@@ -37,7 +39,7 @@ use tracing::{debug, error, info, warn};
 use crate::events::{Events, transition};
 use crate::gather::{Arrival, Gathering};
 use crate::lru;
-use crate::metrics::{Metrics, ObjectLabels};
+use crate::metrics::{self, ErrorCounts, Metrics, ObjectSource, ObjectView};
 use crate::topology::TopologyError;
 use scaler_core::evaluate::{EvaluateError, Evaluation};
 use scaler_core::metadata::ScalerConfig;
@@ -124,30 +126,15 @@ struct State {
     /// ScaledObject, and inline the error (88 bytes) took an allocator size class up for all.
     attempt: Option<(Instant, Option<Box<ObserveError>>)>,
     last_asked: Option<Instant>,
-    /// Evicted while an evaluation of it was running: its outcome publishes no gauges.
-    evicted: bool,
+    /// Failed evaluations by code, for `scaler_scaledobject_errors_total`.
+    errors: ErrorCounts,
 }
 
+#[derive(Default)]
 struct Entry {
     state: Mutex<State>,
     /// Held while refreshing: the single flight.
     refreshing: Arc<tokio::sync::Mutex<()>>,
-    /// Its decision gauges' labels, built once: every tick publishes under them.
-    labels: ObjectLabels,
-}
-
-impl Entry {
-    fn new(key: &Key) -> Self {
-        Self {
-            state: Mutex::default(),
-            refreshing: Arc::default(),
-            labels: ObjectLabels {
-                namespace: key.namespace.as_str().into(),
-                scaledobject: key.name.as_str().into(),
-                cluster: key.config.cluster.as_str().into(),
-            },
-        }
-    }
 }
 
 /// One key's state as [`Cache::snapshot`] reads it.
@@ -199,6 +186,14 @@ impl<E: Evaluate> Cache<E> {
     pub fn with_events(mut self, events: Option<Events>) -> Self {
         self.events = events;
         self
+    }
+
+    /// The cache, shared, publishing its ScaledObjects' gauges for as long as it lives.
+    pub fn shared(self) -> Arc<Self> {
+        let cache = Arc::new(self);
+        let source: Weak<dyn ObjectSource> = Arc::downgrade(&cache) as _;
+        cache.metrics.publish_objects(source);
+        cache
     }
 
     /// The current evaluation for `key`; evaluates it (alone, or with the cold keys arriving
@@ -350,9 +345,7 @@ impl<E: Evaluate> Cache<E> {
                 } else {
                     debug!(namespace = %key.namespace, scaledobject = %key.name, desired = d.desired, reason = %d.reason, "decision unchanged");
                 }
-                if !state.evicted {
-                    self.metrics.decision(&entry.labels, &evaluation);
-                }
+                self.metrics.decision(d.reason);
                 let evaluation = reuse(state.good.take(), evaluation);
                 state.good = Some((now, evaluation.clone()));
                 state.attempt = Some((now, None));
@@ -367,7 +360,7 @@ impl<E: Evaluate> Cache<E> {
                 } else {
                     warn!(namespace = %key.namespace, scaledobject = %key.name, %error, "evaluation failed");
                 }
-                self.metrics.object_error(&entry.labels, error.code());
+                metrics::count_error(&mut state.errors, error.code());
                 state.attempt = Some((now, Some(Box::new(error.clone()))));
                 match &state.good {
                     Some((at, good))
@@ -391,10 +384,7 @@ impl<E: Evaluate> Cache<E> {
             self.metrics.evicted("decisions", "capacity", evicted);
         }
         let key = Arc::new(key);
-        let entry = entries
-            .entry(key.clone())
-            .or_insert_with_key(|key| Arc::new(Entry::new(key)))
-            .clone();
+        let entry = entries.entry(key.clone()).or_default().clone();
         self.metrics.cache_entries.set(entries.len() as i64);
         (key, entry)
     }
@@ -406,19 +396,9 @@ impl<E: Evaluate> Cache<E> {
         let asked = |entry: &Arc<Entry>| lock(&entry.state).last_asked.unwrap_or(now);
         let oldest = lru::least_recent(entries, self.timing.capacity, asked);
         for key in &oldest {
-            if let Some(entry) = entries.remove(key) {
-                self.forget(&entry);
-            }
+            entries.remove(key);
         }
         oldest.len()
-    }
-
-    /// Drops an evicted entry's gauges. Under its state lock, so an evaluation of it still running
-    /// (a tick took it before the eviction) cannot publish them again after.
-    fn forget(&self, entry: &Entry) {
-        let mut state = lock(&entry.state);
-        state.evicted = true;
-        self.metrics.forget(&entry.labels);
     }
 
     /// What a caller gets without evaluating: the last good evaluation within staleness, else a
@@ -448,11 +428,7 @@ impl<E: Evaluate> Cache<E> {
         let before = entries.len();
         entries.retain(|_, entry| {
             let last = lock(&entry.state).last_asked;
-            let keep = last.is_some_and(|at| now.saturating_duration_since(at) < self.timing.ttl);
-            if !keep {
-                self.forget(entry);
-            }
-            keep
+            last.is_some_and(|at| now.saturating_duration_since(at) < self.timing.ttl)
         });
         self.metrics.cache_entries.set(entries.len() as i64);
         let evicted = before - entries.len();
@@ -518,6 +494,24 @@ impl<E: Evaluate> Cache<E> {
                 }
             }
         }
+    }
+}
+
+impl<E: Evaluate> ObjectSource for Cache<E> {
+    /// Under the map's read lock, each key's state locked in turn (the order eviction takes them
+    /// in): a scrape delays a new key's insertion by one family's pass.
+    fn each_object(&self, visit: &mut dyn FnMut(ObjectView<'_>) -> fmt::Result) -> fmt::Result {
+        for (key, entry) in read(&self.entries).iter() {
+            let state = lock(&entry.state);
+            visit(ObjectView {
+                namespace: &key.namespace,
+                scaledobject: &key.name,
+                cluster: &key.config.cluster,
+                evaluation: state.good.as_ref().map(|(_, evaluation)| &**evaluation),
+                errors: &state.errors,
+            })?;
+        }
+        Ok(())
     }
 }
 

@@ -102,7 +102,7 @@ fn gathering(fake: &Fake, window_ms: u64) -> Arc<Cache<Fake>> {
         cold_window: Duration::from_millis(window_ms),
     };
     let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-    Arc::new(Cache::new(fake.clone(), timing, metrics))
+    Cache::new(fake.clone(), timing, metrics).shared()
 }
 
 /// A cache of at most `capacity` keys, and the registry of its metrics.
@@ -121,10 +121,7 @@ fn bounded(
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
-    (
-        Arc::new(Cache::new(fake.clone(), timing, metrics)),
-        registry,
-    )
+    (Cache::new(fake.clone(), timing, metrics).shared(), registry)
 }
 
 async fn load(cache: &Arc<Cache<Fake>>, name: &str) -> f64 {

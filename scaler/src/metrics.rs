@@ -36,11 +36,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, RwLock};
-
-use runtime::lock::{read, write};
+use std::sync::{Arc, OnceLock, Weak};
 
 use scaler_core::decision::{Brake, ConvergencePhase, Reason};
 use scaler_core::evaluate::Evaluation;
@@ -74,13 +71,33 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
-/// Identifies one ScaledObject's decision gauges. The names are shared, not copied, by its dozen
-/// series: at 20,000 ScaledObjects, copies cost tens of MiB.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ObjectLabels {
-    pub namespace: Arc<str>,
-    pub scaledobject: Arc<str>,
-    pub cluster: Arc<str>,
+/// One held ScaledObject as its gauges read it, borrowed from the decision cache at scrape time.
+pub struct ObjectView<'a> {
+    pub namespace: &'a str,
+    pub scaledobject: &'a str,
+    pub cluster: &'a str,
+    /// The last good evaluation; none before the first.
+    pub evaluation: Option<&'a Evaluation>,
+    /// Failed evaluations by [`OBSERVE_CODES`] index.
+    pub errors: &'a ErrorCounts,
+}
+
+/// Failed evaluations of one ScaledObject by [`OBSERVE_CODES`] index; zero: no series.
+pub type ErrorCounts = [u64; OBSERVE_CODES.len()];
+
+/// Counts one failed evaluation answered with `code` (any other code as Unavailable, the
+/// backend's: [`crate::cache::ObserveError::code`] gives only these).
+pub fn count_error(errors: &mut ErrorCounts, code: tonic::Code) {
+    let index = OBSERVE_CODES.iter().position(|c| *c == code).unwrap_or(0);
+    errors[index] += 1;
+}
+
+/// What holds the ScaledObjects whose gauges are published: the decision cache. The gauges are
+/// read from it at scrape time: a map of their own held a copy of every ScaledObject's names and
+/// last decision, a fifth of the scaler's memory at 50,000 (docs/benchmarks.md).
+pub trait ObjectSource: Send + Sync {
+    /// Calls `visit` with each held ScaledObject, stopping at the first error.
+    fn each_object(&self, visit: &mut dyn FnMut(ObjectView<'_>) -> fmt::Result) -> fmt::Result;
 }
 
 /// Every code an evaluation failure is answered with ([`crate::cache::ObserveError::code`]), so
@@ -104,7 +121,8 @@ pub struct Metrics {
     query_clusters: Histogram,
     refresh_duration: Histogram,
     decisions: Family<ReasonLabels, Counter>,
-    /// Every `scaler_decision_*` gauge and `scaler_scaledobject_errors_total`.
+    /// Every `scaler_decision_*` gauge and `scaler_scaledobject_errors_total`, read from the
+    /// source [`Metrics::publish_objects`] gives.
     objects: Arc<Objects>,
     pub cache_entries: Gauge,
     evictions: Family<EvictionLabels, Counter>,
@@ -229,64 +247,43 @@ impl Metrics {
         self.refresh_duration.observe(seconds);
     }
 
-    /// Publishes a fresh decision for one ScaledObject.
-    pub fn decision(&self, object: &ObjectLabels, evaluation: &Evaluation) {
-        let decision = &evaluation.decision;
-        let observed = &evaluation.observation;
-        let published = Published {
-            desired: i64::from(decision.desired),
-            recommended: i64::from(decision.recommended),
-            reason: decision.reason,
-            quota_ceiling: decision.quota_ceiling.map(i64::from),
-            backoff: match decision.convergence {
-                ConvergencePhase::Hold { attempt, .. }
-                | ConvergencePhase::Retry { attempt, .. } => i64::from(attempt),
-                _ => 0,
-            },
-            current: i64::from(observed.current),
-            load: observed.load,
-            target: evaluation.policy.target,
-            lag: observed.max_lag_seconds,
-            lag_threshold: Some(evaluation.policy.max_lag_seconds).filter(|t| *t > 0.0),
-            brake: decision.brake,
-            signal: decision.signal,
-        };
-        self.objects
-            .update(object, |series| series.decision = Some(published));
+    /// Counts a fresh decision by its reason.
+    pub fn decision(&self, reason: Reason) {
         self.decisions
             .get_or_create(&ReasonLabels {
-                reason: decision.reason.as_str(),
+                reason: reason.as_str(),
             })
             .inc();
     }
 
-    /// One failed evaluation of a ScaledObject the cache holds.
-    pub fn object_error(&self, object: &ObjectLabels, code: tonic::Code) {
-        // Any other code is counted as Unavailable, the backend's (ObserveError::code gives only these).
-        let index = OBSERVE_CODES.iter().position(|c| *c == code).unwrap_or(0);
-        self.objects
-            .update(object, |series| series.errors[index] += 1);
-    }
-
-    /// Drops one ScaledObject's gauges and error counters (after cache eviction).
-    pub fn forget(&self, object: &ObjectLabels) {
-        write(&self.objects.0).remove(object);
+    /// Publishes the gauges of the ScaledObjects `source` holds, for as long as it lives.
+    pub fn publish_objects(&self, source: Weak<dyn ObjectSource>) {
+        // One source per registry: a second one is a wiring bug, and keeping the first
+        // publishes the same ScaledObjects as before.
+        if self.objects.0.set(source).is_err() {
+            tracing::error!("a second source of ScaledObject gauges was ignored");
+        }
     }
 }
 
-/// Every ScaledObject's decision gauges and error counters, one map entry per ScaledObject,
-/// encoded into their families at scrape time. One prometheus-client family per gauge held a
-/// label set and an allocated gauge per series: a dozen of each per ScaledObject, most of the
-/// scaler's memory at 20,000 ScaledObjects (docs/benchmarks.md).
+/// The per-ScaledObject families, encoded from their source at scrape time.
 #[derive(Debug, Default)]
-struct Objects(RwLock<HashMap<ObjectLabels, ObjectSeries>>);
+struct Objects(OnceLock<Weak<dyn ObjectSource>>);
 
-#[derive(Debug, Default)]
+/// What one ScaledObject's gauges show, read from its view.
 struct ObjectSeries {
-    /// The last decision published; none before the first.
+    /// The last decision; none before the first.
     decision: Option<Published>,
-    /// Failed evaluations by [`OBSERVE_CODES`] index; zero: no series.
-    errors: [u64; OBSERVE_CODES.len()],
+    errors: ErrorCounts,
+}
+
+impl ObjectSeries {
+    fn of(view: &ObjectView<'_>) -> Self {
+        Self {
+            decision: view.evaluation.map(Published::of),
+            errors: *view.errors,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -308,12 +305,27 @@ struct Published {
     signal: Metric,
 }
 
-impl Objects {
-    fn update(&self, object: &ObjectLabels, change: impl FnOnce(&mut ObjectSeries)) {
-        let mut objects = write(&self.0);
-        match objects.get_mut(object) {
-            Some(series) => change(series),
-            None => change(objects.entry(object.clone()).or_default()),
+impl Published {
+    fn of(evaluation: &Evaluation) -> Self {
+        let decision = &evaluation.decision;
+        let observed = &evaluation.observation;
+        Self {
+            desired: i64::from(decision.desired),
+            recommended: i64::from(decision.recommended),
+            reason: decision.reason,
+            quota_ceiling: decision.quota_ceiling.map(i64::from),
+            backoff: match decision.convergence {
+                ConvergencePhase::Hold { attempt, .. }
+                | ConvergencePhase::Retry { attempt, .. } => i64::from(attempt),
+                _ => 0,
+            },
+            current: i64::from(observed.current),
+            load: observed.load,
+            target: evaluation.policy.target,
+            lag: observed.max_lag_seconds,
+            lag_threshold: Some(evaluation.policy.max_lag_seconds).filter(|t| *t > 0.0),
+            brake: decision.brake,
+            signal: decision.signal,
         }
     }
 }
@@ -455,11 +467,18 @@ const FAMILIES: [(&str, &str, MetricType, Samples); 13] = [
 ];
 
 /// A ScaledObject's labels and, for some families, one more.
-struct Labelled<'a>(&'a ObjectLabels, Option<(&'static str, &'static str)>);
+struct Labelled<'a>(&'a ObjectView<'a>, Option<(&'static str, &'static str)>);
 
 impl EncodeLabelSet for Labelled<'_> {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
-        EncodeLabelSet::encode(self.0, encoder)?;
+        let object = self.0;
+        for label in [
+            ("namespace", object.namespace),
+            ("scaledobject", object.scaledobject),
+            ("cluster", object.cluster),
+        ] {
+            EncodeLabel::encode(&label, encoder.encode_label())?;
+        }
         match self.1 {
             Some(label) => EncodeLabel::encode(&label, encoder.encode_label()),
             None => Ok(()),
@@ -469,27 +488,27 @@ impl EncodeLabelSet for Labelled<'_> {
 
 impl Collector for Objects {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let objects = read(&self.0);
+        let Some(source) = self.0.get().and_then(Weak::upgrade) else {
+            return Ok(());
+        };
         for (name, help, kind, samples) in FAMILIES {
             // A family without series is left out, as prometheus-client leaves an empty one out.
+            // The search stops at the first sample (a formatting error is how it stops).
             let mut any = false;
-            for series in objects.values() {
-                samples(series, &mut |_| {
+            let _ = source.each_object(&mut |view| {
+                samples(&ObjectSeries::of(&view), &mut |_| {
                     any = true;
-                    Ok(())
-                })?;
-                if any {
-                    break;
-                }
-            }
+                    Err(fmt::Error)
+                })
+            });
             if !any {
                 continue;
             }
             let mut family = encoder.encode_descriptor(name, help, None, kind)?;
-            for (object, series) in objects.iter() {
-                samples(series, &mut |sample| {
+            source.each_object(&mut |view| {
+                samples(&ObjectSeries::of(&view), &mut |sample| {
                     let encode = |family: &mut MetricEncoder, extra, metric: &dyn EncodeMetric| {
-                        metric.encode(family.encode_family(&Labelled(object, extra))?)
+                        metric.encode(family.encode_family(&Labelled(&view, extra))?)
                     };
                     match sample {
                         Sample::Int(extra, v) => encode(&mut family, extra, &ConstGauge::new(v)),
@@ -498,8 +517,8 @@ impl Collector for Objects {
                             encode(&mut family, Some(("code", code)), &ConstCounter::new(v))
                         }
                     }
-                })?;
-            }
+                })
+            })?;
         }
         Ok(())
     }

@@ -275,7 +275,10 @@ impl Args {
         let index = client.map(|client| ClusterIndex::spawn(&mut app, client));
         let topology = index.clone().map_or(Topology::Metrics, Topology::Watched);
         info!(topology = topology.name(), prometheus = %self.prometheus_url, events = events.is_some(), "starting");
-        let cache = Arc::new(self.cache(topology, &metrics)?.with_events(events.clone()));
+        let cache = self
+            .cache(topology, &metrics)?
+            .with_events(events.clone())
+            .shared();
         app.spawn("decision cache", cache.clone().run(app.shutdown()));
 
         let (health, health_service) = tonic_health::server::health_reporter();
