@@ -39,7 +39,7 @@ use tracing::{debug, error, info, warn};
 use crate::events::{Events, transition};
 use crate::gather::{Arrival, Gathering};
 use crate::lru;
-use crate::metrics::{self, ErrorCounts, Metrics, ObjectSource, ObjectView};
+use crate::metrics::{self, ErrorCounts, HeldObjects, Metrics, ObjectSource, ObjectView};
 use crate::topology::TopologyError;
 use scaler_core::evaluate::{EvaluateError, Evaluation};
 use scaler_core::metadata::ScalerConfig;
@@ -498,18 +498,69 @@ impl<E: Evaluate> Cache<E> {
 }
 
 impl<E: Evaluate> ObjectSource for Cache<E> {
-    /// Under the map's read lock, each key's state locked in turn (the order eviction takes them
-    /// in): a scrape delays a new key's insertion by one family's pass.
-    fn each_object(&self, visit: &mut dyn FnMut(ObjectView<'_>) -> fmt::Result) -> fmt::Result {
-        for (key, entry) in read(&self.entries).iter() {
-            let state = lock(&entry.state);
-            visit(ObjectView {
-                namespace: &key.namespace,
-                scaledobject: &key.name,
-                cluster: &key.config.cluster,
-                evaluation: state.good.as_ref().map(|(_, evaluation)| &**evaluation),
-                errors: &state.errors,
-            })?;
+    /// The entries' `Arc`s, cloned under the map's lock (a new key's insertion waits for no
+    /// more), sorted so that one ScaledObject's entries are neighbours.
+    fn held(&self) -> Box<dyn HeldObjects + '_> {
+        let mut held: Vec<(Arc<Key>, Arc<Entry>)> = read(&self.entries)
+            .iter()
+            .map(|(key, entry)| (key.clone(), entry.clone()))
+            .collect();
+        held.sort_unstable_by(|(a, _), (b, _)| object_of(a).cmp(&object_of(b)));
+        Box::new(Held(held))
+    }
+}
+
+/// The ScaledObject a key's gauges are published for.
+fn object_of(key: &Key) -> (&str, &str, &str) {
+    (&key.namespace, &key.name, &key.config.cluster)
+}
+
+fn view<'a>(
+    key: &'a Key,
+    evaluation: Option<&'a Evaluation>,
+    errors: &'a ErrorCounts,
+) -> ObjectView<'a> {
+    let (namespace, scaledobject, cluster) = object_of(key);
+    ObjectView {
+        namespace,
+        scaledobject,
+        cluster,
+        evaluation,
+        errors,
+    }
+}
+
+/// A scrape's entries, sorted by [`object_of`].
+struct Held(Vec<(Arc<Key>, Arc<Entry>)>);
+
+impl HeldObjects for Held {
+    fn each(&self, visit: &mut dyn FnMut(ObjectView<'_>) -> fmt::Result) -> fmt::Result {
+        for group in self
+            .0
+            .chunk_by(|(a, _), (b, _)| object_of(a) == object_of(b))
+        {
+            if let [(key, entry)] = group {
+                let state = lock(&entry.state);
+                let evaluation = state.good.as_ref().map(|(_, e)| &**e);
+                visit(view(key, evaluation, &state.errors))?;
+                continue;
+            }
+            // Several entries, one ScaledObject: the newest decision, every error.
+            let mut errors = ErrorCounts::default();
+            let mut newest: Option<(Instant, Arc<Evaluation>)> = None;
+            for (_, entry) in group {
+                let state = lock(&entry.state);
+                for (sum, count) in errors.iter_mut().zip(state.errors) {
+                    *sum += count;
+                }
+                if let Some((at, evaluation)) = &state.good
+                    && newest.as_ref().is_none_or(|(newest, _)| at > newest)
+                {
+                    newest = Some((*at, evaluation.clone()));
+                }
+            }
+            let evaluation = newest.as_ref().map(|(_, e)| &**e);
+            visit(view(&group[0].0, evaluation, &errors))?;
         }
         Ok(())
     }

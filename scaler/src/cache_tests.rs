@@ -534,6 +534,55 @@ async fn a_decision_publishes_one_series_per_gauge_and_forgetting_drops_them() {
     assert!(!text.contains("# TYPE scaler_decision_load"), "{text}");
 }
 
+/// One ScaledObject held under two trigger metadata (two triggers, or changed metadata whose old
+/// key is not yet evicted) is one series per gauge: the newer decision, both keys' errors.
+#[tokio::test]
+async fn one_scaledobject_under_two_metadata_is_one_series_with_the_newer_decision() {
+    let fake = Fake::default();
+    let (cache, registry) = bounded(&fake, 10_000, 20_000, 16);
+    let other = |target: &str| {
+        let md = [("target", target), ("maxReplicas", "100")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Key {
+            config: scaler_core::metadata::parse("pg", &md).unwrap().into(),
+            ..key("so")
+        }
+    };
+    fake.failing.store(true, Ordering::SeqCst);
+    cache.get(other("3")).await.unwrap_err();
+    fake.failing.store(false, Ordering::SeqCst);
+    cache.get(key("so")).await.unwrap();
+    cache.get(other("2")).await.unwrap();
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let series = |family: &str| -> Vec<&str> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("scaler_{family}{{")))
+            .collect()
+    };
+    let labels = "namespace=\"ns\",scaledobject=\"so\",cluster=\"pg\"";
+    // The third evaluation (the Fake's load is its number) with target 2 is the newer one.
+    assert_eq!(
+        series("decision_load"),
+        [format!("scaler_decision_load{{{labels}}} 3.0")],
+        "{text}"
+    );
+    assert_eq!(
+        series("decision_target"),
+        [format!("scaler_decision_target{{{labels}}} 2.0")],
+        "{text}"
+    );
+    assert_eq!(
+        series("scaledobject_errors_total"),
+        [format!(
+            "scaler_scaledobject_errors_total{{{labels},code=\"Unavailable\"}} 1"
+        )],
+        "{text}"
+    );
+}
+
 /// Issue 40: a batch evaluation that panics, or answers fewer keys than it was given, answered
 /// every waiting caller with a panic of its own (`expect`) and never reset the cold-batch state.
 /// Now each caller gets `Internal`, and the next request is served.

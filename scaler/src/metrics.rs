@@ -96,8 +96,16 @@ pub fn count_error(errors: &mut ErrorCounts, code: tonic::Code) {
 /// read from it at scrape time: a map of their own held a copy of every ScaledObject's names and
 /// last decision, a fifth of the scaler's memory at 50,000 (docs/benchmarks.md).
 pub trait ObjectSource: Send + Sync {
-    /// Calls `visit` with each held ScaledObject, stopping at the first error.
-    fn each_object(&self, visit: &mut dyn FnMut(ObjectView<'_>) -> fmt::Result) -> fmt::Result;
+    /// What is held now, read once per scrape and walked once per family.
+    fn held(&self) -> Box<dyn HeldObjects + '_>;
+}
+
+/// A scrape's view of the held ScaledObjects.
+pub trait HeldObjects {
+    /// Calls `visit` once per `(namespace, scaledobject, cluster)`, stopping at the first error:
+    /// one ScaledObject held under two trigger metadata (two triggers, or one changed and the old
+    /// one not yet evicted) is one series, with the newer decision and both error counts.
+    fn each(&self, visit: &mut dyn FnMut(ObjectView<'_>) -> fmt::Result) -> fmt::Result;
 }
 
 /// Every code an evaluation failure is answered with ([`crate::cache::ObserveError::code`]), so
@@ -491,11 +499,12 @@ impl Collector for Objects {
         let Some(source) = self.0.get().and_then(Weak::upgrade) else {
             return Ok(());
         };
+        let held = source.held();
         for (name, help, kind, samples) in FAMILIES {
             // A family without series is left out, as prometheus-client leaves an empty one out.
             // The search stops at the first sample (a formatting error is how it stops).
             let mut any = false;
-            let _ = source.each_object(&mut |view| {
+            let _ = held.each(&mut |view| {
                 samples(&ObjectSeries::of(&view), &mut |_| {
                     any = true;
                     Err(fmt::Error)
@@ -505,7 +514,7 @@ impl Collector for Objects {
                 continue;
             }
             let mut family = encoder.encode_descriptor(name, help, None, kind)?;
-            source.each_object(&mut |view| {
+            held.each(&mut |view| {
                 samples(&ObjectSeries::of(&view), &mut |sample| {
                     let encode = |family: &mut MetricEncoder, extra, metric: &dyn EncodeMetric| {
                         metric.encode(family.encode_family(&Labelled(&view, extra))?)
