@@ -45,7 +45,7 @@ use scaler_core::evaluate::{EvaluateError, Evaluation};
 use scaler_core::metadata::ScalerConfig;
 use scaler_core::promql::QueryError;
 
-/// Default `--max-cached-objects`: a fleet of this many ScaledObjects fits (about 2.1 KiB each,
+/// Default `--max-cached-objects`: a fleet of this many ScaledObjects fits (about 1.4 KiB each,
 /// docs/benchmarks.md); larger fleets raise it.
 pub const DEFAULT_CAPACITY: usize = 10_000;
 
@@ -545,21 +545,25 @@ impl HeldObjects for Held {
                 visit(view(key, evaluation, &state.errors))?;
                 continue;
             }
-            // Several entries, one ScaledObject: the newest decision, every error.
+            // Several entries, one ScaledObject: the decision of the metadata asked for last
+            // (a changed metadata's old key is refreshed until it is evicted, but no longer
+            // asked), and every key's errors.
             let mut errors = ErrorCounts::default();
-            let mut newest: Option<(Instant, Arc<Evaluation>)> = None;
+            let mut latest: Option<(Option<Instant>, Arc<Evaluation>)> = None;
             for (_, entry) in group {
                 let state = lock(&entry.state);
                 for (sum, count) in errors.iter_mut().zip(state.errors) {
                     *sum += count;
                 }
-                if let Some((at, evaluation)) = &state.good
-                    && newest.as_ref().is_none_or(|(newest, _)| at > newest)
+                if let Some((_, evaluation)) = &state.good
+                    && latest
+                        .as_ref()
+                        .is_none_or(|(asked, _)| state.last_asked > *asked)
                 {
-                    newest = Some((*at, evaluation.clone()));
+                    latest = Some((state.last_asked, evaluation.clone()));
                 }
             }
-            let evaluation = newest.as_ref().map(|(_, e)| &**e);
+            let evaluation = latest.as_ref().map(|(_, e)| &**e);
             visit(view(&group[0].0, evaluation, &errors))?;
         }
         Ok(())

@@ -104,7 +104,8 @@ pub trait ObjectSource: Send + Sync {
 pub trait HeldObjects {
     /// Calls `visit` once per `(namespace, scaledobject, cluster)`, stopping at the first error:
     /// one ScaledObject held under two trigger metadata (two triggers, or one changed and the old
-    /// one not yet evicted) is one series, with the newer decision and both error counts.
+    /// one not yet evicted) is one series, with the decision of the metadata asked for last and
+    /// both keys' error counts.
     fn each(&self, visit: &mut dyn FnMut(ObjectView<'_>) -> fmt::Result) -> fmt::Result;
 }
 
