@@ -30,7 +30,7 @@ import time
 import grpc
 import requests
 
-from bench import NAMESPACES, load_series, loadavg, ref_for, so  # noqa: E402 (bench.py sets sys.path)
+from bench import NAMESPACES, load_series, loadavg, write_figures, ref_for, so  # noqa: E402 (bench.py sets sys.path)
 import promtext  # noqa: E402
 from keda import stubs  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
@@ -200,9 +200,7 @@ def main():
                 print(json.dumps(ratio), flush=True)
             finally:
                 vm.stop()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+    write_figures(args.json, figures)
 
 
 if __name__ == "__main__":

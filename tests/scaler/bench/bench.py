@@ -140,6 +140,13 @@ def run_procs(kind, address, index_sets, a, b):
     return lat, errors, max(p["elapsed"] for p in parts), max(p["max_late"] for p in parts)
 
 
+def write_figures(path: str | None, figures: list) -> None:
+    """All figures of a run as one JSON file, when --json names one."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(figures, f, indent=1)
+
+
 def loadavg() -> str:
     """Other work on the machine skews every figure: record it."""
     with open("/proc/loadavg") as f:
@@ -276,9 +283,7 @@ def main():
         if scaler:
             scaler.stop()
         vm.stop()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+    write_figures(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench import load_series, loadavg, so  # noqa: E402
+from bench import load_series, loadavg, write_figures, so  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from side_by_side import ghz, summary, write_requests  # noqa: E402
 from test_restart import burst, ticks  # noqa: E402
@@ -116,9 +116,7 @@ def main():
                     print(json.dumps(figures[-1]), flush=True)
             finally:
                 vm.stop()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+    write_figures(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from bench import load_series, loadavg, scaler_counters, so  # noqa: E402 (bench.py sets sys.path)
+from bench import load_series, loadavg, write_figures, scaler_counters, so  # noqa: E402 (bench.py sets sys.path)
 from keda import metadata  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from testkit import REPO, Proc, free_port, hwm_kib, rss_kib, wait_until  # noqa: E402
@@ -203,9 +203,7 @@ def main():
             finally:
                 vm.stop()
     emit(figures, {"loadavg_end": loadavg()})
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+    write_figures(args.json, figures)
 
 
 if __name__ == "__main__":
