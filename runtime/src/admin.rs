@@ -3,7 +3,8 @@
 //!
 //! * `GET /healthz`: 200 while the process runs (liveness).
 //! * `GET /readyz`: 200 once [`Readiness::set`] says so, else 503 (readiness).
-//! * `GET /metrics`: the [`Registry`] in OpenMetrics text.
+//! * `GET /metrics`: the [`Registry`] in OpenMetrics text, encoded while it streams (a scrape holds
+//!   a few 64 KiB chunks of it at once, whatever its size).
 //! * whatever read-only routes the caller adds with [`serve_with`] (the scaler's `/decisions`).
 //!
 //! [`spawn_thread`] (what [`crate::app::App`] uses) serves them on a thread of its own with its
@@ -199,15 +200,85 @@ async fn readyz(State(state): State<AdminState>) -> Response {
     }
 }
 
+/// Bytes per chunk of a `/metrics` body, and chunks in flight: a scrape holds about this much of
+/// its text at once, whatever the registry's size. Encoded whole, the text of the scaler's
+/// per-ScaledObject gauges (about 0.9 KB each) took 45 MB at 50,000 ScaledObjects, and the
+/// string's growth doubled that for a moment (docs/benchmarks.md).
+const CHUNK_BYTES: usize = 64 * 1024;
+const CHUNKS_IN_FLIGHT: usize = 4;
+/// A scraper that takes no chunk for this long, or is still reading after [`SCRAPE_DEADLINE`], is
+/// dropped, and the encoding with it: the background thread it holds also renders `/decisions`.
+const CHUNK_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+const SCRAPE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The registry, encoded on the background thread while the body streams: the encoder waits for
+/// the scraper (a bounded channel), never the other way round.
 async fn metrics(State(state): State<AdminState>) -> Response {
-    let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
-        Ok(()) => ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response(),
-        Err(error) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode metrics: {error}\n"),
-        )
-            .into_response(),
+    let (chunks, body) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+    let registry = state.registry.clone();
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let mut out = Chunks {
+            sink: chunks,
+            runtime,
+            chunk: String::with_capacity(CHUNK_BYTES),
+            gone: false,
+            deadline: std::time::Instant::now() + SCRAPE_DEADLINE,
+        };
+        let encoded = prometheus_client::encoding::text::encode(&mut out, &registry);
+        match encoded.and_then(|()| out.send()) {
+            Ok(()) => {}
+            // The scraper left or stalled (its connection ends the body); nothing to answer.
+            Err(_) if out.gone => {}
+            Err(error) => {
+                tracing::warn!(%error, "cannot encode metrics; the scrape is cut short");
+                let cut = std::io::Error::other(format!("cannot encode metrics: {error}"));
+                let _ = out.sink.blocking_send(Err(cut));
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(body));
+    ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response()
+}
+
+/// Where the encoder writes: full chunks go to the body, each within [`CHUNK_SEND_TIMEOUT`] and
+/// all within [`SCRAPE_DEADLINE`].
+struct Chunks {
+    sink: tokio::sync::mpsc::Sender<std::io::Result<String>>,
+    runtime: tokio::runtime::Handle,
+    chunk: String,
+    /// The scraper left (the body was dropped) or stalled past the timeout.
+    gone: bool,
+    deadline: std::time::Instant,
+}
+
+impl Chunks {
+    fn send(&mut self) -> std::fmt::Result {
+        let chunk = std::mem::replace(&mut self.chunk, String::with_capacity(CHUNK_BYTES));
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        let sent = self.runtime.block_on(tokio::time::timeout(
+            left.min(CHUNK_SEND_TIMEOUT),
+            self.sink.send(Ok(chunk)),
+        ));
+        match sent {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) | Err(_) => {
+                self.gone = true;
+                Err(std::fmt::Error)
+            }
+        }
+    }
+}
+
+impl std::fmt::Write for Chunks {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        self.chunk.push_str(text);
+        if self.chunk.len() >= CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(())
     }
 }
 
@@ -276,6 +347,51 @@ mod tests {
             "{answer}"
         );
         assert!(fetch(addr, "/healthz").await.ends_with("ok\n"));
+        shutdown.cancel();
+        served.await.unwrap().unwrap();
+    }
+
+    /// A registry many chunks long arrives whole and in order (an HTTP/1.0 request: no chunked
+    /// framing to take apart), encoded while it streams.
+    #[tokio::test]
+    async fn a_registry_many_chunks_long_streams_whole() {
+        use prometheus_client::metrics::counter::Counter;
+        use prometheus_client::metrics::family::Family;
+        let mut registry = Registry::default();
+        let family = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register("big", "a family of many series", family.clone());
+        for i in 0..20_000 {
+            family
+                .get_or_create(&vec![("series".into(), format!("s{i:05}"))])
+                .inc();
+        }
+        let mut expected = String::new();
+        prometheus_client::encoding::text::encode(&mut expected, &registry).unwrap();
+        assert!(expected.len() > 8 * CHUNK_BYTES, "{}", expected.len());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let served = tokio::spawn(spawn_thread(
+            listener,
+            Arc::new(registry),
+            Readiness::default(),
+            Router::new(),
+            shutdown.clone(),
+        ));
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET /metrics HTTP/1.0\r\nHost: admin\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).await.unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+        assert!(
+            body == expected,
+            "{} bytes, {} expected",
+            body.len(),
+            expected.len()
+        );
         shutdown.cancel();
         served.await.unwrap().unwrap();
     }

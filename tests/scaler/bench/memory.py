@@ -6,7 +6,8 @@ For each binary in turn, against one real VictoriaMetrics holding --n clusters' 
 like KEDA (--polls calls per ScaledObject per refresh interval) for --windows intervals, then leave
 it idle (refresh ticks only) for two intervals. VmRSS, VmHWM (so the phase of the peak shows)
 and the thread count are sampled every 5 s throughout (the largest per phase: start, fill,
-polling, idle), VmHWM at the end, and the process's CPU seconds (user +
+polling, idle), then one scrape of /metrics (its size, time and what it added to VmHWM), VmHWM
+at the end, and the process's CPU seconds (user +
 system) per phase. One binary under two labels, one with --env, measures an allocator setting.
 Give the baseline binary first (for example the previous commit's
 release build, copied aside) and the candidate after it: both run in the same VictoriaMetrics, on the
@@ -23,6 +24,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import requests
 
 from bench import load_series, loadavg  # noqa: E402 (bench.py sets sys.path)
 from side_by_side import ghz, summary, write_requests  # noqa: E402
@@ -81,6 +84,14 @@ def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str) 
                                  rps=args.n * args.polls / REFRESH, concurrency=50))
             enter("idle")
             time.sleep(2 * REFRESH)
+            hwm_idle = hwm_kib(pid)
+            # Last, one Prometheus scrape of /metrics, as the package's scrape config asks for it:
+            # the per-ScaledObject gauges are a dozen lines per ScaledObject.
+            enter("scrape")
+            t = time.monotonic()
+            body = requests.get(f"{scaler.admin}/metrics", timeout=120).content
+            scraped = {"bytes": len(body), "seconds": round(time.monotonic() - t, 2),
+                       "hwm_growth_mib": round((hwm_kib(pid) - hwm_idle) / 1024, 1)}
             enter("end")
         finally:
             done.set()
@@ -90,7 +101,7 @@ def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str) 
             by_phase.setdefault(s["phase"], []).append(s["rss_mib"])
         return {"binary": label, "env": env, "scaledobjects": args.n, "fill_errors": fill["errors"],
                 "polling_rps": steady["rps"], "polling_GetMetrics_p99_ms": steady["p99_ms"],
-                "polling_errors": steady["errors"],
+                "polling_errors": steady["errors"], "scrape": scraped,
                 "rss_max_mib": {k: max(v) for k, v in by_phase.items()},
                 "hwm_mib": round(hwm_kib(pid) / 1024, 1),
                 "threads_max": max(s["threads"] for s in samples),
