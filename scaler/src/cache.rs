@@ -534,18 +534,14 @@ fn view<'a>(
 struct Held(Vec<(Arc<Key>, Arc<Entry>)>);
 
 impl HeldObjects for Held {
+    /// No entry's lock is held while `visit` runs: a streamed scrape's `visit` can wait for its
+    /// scraper, and the entry's lock is what its GetMetrics calls take.
     fn each(&self, visit: &mut dyn FnMut(ObjectView<'_>) -> fmt::Result) -> fmt::Result {
         for group in self
             .0
             .chunk_by(|(a, _), (b, _)| object_of(a) == object_of(b))
         {
-            if let [(key, entry)] = group {
-                let state = lock(&entry.state);
-                let evaluation = state.good.as_ref().map(|(_, e)| &**e);
-                visit(view(key, evaluation, &state.errors))?;
-                continue;
-            }
-            // Several entries, one ScaledObject: the decision of the metadata asked for last
+            // One ScaledObject under several keys: the decision of the metadata asked for last
             // (a changed metadata's old key is refreshed until it is evicted, but no longer
             // asked), and every key's errors.
             let mut errors = ErrorCounts::default();
