@@ -233,7 +233,9 @@ async fn metrics(State(state): State<AdminState>) -> Response {
             Err(error) => {
                 tracing::warn!(%error, "cannot encode metrics; the scrape is cut short");
                 let cut = std::io::Error::other(format!("cannot encode metrics: {error}"));
-                let _ = out.sink.blocking_send(Err(cut));
+                // Best effort: a full channel means a scraper that is not reading, which the
+                // cut body reaches anyway; waiting for it could hold the thread without bound.
+                let _ = out.sink.try_send(Err(cut));
             }
         }
     });
