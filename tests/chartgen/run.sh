@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib/pytest.sh
+# The dashboard test runs the webhook suite's API emulator (kmock): a focused run installs it too.
+tests/webhook/setup.sh
 
 cargo build --quiet -p chartgen -p cli
 # Where cargo put it (testkit.cargo_bin resolves it the same way for pytest).

@@ -18,10 +18,15 @@ for f in venv/bin/python helm3/helm helm4/helm \
          "node/bin/kubelet-$KUBE_VERSION" "node/bin/kube-scheduler-$KUBE_VERSION" "node/bin/kube-proxy-$KUBE_VERSION" \
          "node/bin/coredns-$COREDNS_VERSION" "node/bin/cnpg-manager-$CNPG_OPERATOR_VERSION" "node/rootfs/postgresql.tar" \
          "node/bin/redis-operator-$REDIS_OPERATOR_VERSION" "node/rootfs/pgbouncer.tar" "node/rootfs/redis.tar" \
-         "upstream/cnpg-operator-$CNPG_OPERATOR_VERSION" "upstream/redis-operator-chart-$REDIS_OPERATOR_VERSION"; do
+         "upstream/cnpg-operator-$CNPG_OPERATOR_VERSION" "upstream/redis-operator-chart-$REDIS_OPERATOR_VERSION" \
+         "upstream/cert-manager-$CERT_MANAGER_VERSION"; do
   [[ -e "$COZY_TOOLS/$f" ]] || fail "$COZY_TOOLS/$f is missing after setup"
 done
 compgen -G "$COZY_TOOLS/grafana-check/*/grafana-check" >/dev/null || fail "grafana-check was not built"
+for part in controller cainjector; do
+  compgen -G "$COZY_TOOLS/node/bin/cert-manager-$part-$CERT_MANAGER_VERSION-src-*" >/dev/null ||
+    fail "cert-manager's $part was not built"
+done
 "$COZY_TOOLS/helm3/helm" version --short | grep -q '^v3\.' || fail "helm3 is not Helm 3"
 "$COZY_TOOLS/helm4/helm" version --short | grep -q '^v4\.' || fail "helm4 is not Helm 4"
 

@@ -40,6 +40,7 @@ copy cnpg github.com/cloudnative-pg/cloudnative-pg "$CNPG_VERSION" \
   config/crd/bases/postgresql.cnpg.io_clusters.yaml config/manager/default-monitoring.yaml
 copy redis-operator github.com/spotahome/redis-operator "$REDIS_OPERATOR_VERSION" \
   manifests/databases.spotahome.com_redisfailovers.yaml
+copy cert-manager github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION" 'deploy/crds/*.yaml'
 # Its own helm chart, which the real node installs it with.
 copy redis-operator-chart github.com/spotahome/redis-operator "$REDIS_OPERATOR_VERSION" charts/redisoperator
 # The operator's own manifests for the real node (tests/node/noderig/cnpg.py renders them).

@@ -19,3 +19,6 @@ REDIS_OPERATOR_VERSION=v1.3.0-rc1
 # the newest v1.30.x it serves whole.
 COREDNS_VERSION=v1.15.0
 CNPG_OPERATOR_VERSION=v1.30.0
+# cert-manager: its CRDs (both rigs) and, on the real node, its controller and cainjector built from
+# this module with a main of ours (tests/node/tools/certmanager; its go.mod must require the same).
+CERT_MANAGER_VERSION=v1.21.2

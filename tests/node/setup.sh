@@ -2,7 +2,8 @@
 # Builds the real node's Go components from the module proxy into the content-addressed build cache
 # (tests/lib/gobuild.sh), linked into $COZY_TOOLS/node/bin as NAME-VERSION: kubelet, kube-scheduler
 # and kube-proxy from the same k8s.io/kubernetes as the e2e rig's apiserver (their own tools module,
-# so the apiserver's cache entry keeps its key), and CoreDNS. Installs the node's Debian packages.
+# so the apiserver's cache entry keeps its key), CoreDNS, the CloudNativePG and Redis operators and
+# cert-manager. Installs the node's Debian packages.
 # The e2e setup provides etcd, kube-apiserver and kube-controller-manager.
 # NODE_KEYS_ONLY=1 prints each build's cache key and builds nothing.
 set -euo pipefail
@@ -35,6 +36,12 @@ build "$CNPG_OPERATOR_VERSION" "$HERE/tools/cnpg" "" cnpg-manager=github.com/clo
 # The Redis operator whose RedisFailover CRD the suites pin (its image's entrypoint).
 build "$REDIS_OPERATOR_VERSION" "$HERE/tools/redis-operator" "" \
   redis-operator=github.com/spotahome/redis-operator/cmd/redisoperator
+# cert-manager's controller and cainjector: upstream's controllers from its root module under mains
+# of ours (its own are in a nested module the proxy does not serve), so the version names both.
+certmanager_version=$CERT_MANAGER_VERSION-src-$(cat "$HERE"/tools/certmanager/*/*.go | sha256sum | cut -c1-12)
+build "$certmanager_version" "$HERE/tools/certmanager" "" \
+  cert-manager-controller=cozy.local/node/tools/certmanager/controller \
+  cert-manager-cainjector=cozy.local/node/tools/certmanager/cainjector
 # The pod sandbox's pause process and the test workload, for images built by the rig; their sources
 # live here, so their hash is the version (the key covers only go.mod/go.sum of a module).
 podbin_version=src-$(cat "$HERE"/tools/podbin/*/*.go | sha256sum | cut -c1-12)

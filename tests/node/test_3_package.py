@@ -1,13 +1,12 @@
 """The package as an operator installs it, on the real node, closing the loop on the real Cluster:
 `charts/cozy-autoscaling` installed with helm (noderig/package.py), the scaler, webhook, shard
 controller and ScaleAdapter controller running as pods of the project's own image (`./run.sh image`,
-imported into containerd) in a namespace that enforces restricted PodSecurity; KEDA's operator and
-metrics apiserver as processes beside the node,
+imported into containerd) in a namespace that enforces restricted PodSecurity, their certificates
+issued by cert-manager's controller and cainjector (built from its Go module, noderig/certmanager.py);
+KEDA's operator and metrics apiserver as processes beside the node,
 resolving the scaler's Service through CoreDNS and dialling it over mutual TLS; the HPA of
 kube-controller-manager writing the real CloudNativePG Cluster's /scale; the scaler reading only
-what vmagent scraped from the instances. Real read sessions through the `-ro` Service drive it.
-
-Stand-in, named as one: cert-manager (noderig/certs.py issues the package's Certificates)."""
+what vmagent scraped from the instances. Real read sessions through the `-ro` Service drive it."""
 
 from __future__ import annotations
 
@@ -48,6 +47,13 @@ def test_the_package_runs_as_pods_of_its_image_under_restricted_pod_security(nod
     # Admitted by the namespace's restricted PodSecurity, then served by the scaler from its image.
     assert kube.get("v1", "Namespace", NS)["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert requests.get(f"{scaler_admin(kube)}/readyz", timeout=5).ok
+    # Issued by cert-manager itself: each Secret carries what only its issuing controller writes.
+    assert f"{NS}/{NS}-webhook" in package["issued"] and f"{NS}/{NS}-scaler" in package["issued"], package["issued"]
+    for ref in package["issued"]:
+        ns, name = ref.split("/")
+        cert = kube.get("cert-manager.io/v1", "Certificate", name, ns)
+        secret = kube.get("v1", "Secret", cert["spec"]["secretName"], ns)
+        assert secret["metadata"]["annotations"]["cert-manager.io/certificate-name"] == name, secret["metadata"]
 
 
 @pytest.fixture(scope="module")

@@ -27,9 +27,9 @@ def binary(name: str, version: str) -> Path:
 
 def crd_files() -> list[Path]:
     # CNPG's Pooler CRD (a /scale without labelSelectorPath) for the ScaleAdapter's Pooler target.
-    return [*upstream_crd_files("keda", "helm-controller", "source-controller", "cnpg", "redis-operator"),
-            upstream("cnpg-operator") / "postgresql.cnpg.io_poolers.yaml",
-            REPO / "tests/e2e/fixtures/cert-manager-crds.yaml"]
+    return [*upstream_crd_files("keda", "helm-controller", "source-controller", "cnpg", "redis-operator",
+                                "cert-manager"),
+            upstream("cnpg-operator") / "postgresql.cnpg.io_poolers.yaml"]
 
 
 def install_crds(kube: Kube, files: list[Path]) -> None:

@@ -1,9 +1,8 @@
 """The package as an operator installs it on the node, shared by the suite's modules:
 `charts/cozy-autoscaling` installed with helm as pods of the project's own image (`./run.sh image`,
 imported into containerd) in a namespace that enforces restricted PodSecurity, its ScaleAdapter
-controller on; KEDA's operator and metrics apiserver as processes beside the node.
-
-Stand-in, named as one: cert-manager (noderig/certs.py issues the package's Certificates)."""
+controller on, its Certificates issued by cert-manager (noderig/certmanager.py); KEDA's operator and
+metrics apiserver and cert-manager as processes beside the node."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ from rig import REPO, binary, install_crds, keda
 from secured import CERT_MANAGER_NS, FLUX_NS, VALUES
 from testkit import crd_files, versions, wait_until
 
-from . import images
-from .certs import CertManagerStandIn
+from . import certmanager, images
 
 NS = RELEASE = "cozy-autoscaling"
 REPOSITORY = "ghcr.io/cozystack/cozy-autoscaling"
@@ -45,12 +43,12 @@ def install(node, metrics) -> dict:
     kube, t = node.kube, time.monotonic()
     ref = images.import_oci_archive(image_archive(), node.node.containerd_sock, REPOSITORY)
     repository, tag = ref.rsplit(":", 1)
-    install_crds(kube, [*crd_files("keda", "helm-controller", "source-controller"),
-                        REPO / "tests/e2e/fixtures/cert-manager-crds.yaml"])
+    install_crds(kube, crd_files("keda", "helm-controller", "source-controller", "cert-manager"))
     kube.ensure_namespace(NS, {"pod-security.kubernetes.io/enforce": "restricted",
                                "pod-security.kubernetes.io/enforce-version": "latest"})
     for ns in (FLUX_NS, CERT_MANAGER_NS, keda.NAMESPACE):
         kube.ensure_namespace(ns)
+    cert_manager = certmanager.CertManager(node, CERT_MANAGER_NS)
     values = {**VALUES,
               "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
               "scaler": {"replicas": 1, "prometheusUrl": metrics.url, "refreshInterval": "2s",
@@ -59,9 +57,10 @@ def install(node, metrics) -> dict:
               # Writes on a test's time scale (the chart's defaults: 30 s apart, synced every 5 s).
               "scaleAdapter": {"enabled": True, "replicas": 1, "minWriteInterval": "5s", "syncInterval": "1s"}}
     Helm(node.dir / "helm", kubeconfig=node.cp.kubeconfig).upgrade_install(RELEASE, package_chart(), NS, values)
-    certs = CertManagerStandIn(kube, node.dir / "cert-manager", CERT_MANAGER_NS)
-    issued = certs.issue_all((CERT_MANAGER_NS, NS, keda.NAMESPACE))
-    certs.inject_ca_bundles("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", MWC)
+    t_issue = time.monotonic()
+    issued = cert_manager.wait_issued((CERT_MANAGER_NS, NS, keda.NAMESPACE))
+    cert_manager.wait_injected("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", MWC)
+    node.timings["package's Certificates issued by cert-manager"] = time.monotonic() - t_issue
 
     def available():
         deployments = kube.list("apps/v1", "Deployment", NS)
