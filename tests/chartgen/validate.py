@@ -1,7 +1,8 @@
 """Schema validation of rendered objects.
 
 Kubernetes kinds: kubernetes-validate in strict mode (unknown fields fail). KEDA, CNPG (Cluster, and
-Pooler from the operator's manifests), Flux, RedisFailover and cert-manager kinds: the upstream CRD openAPIV3Schema
+Pooler from the operator's manifests), Flux, RedisFailover, cert-manager and prometheus-operator kinds: the
+upstream CRD openAPIV3Schema
 (tests/lib/upstream.sh, pinned versions), and
 this project's ScaleAdapter CRD (the package chart's crds/), made strict the same way (every
 object schema that lists properties gets additionalProperties: false unless it preserves unknown
@@ -18,12 +19,11 @@ from testkit import crd_files, upstream
 
 K8S_VERSION = "1.33"
 POOLER_CRD = upstream("cnpg-operator") / "postgresql.cnpg.io_poolers.yaml"
-CRD_FILES = [*crd_files("keda", "cnpg", "helm-controller", "redis-operator", "cert-manager"), POOLER_CRD,
+CRD_FILES = [*crd_files("keda", "cnpg", "helm-controller", "redis-operator", "cert-manager", "prometheus-operator"),
+             POOLER_CRD,
              Path(__file__).resolve().parents[2] / "charts/cozy-autoscaling/crds/scaleadapters.yaml"]
-# No CRD for these is fetched (prometheus-operator, VictoriaMetrics operator).
+# The VictoriaMetrics operator's module is not served by the module proxy: no CRD for it.
 STRUCTURAL_ONLY = {
-    ("monitoring.coreos.com/v1", "ServiceMonitor"),
-    ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("operator.victoriametrics.com/v1beta1", "VMServiceScrape"),
 }
 

@@ -19,7 +19,7 @@ for f in venv/bin/python helm3/helm helm4/helm \
          "node/bin/coredns-$COREDNS_VERSION" "node/bin/cnpg-manager-$CNPG_OPERATOR_VERSION" "node/rootfs/postgresql.tar" \
          "node/bin/redis-operator-$REDIS_OPERATOR_VERSION" "node/rootfs/pgbouncer.tar" "node/rootfs/redis.tar" \
          "upstream/cnpg-operator-$CNPG_OPERATOR_VERSION" "upstream/redis-operator-chart-$REDIS_OPERATOR_VERSION" \
-         "upstream/cert-manager-$CERT_MANAGER_VERSION"; do
+         "upstream/cert-manager-$CERT_MANAGER_VERSION" "upstream/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"; do
   [[ -e "$COZY_TOOLS/$f" ]] || fail "$COZY_TOOLS/$f is missing after setup"
 done
 compgen -G "$COZY_TOOLS/grafana-check/*/grafana-check" >/dev/null || fail "grafana-check was not built"

@@ -39,12 +39,13 @@ def versions() -> dict[str, str]:
 
 def upstream(name: str) -> Path:
     """The folder tests/lib/upstream.sh filled for upstream `name` (keda, helm-controller,
-    source-controller, cnpg, cnpg-operator, redis-operator, redis-operator-chart, cert-manager) at
-    its pinned version."""
+    source-controller, cnpg, cnpg-operator, redis-operator, redis-operator-chart, cert-manager,
+    prometheus-operator) at its pinned version."""
     key = {"keda": "KEDA_VERSION", "helm-controller": "HELM_CONTROLLER_VERSION",
            "source-controller": "SOURCE_CONTROLLER_VERSION", "cnpg": "CNPG_VERSION",
            "cnpg-operator": "CNPG_OPERATOR_VERSION", "redis-operator": "REDIS_OPERATOR_VERSION",
-           "redis-operator-chart": "REDIS_OPERATOR_VERSION", "cert-manager": "CERT_MANAGER_VERSION"}[name]
+           "redis-operator-chart": "REDIS_OPERATOR_VERSION", "cert-manager": "CERT_MANAGER_VERSION",
+           "prometheus-operator": "PROMETHEUS_OPERATOR_VERSION"}[name]
     path = TOOLS / "upstream" / f"{name}-{versions()[key]}"
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is missing: run tests/lib/setup.sh (it runs tests/lib/upstream.sh)")

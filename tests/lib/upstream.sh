@@ -41,6 +41,9 @@ copy cnpg github.com/cloudnative-pg/cloudnative-pg "$CNPG_VERSION" \
 copy redis-operator github.com/spotahome/redis-operator "$REDIS_OPERATOR_VERSION" \
   manifests/databases.spotahome.com_redisfailovers.yaml
 copy cert-manager github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION" 'deploy/crds/*.yaml'
+copy prometheus-operator github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
+  example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml \
+  example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml
 # Its own helm chart, which the real node installs it with.
 copy redis-operator-chart github.com/spotahome/redis-operator "$REDIS_OPERATOR_VERSION" charts/redisoperator
 # The operator's own manifests for the real node (tests/node/noderig/cnpg.py renders them).

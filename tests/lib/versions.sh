@@ -22,3 +22,6 @@ CNPG_OPERATOR_VERSION=v1.30.0
 # cert-manager: its CRDs (both rigs) and, on the real node, its controller and cainjector built from
 # this module with a main of ours (tests/node/tools/certmanager; its go.mod must require the same).
 CERT_MANAGER_VERSION=v1.21.2
+# CRDs only (the package's ServiceMonitor and PrometheusRule, validated by the chartgen suite): the
+# newest release of the root module the module proxy lists.
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
