@@ -163,7 +163,9 @@ pub struct Cache<E> {
     metrics: Metrics,
     entries: RwLock<HashMap<Arc<Key>, Arc<Entry>>>,
     events: Option<Events>,
-    cold: Mutex<Gathering<Waiting>>,
+    /// Cold keys gathered by namespace: a query's namespace matcher is what the backend's
+    /// search starts from (crate::gather).
+    cold: Mutex<Gathering<String, Waiting>>,
     /// The cold evaluations and the gathering windows' timers.
     tasks: Tracker,
 }
@@ -210,7 +212,9 @@ impl<E: Evaluate> Cache<E> {
             return answer;
         }
         let (answer, answered) = oneshot::channel();
-        let arrival = lock(&self.cold).arrive((key, entry, flight, answer), Instant::now());
+        let namespace = key.namespace.clone();
+        let arrival =
+            lock(&self.cold).arrive(namespace, (key, entry, flight, answer), Instant::now());
         match arrival {
             Arrival::Send(batch) => self.send(batch),
             Arrival::Opened(window) => self.tasks.spawn(self.clone().close_window(window)),
@@ -223,16 +227,17 @@ impl<E: Evaluate> Cache<E> {
             .unwrap_or(Err(ObserveError::Internal("its evaluation was cancelled")))
     }
 
-    /// Sends gathering window `window`'s keys when it closes (unless it filled up first).
+    /// Sends gathering window `window`'s keys when it closes (those of groups that filled a
+    /// query went before).
     async fn close_window(self: Arc<Self>, window: u64) {
         loop {
             let Some(at) = lock(&self.cold).closes_at(window) else {
                 return;
             };
             tokio::time::sleep_until(at.into()).await;
-            let batch = lock(&self.cold).close(window, Instant::now());
-            if let Some(batch) = batch {
-                return self.send(batch);
+            let batches = lock(&self.cold).close(window, Instant::now());
+            if let Some(batches) = batches {
+                return batches.into_iter().for_each(|batch| self.send(batch));
             }
         }
     }
@@ -568,7 +573,7 @@ impl HeldObjects for Held {
 
 /// Marks a sent cold evaluation done when dropped: after its answers, and after a panic or a stop
 /// too, so later cold keys are never held behind an evaluation that ended.
-struct Sent<'a>(&'a Mutex<Gathering<Waiting>>);
+struct Sent<'a>(&'a Mutex<Gathering<String, Waiting>>);
 
 impl Drop for Sent<'_> {
     fn drop(&mut self) {
