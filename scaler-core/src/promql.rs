@@ -580,9 +580,38 @@ fn namespace_matcher(targets: &[Target]) -> String {
     }
 }
 
+/// The names as one regex, their common prefix written once: `tenant-(a|b)`, not
+/// `tenant-a|tenant-b`. A batch of many namespaces repeats its matcher in every selector, so
+/// this is most of a long query's length (platforms name tenants `tenant-<name>`), and a
+/// shorter query means fewer of them per batch.
 fn alternation(names: &BTreeSet<&str>) -> String {
-    let escaped: Vec<String> = names.iter().map(|n| regex_escape(n)).collect();
-    escaped.join("|")
+    let prefix = common_prefix(names);
+    let rest: Vec<String> = names
+        .iter()
+        .map(|n| regex_escape(&n[prefix.len()..]))
+        .collect();
+    match (prefix.is_empty(), rest.len()) {
+        (true, _) | (_, 1) => names
+            .iter()
+            .map(|n| regex_escape(n))
+            .collect::<Vec<_>>()
+            .join("|"),
+        (false, _) => format!("{}({})", regex_escape(prefix), rest.join("|")),
+    }
+}
+
+/// The longest prefix every name shares, cut at a character boundary.
+fn common_prefix<'a>(names: &BTreeSet<&'a str>) -> &'a str {
+    // Sorted: the first and last names differ most, so their common prefix is everyone's.
+    let (Some(first), Some(last)) = (names.first(), names.last()) else {
+        return "";
+    };
+    let end = first
+        .char_indices()
+        .zip(last.chars())
+        .find(|((_, a), b)| a != b)
+        .map_or(first.len().min(last.len()), |((i, _), _)| i);
+    &first[..end]
 }
 
 /// One query and the clusters it answers for.
@@ -620,8 +649,13 @@ fn split_to_fit(targets: &[Target], shape: Shape, max_bytes: usize, out: &mut Ve
         });
         return;
     }
-    // The query grows about linearly with its targets: cut into that many pieces, then check.
-    let pieces = query.len().div_ceil(max_bytes).max(2);
+    // The query grows about linearly with its targets: estimate how many fit in one from the
+    // query of the first alone, cut into even pieces of at most that many, then check each (a
+    // cut by length alone left pieces just over the bound, each split in two again).
+    let one = decision_query(&targets[..1], shape).len();
+    let per_target = (query.len() - one).div_ceil(targets.len() - 1).max(1);
+    let fit = max_bytes.saturating_sub(one) / per_target + 1;
+    let pieces = targets.len().div_ceil(fit).max(2);
     for chunk in targets.chunks(targets.len().div_ceil(pieces)) {
         split_to_fit(chunk, shape, max_bytes, out);
     }

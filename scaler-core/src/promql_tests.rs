@@ -83,8 +83,9 @@ fn a_batch_selects_its_namespaces_and_clusters_and_groups_by_both() {
     let q = decision_query(&targets, CONNECTIONS_BRAKE);
     let selectors = q.matches('{').count();
     assert_eq!(q.matches(r#"{namespace=~"a|b""#).count(), selectors, "{q}");
+    // The clusters' common prefix is written once.
     let scoped = q
-        .matches(r#"{namespace=~"a|b",pod=~"(pg|pg-archive)-[1-9][0-9]*""#)
+        .matches(r#"{namespace=~"a|b",pod=~"(pg(|-archive))-[1-9][0-9]*""#)
         .count();
     // The rest are the gone check's `up` and `cnpg_collector_up` (namespaces only: the joins keep
     // instance pods).
@@ -198,9 +199,47 @@ fn names_are_escaped() {
     );
     let q = decision_query(&[t("x.y", "a"), t("x", "a|b")], CONNECTIONS_BRAKE);
     assert!(
-        q.contains(r#"namespace=~"x|x\\.y",pod=~"(a|a\\|b)-[1-9][0-9]*""#),
+        q.contains(r#"namespace=~"x(|\\.y)",pod=~"(a(|\\|b))-[1-9][0-9]*""#),
         "{q}"
     );
+}
+
+proptest! {
+    /// The factored alternation matches exactly its names, as the flat one did (RE2, anchored as
+    /// Prometheus and VictoriaMetrics anchor a matcher), whatever they share.
+    #[test]
+    fn an_alternation_matches_exactly_its_names(
+        names in prop::collection::btree_set("[ab.|-]{0,4}", 1..6),
+        probe in "[ab.|-]{0,5}",
+    ) {
+        let set: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        let re = regex::Regex::new(&format!("^(?:{})$", alternation(&set))).unwrap();
+        for name in &set {
+            prop_assert!(re.is_match(name), "{} misses {name:?}", re.as_str());
+        }
+        prop_assert_eq!(re.is_match(&probe), set.contains(probe.as_str()), "{} and {:?}", re.as_str(), probe);
+    }
+}
+
+#[test]
+fn a_common_prefix_is_written_once() {
+    let names = BTreeSet::from(["tenant-a", "tenant-ab", "tenant-b"]);
+    assert_eq!(alternation(&names), "tenant-(a|ab|b)");
+    assert_eq!(alternation(&BTreeSet::from(["a.b"])), r"a\.b");
+    assert_eq!(alternation(&BTreeSet::from(["x", "y"])), "x|y");
+    // Cut at a character boundary: "é" and "è" share their first byte, not a character.
+    assert_eq!(alternation(&BTreeSet::from(["né", "nè"])), "n(è|é)");
+}
+
+#[test]
+fn a_long_batch_is_cut_into_as_few_queries_as_fit() {
+    // 100 clusters in 100 namespaces (a cold burst's batch): the matcher repeats in every selector.
+    let targets: Vec<Target> = (0..100).map(|i| t(&format!("ns{i:04}x"), &format!("c{i}"))).collect();
+    let longest = decision_query(&targets, CONNECTIONS_BRAKE).len();
+    let cut = batches(targets, CONNECTIONS_BRAKE, 100, MAX_QUERY_BYTES);
+    assert!(cut.iter().all(|b| b.query.len() <= MAX_QUERY_BYTES));
+    // Within one query of what an even cut by length could reach.
+    assert!(cut.len() <= longest.div_ceil(MAX_QUERY_BYTES) + 1, "{} queries for {longest} bytes", cut.len());
 }
 
 #[test]
