@@ -30,7 +30,7 @@ import time
 import grpc
 import requests
 
-from bench import NAMESPACES, load_series, loadavg, write_figures, ref_for, so  # noqa: E402 (bench.py sets sys.path)
+from bench import load_series, loadavg, write_figures, ref_for, run_header, so  # noqa: E402 (bench.py sets sys.path)
 import promtext  # noqa: E402
 from keda import stubs  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
@@ -169,8 +169,7 @@ def main():
     ap.add_argument("--json", help="also write all figures to this file")
     args = ap.parse_args()
     os.environ["SCALER_BIN"] = os.path.abspath(args.scaler)
-    assert NAMESPACES == 100
-    figures = [{"cpus": os.cpu_count(), "loadavg_start": loadavg(), "scaler": args.scaler}]
+    figures = [run_header(scaler=args.scaler)]
     print(json.dumps(figures[-1]), flush=True)
     with tempfile.TemporaryDirectory(prefix="scaler-cost-") as work:
         for n in (int(s) for s in args.sizes.split(",")):

@@ -30,7 +30,9 @@ from testkit import rss_kib  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
 
-NAMESPACES = 100
+# The namespaces the fleet spreads over: ScaledObject i is in tenant-(i % NAMESPACES). 100 unless
+# COZY_BENCH_NAMESPACES says otherwise (issue 42's fleet: 50,000 in 5,000, ten per tenant).
+NAMESPACES = int(os.environ.get("COZY_BENCH_NAMESPACES", "100"))
 
 
 def so(i: int):
@@ -153,6 +155,11 @@ def loadavg() -> str:
         return " ".join(f.read().split()[:3])
 
 
+def run_header(**extra) -> dict:
+    """A driver's first record: the machine, what else ran on it, and the fleet's layout."""
+    return {"cpus": os.cpu_count(), "loadavg_start": loadavg(), "namespaces": NAMESPACES, **extra}
+
+
 def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
 
@@ -238,7 +245,7 @@ def main():
         scaler = Scaler(work, vm.url, "--log-level", "warn", refresh=args.refresh).start()
         pid = scaler.proc.pid
         rss0 = rss_kib(pid)
-        figures.append({"cpus": os.cpu_count(), "loadavg_start": loadavg()})
+        figures.append(run_header())
         print(json.dumps(figures[-1]), flush=True)
 
         def settle():

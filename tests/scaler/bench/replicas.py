@@ -31,7 +31,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench import load_series, loadavg, write_figures, so  # noqa: E402
+from bench import load_series, loadavg, run_header, write_figures, so  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from side_by_side import ghz, summary, write_requests  # noqa: E402
 from test_restart import backend_queries, burst, ticks  # noqa: E402
@@ -113,7 +113,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     os.environ["SCALER_BIN"] = os.path.abspath(args.scaler)
-    figures = [{"cpus": os.cpu_count(), "loadavg_start": loadavg(), "scaler": args.scaler, "n": args.n}]
+    figures = [run_header(scaler=args.scaler, n=args.n)]
     print(json.dumps(figures[-1]), flush=True)
     with tempfile.TemporaryDirectory(prefix="scaler-replicas-") as work:
         vm = VictoriaMetrics(os.path.join(work, "vm")).start()

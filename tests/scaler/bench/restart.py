@@ -24,7 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench import load_series, loadavg, write_figures, so  # noqa: E402
+from bench import load_series, loadavg, run_header, write_figures, so  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from side_by_side import ghz, summary, write_requests  # noqa: E402
 from test_restart import burst, ticks  # noqa: E402
@@ -99,7 +99,7 @@ def main():
     if args.spread and not args.ghz:
         ap.error("--spread needs --ghz")
     os.environ["SCALER_BIN"] = os.path.abspath(args.scaler)
-    figures = [{"cpus": os.cpu_count(), "loadavg_start": loadavg(), "scaler": args.scaler}]
+    figures = [run_header(scaler=args.scaler)]
     print(json.dumps(figures[-1]), flush=True)
     with tempfile.TemporaryDirectory(prefix="scaler-restart-") as work:
         for n in (int(s) for s in args.sizes.split(",")):

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from bench import load_series, loadavg, write_figures, scaler_counters, so  # noqa: E402 (bench.py sets sys.path)
+from bench import load_series, loadavg, run_header, write_figures, scaler_counters, so  # noqa: E402 (bench.py sets sys.path)
 from keda import metadata  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from testkit import REPO, Proc, free_port, hwm_kib, rss_kib, wait_until  # noqa: E402
@@ -185,8 +185,8 @@ def main():
     if not batching:
         modes = [("before", [])]
     figures = []
-    emit(figures, {"cpus": os.cpu_count(), "loadavg_start": loadavg(), "scaler": args.scaler,
-                   "batching": batching or "absent: this binary has no --observe-batch-size, 'before' only"})
+    emit(figures, run_header(scaler=args.scaler,
+                             batching=batching or "absent: this binary has no --observe-batch-size, 'before' only"))
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="scaler-sbs-") as work:
         for n in sizes:
