@@ -147,6 +147,10 @@ class Rig(Probes):
         if not os.environ.get("LIVEREDIS_KEEP"):
             shutil.rmtree(self.base, ignore_errors=True)
 
+    def decisions(self) -> list[dict]:
+        """The scaler's /decisions entries of the suite's namespace: what a failed reading explains."""
+        return requests.get(f"{self.scaler.admin}/decisions?namespace={NAMESPACE}", timeout=5).json()["entries"]
+
     def add(self, inst: Instance) -> Instance:
         self.instances[inst.name] = inst
         self.start_exporter(inst)

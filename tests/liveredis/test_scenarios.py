@@ -173,19 +173,33 @@ def test_full_sync_under_writes(rig, record):
         syncing = rig.wait_scraped(f'redis_master_sync_in_progress{{namespace="{NAMESPACE}",pod="rfr-cache-2"}}',
                                    lambda s: s.get("rfr-cache-2") == 1, what="rfr-cache-2 in a full sync")
         rig.wait_desired(3)
-        seen = [3]
+        seen, dips = [3], 0
         assert "master_sync_in_progress" in r2.info("replication"), "the sync is read from this field"
         while r2.info("replication").get("master_sync_in_progress") == "1":
-            seen.append(rig.desired())
-            assert seen[-1] == 3, seen
+            desired = rig.desired()
+            [decision] = rig.decisions()
+            if r2.info("replication").get("master_sync_in_progress") != "1":
+                break  # the sync ended between the readings
+            seen.append(desired)
+            context = json.dumps({"seen": seen, "replication": r2.info("replication"), "decision": decision})
+            # The brake holds the current count. Without a topology that is the number of
+            # redis_instance_info series, and the restarted pod's has new run_id and process_id
+            # labels: a new series, which VictoriaMetrics can make searchable a few seconds after
+            # the old one went stale (docs/redis.md). Then the count read is 2, and so is the hold.
+            assert decision["reason"] == "brake" and decision["desired"] == decision["current"], context
+            assert desired in (2, 3), context
+            dips += desired == 2
             time.sleep(0.5)
+        assert dips <= len(seen) // 2, f"the hold was 2, not 3, for {dips} of {len(seen)} readings: {seen}"
         rig.wait_desired(6, timeout=30)
     master.call("CONFIG", "SET", "rdb-key-save-delay", "0")
     record("full sync under writes: rfr-cache-2 restarts empty, disk-based sync of 10000 keys "
            "(rdb-key-save-delay 1 ms/key); 2000 SET/s, 22 clients on rfr-cache-1",
-           "desired held at 3 while master_sync_in_progress is 1, then 6",
+           "desired held at the current count while master_sync_in_progress is 1 (3, or 2 while the "
+           "restarted pod's new instance series is not yet searchable, for at most half the readings), then 6",
            f"redis_master_sync_in_progress {syncing}; desired 3 over {len(seen)} polls during the "
-           "sync, then 6")
+           f"sync ({dips} of them 2: the brake holding a count of 2 while the restarted pod's new "
+           "instance series was not yet searchable), then 6")
 
 
 def test_a_new_replica_the_scrape_has_not_found_holds_the_brake_by_the_masters_word(rig, record):
