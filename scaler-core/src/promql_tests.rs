@@ -234,12 +234,18 @@ fn a_common_prefix_is_written_once() {
 #[test]
 fn a_long_batch_is_cut_into_as_few_queries_as_fit() {
     // 100 clusters in 100 namespaces (a cold burst's batch): the matcher repeats in every selector.
-    let targets: Vec<Target> = (0..100).map(|i| t(&format!("ns{i:04}x"), &format!("c{i}"))).collect();
+    let targets: Vec<Target> = (0..100)
+        .map(|i| t(&format!("ns{i:04}x"), &format!("c{i}")))
+        .collect();
     let longest = decision_query(&targets, CONNECTIONS_BRAKE).len();
     let cut = batches(targets, CONNECTIONS_BRAKE, 100, MAX_QUERY_BYTES);
     assert!(cut.iter().all(|b| b.query.len() <= MAX_QUERY_BYTES));
     // Within one query of what an even cut by length could reach.
-    assert!(cut.len() <= longest.div_ceil(MAX_QUERY_BYTES) + 1, "{} queries for {longest} bytes", cut.len());
+    assert!(
+        cut.len() <= longest.div_ceil(MAX_QUERY_BYTES) + 1,
+        "{} queries for {longest} bytes",
+        cut.len()
+    );
 }
 
 #[test]
