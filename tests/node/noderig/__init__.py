@@ -25,8 +25,9 @@ def node_binary(name: str, version: str) -> Path:
     return path
 
 
-def _podbin(name: str) -> Path:
-    """The newest pause/probe build linked by tests/node/setup.sh (versioned by their sources)."""
+def source_build(name: str) -> Path:
+    """The newest build of `name` tests/node/setup.sh linked with a version naming our own sources
+    (`NAME-src-<hash>`: pause, probe, cert-manager's mains)."""
     found = sorted((TOOLS / "node/bin").glob(f"{name}-src-*"), key=lambda p: p.lstat().st_mtime)
     if not found:
         raise FileNotFoundError(f"{TOOLS}/node/bin/{name}-src-* is missing: run tests/node/setup.sh")
@@ -60,7 +61,7 @@ class NodeRig:
             scheduler=node_binary("kube-scheduler", v["KUBE_VERSION"]),
             proxy=node_binary("kube-proxy", v["KUBE_VERSION"]),
             coredns=node_binary("coredns", v["COREDNS_VERSION"]),
-            pause=_podbin("pause"), probe=_podbin("probe"))
+            pause=source_build("pause"), probe=source_build("probe"))
         self.run: host.Run | None = None
         self.timings = timings  # what -> seconds, filled by the rig and the tests
 

@@ -11,19 +11,17 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from testkit import TOOLS, versions, wait_until
+from testkit import versions, wait_until
+
+from . import source_build
 
 CERT = "cert-manager.io/v1"
 INJECT_FROM = "cert-manager.io/inject-ca-from"
 
 
 def _binary(part: str) -> Path:
-    """The newest build tests/node/setup.sh linked (versioned by upstream's and our sources)."""
-    version = versions()["CERT_MANAGER_VERSION"]
-    found = sorted((TOOLS / "node/bin").glob(f"cert-manager-{part}-{version}-src-*"), key=lambda p: p.lstat().st_mtime)
-    if not found:
-        raise FileNotFoundError(f"{TOOLS}/node/bin/cert-manager-{part}-{version}-src-* is missing: run tests/node/setup.sh")
-    return found[-1]
+    """The build of upstream's version with our mains' sources (tests/node/setup.sh)."""
+    return source_build(f"cert-manager-{part}-{versions()['CERT_MANAGER_VERSION']}")
 
 
 def _ready(cert: dict) -> bool:
