@@ -7,10 +7,11 @@ window) and "after" (the defaults): start `scaler serve`, ask every ScaledObject
 once, over two connections with KEDA's 3 s deadline, and count VictoriaMetrics' own queries of
 that first refresh interval; then one steady refresh tick's. The client is test_restart.py's
 (Python, about 1,000 calls a second at most on this machine, so past that it is the client that
-is measured), or with --ghz a Go one (ghz: one worker per ScaledObject, all started at once).
-With --spread S (ghz only) the calls come at an even rate over S seconds instead, as KEDA's
-scale loops ask after a scaler restart: each loop keeps its own phase of the polling interval, so
-the fleet's first calls arrive spread over it, not at one instant.
+is measured), or with --burst a Go one (tests/scaler/bench/tools/burst: one goroutine per
+ScaledObject, all asking at one instant, each with its own 3 s deadline, waiting for the server's
+streams inside it as KEDA's calls would). With --ghz and --spread S the calls come at an even rate
+over S seconds instead, as KEDA's scale loops ask after a scaler restart: each loop keeps its own
+phase of the polling interval, so the fleet's first calls arrive spread over it, not at one instant.
 
   PYTHONPATH=tests/lib $COZY_TOOLS/venv/bin/python tests/scaler/bench/restart.py \
     --scaler target/release/scaler --sizes 1000,10000
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,12 +28,56 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench import load_series, loadavg, run_header, write_figures, so  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
-from side_by_side import ghz, summary, write_requests  # noqa: E402
+from side_by_side import Noop, ghz, summary, write_requests  # noqa: E402
 from test_restart import burst, ticks  # noqa: E402
 from testkit import wait_until  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
 
 DEADLINE = 3.0
+
+
+def ask(args, address: str, n: int) -> dict:
+    """Every ScaledObject's first call, with the client the arguments choose; what came back."""
+    if args.burst:
+        out = subprocess.run([args.burst, "-addr", address, "-data", args.requests, "-connections",
+                              str(args.connections), "-deadline", f"{DEADLINE:g}s"],
+                             capture_output=True, text=True, check=True)
+        got = json.loads(out.stdout)
+        return {"client": "burst", "codes": got["codes"], "answer_p50_s": got["ok_p50_s"],
+                "answer_max_s": got["ok_max_s"], "answers_past_deadline": n - got["codes"].get("OK", 0)}
+    if args.ghz:
+        # Spread: enough workers that none is free only because the scaler is slow to answer.
+        run = ghz(args.ghz, address, args.requests, total=n, rps=n / args.spread,
+                  concurrency=min(n, 4000), connections=args.connections, timeout=f"{DEADLINE:g}s")
+        got = summary(run)
+        return {"client": "ghz", "codes": {"OK": got["ok"], **got["errors"]},
+                "answer_p50_s": round(got["p50_ms"] / 1000, 3),
+                "answer_max_s": round(run["slowest"] / 1e9, 3),
+                "answers_past_deadline": n - got["ok"]}
+    answers = asyncio.run(burst(address, n, so))
+    late = sorted(a[2] for a in answers)
+    codes = {}
+    for a in answers:
+        codes[a[1]] = codes.get(a[1], 0) + 1
+    return {"client": "python", "codes": codes,
+            "answer_p50_s": round(late[len(late) // 2], 3), "answer_max_s": round(late[-1], 3),
+            "answers_past_deadline": sum(1 for x in late if x >= DEADLINE)}
+
+
+def baseline(args, n: int, work: str) -> dict:
+    """The same burst, twice, against the no-op stand-in: what the transport and this machine
+    allow at all (a server that answers a constant at once)."""
+    noop = Noop(args.noop, work)
+    try:
+        one = write_requests(os.path.join(work, "one.json"), [0])
+        wait_until(lambda: ask(argparse.Namespace(**{**vars(args), "requests": one}), noop.address, 1)
+                   ["codes"].get("OK") == 1, 20, 0.2, f"no-op stand-in on {noop.address}")
+        first, again = ask(args, noop.address, n), ask(args, noop.address, n)
+        again = {k: again[k] for k in ("codes", "answer_p50_s", "answer_max_s")}
+        return {"part": "start burst", "scaledobjects": n, "server": "noop stand-in",
+                "connections": args.connections, **first, "again": again, "loadavg": loadavg()}
+    finally:
+        noop.proc.stop()
 
 
 def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
@@ -40,39 +86,21 @@ def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
                     *flags, refresh=f"{args.refresh}s").start()
     try:
         started = time.monotonic()
-        if args.ghz:
-            # At once: one worker per ScaledObject. Spread: enough workers that none is free only
-            # because the scaler is slow to answer.
-            run = ghz(args.ghz, scaler.address, args.requests, total=n,
-                      rps=n / args.spread if args.spread else None,
-                      concurrency=min(n, 4000) if args.spread else n,
-                      connections=args.connections, timeout=f"{DEADLINE:g}s")
-            answers = None
-        else:
-            answers = asyncio.run(burst(scaler.address, n, so))
+        answered = ask(args, scaler.address, n)
         burst_s = time.monotonic() - started
         # The rest of the first refresh interval after the start (its first tick has nothing due).
         time.sleep(max(0.0, max(args.refresh, args.spread) - (time.monotonic() - started)))
         first = vm.query_requests() - q0
+        if args.burst:
+            # KEDA's next poll, a refresh interval after the first: a call that gave up left its
+            # evaluation running (docs/scaler.md), so the fleet asked again finds it done.
+            again = ask(args, scaler.address, n)
+            answered["again"] = {k: again[k] for k in ("codes", "answer_p50_s", "answer_max_s")}
         t = ticks(scaler)
         wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
         q1, t = vm.query_requests(), ticks(scaler)
         wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
         steady = vm.query_requests() - q1
-        if answers is None:
-            got = summary(run)
-            answered = {"client": "ghz", "codes": {"OK": got["ok"], **got["errors"]},
-                        "answer_p50_s": round(got["p50_ms"] / 1000, 3),
-                        "answer_max_s": round(run["slowest"] / 1e9, 3),
-                        "answers_past_deadline": n - got["ok"]}
-        else:
-            late = sorted(a[2] for a in answers)
-            codes = {}
-            for a in answers:
-                codes[a[1]] = codes.get(a[1], 0) + 1
-            answered = {"client": "python", "codes": codes,
-                        "answer_p50_s": round(late[len(late) // 2], 3), "answer_max_s": round(late[-1], 3),
-                        "answers_past_deadline": sum(1 for x in late if x >= DEADLINE)}
         return {"part": "start burst", "scaledobjects": n, "mode": mode, "spread_s": args.spread,
                 "connections": args.connections, "flags": " ".join(flags) or "(defaults)",
                 "queries_first_refresh": first, "queries_steady_tick": steady,
@@ -89,15 +117,23 @@ def main():
     ap.add_argument("--refresh", type=float, default=15)
     ap.add_argument("--modes", default="before,after")
     ap.add_argument("--json")
-    ap.add_argument("--ghz", help="burst with ghz (tests/scaler/bench/setup.sh) instead of the Python client")
+    ap.add_argument("--ghz", help="with --spread: ghz (tests/scaler/bench/setup.sh) asks at an even rate")
+    ap.add_argument("--burst", help="all at once with burst (tests/scaler/bench/setup.sh): one goroutine per "
+                    "call, each with its own deadline, at one instant (ghz cannot start 50,000 workers)")
+    ap.add_argument("--noop", help="with --burst: the no-op stand-in (scaler/examples/noop_external_scaler.rs, "
+                    "release build) asked the same way first, as the baseline")
     ap.add_argument("--max-streams", type=int, help="--max-streams-per-connection for every mode")
     ap.add_argument("--spread", type=float, default=0,
                     help="seconds over which the calls come at an even rate (ghz only; 0: all at once)")
     ap.add_argument("--connections", type=int, default=2,
                     help="client connections (KEDA holds one to a scaler address)")
     args = ap.parse_args()
-    if args.spread and not args.ghz:
-        ap.error("--spread needs --ghz")
+    if bool(args.spread) != bool(args.ghz):
+        ap.error("--spread and --ghz go together (all at once: --burst, or the Python client)")
+    if args.noop and not args.burst:
+        ap.error("--noop is the baseline of --burst")
+    if args.spread and args.burst:
+        ap.error("--burst asks all at once: no --spread")
     os.environ["SCALER_BIN"] = os.path.abspath(args.scaler)
     figures = [run_header(scaler=args.scaler)]
     print(json.dumps(figures[-1]), flush=True)
@@ -109,6 +145,9 @@ def main():
                 args.requests = write_requests(os.path.join(work, f"fleet-{n}.json"), range(n))
                 modes = {"before": ["--cold-batch-window", "0s"], "after": [],
                          "after-100ms": ["--cold-batch-window", "100ms"]}
+                if args.noop:
+                    figures.append(baseline(args, n, work))
+                    print(json.dumps(figures[-1]), flush=True)
                 for mode in args.modes.split(","):
                     flags = modes[mode] + (["--max-streams-per-connection", str(args.max_streams)]
                                            if args.max_streams else [])
