@@ -11,13 +11,11 @@ itself); and the peak memory per held ScaledObject stays under the bound that ke
 128 MiB in the release build (2.1 KiB), with room for this debug build and this small fleet."""
 import asyncio
 import math
-import time
 
 import pytest
 
-from cnpg_series import Backend, Cluster, Pod, render
 from scaler_proc import Scaler
-from test_restart import burst, ticks
+from test_restart import burst, load_fleet, ticks
 from testkit import wait_until
 from vm import VictoriaMetrics
 
@@ -55,12 +53,7 @@ def expected(i: int) -> float:
 @pytest.fixture(scope="module")
 def fleet_vm(tmp_path_factory):
     v = VictoriaMetrics(str(tmp_path_factory.mktemp("fleet-vm"))).start()
-    clusters = [Cluster(*so(i), [Pod(1, primary=True, backends=[Backend(10)], internal=False),
-                                 Pod(2, backends=[Backend(sessions(i))], internal=False)])
-                for i in range(FLEET)]
-    v.import_and_wait(render(clusters, time.time(), back=360, ahead=600, step=60),
-                      'count(cnpg_pg_replication_in_recovery{namespace=~"held-.*"})',
-                      expect=lambda n: n == 2 * FLEET, timeout=120)
+    load_fleet(v, FLEET, so, sessions, ahead=600, timeout=120)
     yield v
     v.stop()
 

@@ -32,15 +32,22 @@ def so(i: int) -> tuple[str, str]:
     return f"fleet-{i % NAMESPACES}", f"db-{i}"
 
 
+def load_fleet(vm: VictoriaMetrics, n: int, so, sessions, ahead: int, timeout: float):
+    """Clusters so(0) … so(n - 1) into `vm`, each a primary (10 sessions, not counted) and a
+    standby with sessions(i) active sessions (the read load), until `ahead` seconds from now."""
+    clusters = [Cluster(*so(i), [Pod(1, primary=True, backends=[Backend(10)], internal=False),
+                                 Pod(2, backends=[Backend(sessions(i))], internal=False)])
+                for i in range(n)]
+    namespaces = "|".join(sorted({so(i)[0] for i in range(n)}))
+    vm.import_and_wait(render(clusters, time.time(), back=360, ahead=ahead, step=60),
+                       f'count(cnpg_pg_replication_in_recovery{{namespace=~"{namespaces}"}})',
+                       expect=lambda got: got == 2 * n, timeout=timeout)
+
+
 @pytest.fixture(scope="module")
 def fleet_vm(tmp_path_factory):
     v = VictoriaMetrics(str(tmp_path_factory.mktemp("restart-vm"))).start()
-    clusters = [Cluster(*so(i), [Pod(1, primary=True, backends=[Backend(10)], internal=False),
-                                 Pod(2, backends=[Backend(1 + i % 17)], internal=False)])
-                for i in range(FLEET)]
-    v.import_and_wait(render(clusters, time.time(), back=360, ahead=1800, step=60),
-                      'count(cnpg_pg_replication_in_recovery{namespace=~"fleet-.*"})',
-                      expect=lambda n: n == 2 * FLEET, timeout=60)
+    load_fleet(v, FLEET, so, lambda i: 1 + i % 17, ahead=1800, timeout=60)
     yield v
     v.stop()
 
