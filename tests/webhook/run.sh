@@ -6,5 +6,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/../.."
 . tests/lib/pytest.sh
+# Its Python packages (kmock, aiohttp, ...): a standalone run on a venv made by another suite.
+"$here/setup.sh"
 cargo build --quiet -p cli
 run_pytest "$here" --durations=5 "$@"
