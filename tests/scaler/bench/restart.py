@@ -64,6 +64,11 @@ def ask(args, address: str, n: int) -> dict:
             "answers_past_deadline": sum(1 for x in late if x >= DEADLINE)}
 
 
+def brief(answered: dict) -> dict:
+    """The codes and latencies of a second round (the first's client fields are not repeated)."""
+    return {k: answered[k] for k in ("codes", "answer_p50_s", "answer_max_s")}
+
+
 def baseline(args, n: int, work: str) -> dict:
     """The same burst, twice, against the no-op stand-in: what the transport and this machine
     allow at all (a server that answers a constant at once)."""
@@ -73,9 +78,8 @@ def baseline(args, n: int, work: str) -> dict:
         wait_until(lambda: ask(argparse.Namespace(**{**vars(args), "requests": one}), noop.address, 1)
                    ["codes"].get("OK") == 1, 20, 0.2, f"no-op stand-in on {noop.address}")
         first, again = ask(args, noop.address, n), ask(args, noop.address, n)
-        again = {k: again[k] for k in ("codes", "answer_p50_s", "answer_max_s")}
         return {"part": "start burst", "scaledobjects": n, "server": "noop stand-in",
-                "connections": args.connections, **first, "again": again, "loadavg": loadavg()}
+                "connections": args.connections, **first, "again": brief(again), "loadavg": loadavg()}
     finally:
         noop.proc.stop()
 
@@ -92,10 +96,9 @@ def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
         time.sleep(max(0.0, max(args.refresh, args.spread) - (time.monotonic() - started)))
         first = vm.query_requests() - q0
         if args.burst:
-            # KEDA's next poll, a refresh interval after the first: a call that gave up left its
-            # evaluation running (docs/scaler.md), so the fleet asked again finds it done.
-            again = ask(args, scaler.address, n)
-            answered["again"] = {k: again[k] for k in ("codes", "answer_p50_s", "answer_max_s")}
+            # KEDA's next poll, a refresh interval after the first: how much of the fleet the
+            # first round's evaluations left answered (docs/benchmarks.md: not all of it).
+            answered["again"] = brief(ask(args, scaler.address, n))
         t = ticks(scaler)
         wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
         q1, t = vm.query_requests(), ticks(scaler)
