@@ -116,18 +116,30 @@ class Proc:
         if self.alive():
             self.popen.send_signal(sig)
 
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM to the process group, SIGKILL after `timeout`; returns the exit code."""
+    def terminate(self) -> None:
+        """SIGTERM to the process group, without waiting (reap() waits)."""
         if self.alive():
             try:
                 os.killpg(self.popen.pid, signal.SIGTERM)
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(5)
             except ProcessLookupError:  # it exited between poll() and killpg()
-                self.popen.wait(5)
+                pass
+
+    def reap(self, timeout: float = 10.0) -> int | None:
+        """Waits `timeout` for the process to exit, then SIGKILLs its group; returns the exit code."""
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.popen.wait(5)
         return self.popen.returncode
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM to the process group, SIGKILL after `timeout`; returns the exit code."""
+        self.terminate()
+        return self.reap(timeout)
 
     def tail(self, lines: int = 40) -> str:
         try:

@@ -1,10 +1,16 @@
 """One real node per pytest session. The rig enters its own network and mount namespace, so it
-starts before pytest runs any thread; logs stay in a directory printed on failure."""
+starts before pytest runs any thread; logs stay in a directory printed on failure.
+
+The Redis module (test_5_redis.py) shares nothing with the CNPG modules but the node and the
+package, so it runs beside them: test_9_beside.py's session starts it as a pytest of its own, a
+child process that inherits the node's namespaces and attaches to the rig (NODE_ATTACH names the
+state file; noderig.AttachedRig), while the CNPG loop runs, and waits for it at the end."""
 
 import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -16,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[0] / "lib"))  # testkit
 sys.path.insert(0, str(HERE.parents[0] / "e2e"))  # rig (control plane, API client)
 
-from noderig import NodeRig, node_binary  # noqa: E402
+from noderig import AttachedRig, NodeRig, node_binary  # noqa: E402
 from noderig import package as packaged  # noqa: E402
 from noderig.cnpg import (CLUSTER, CLUSTER_NAMESPACE, POOLER, Operator, pod_monitor_scrape_config,  # noqa: E402
                           pooler_pod_monitor_scrape_config, provide_volumes)
@@ -27,6 +33,10 @@ from vm import VictoriaMetrics  # noqa: E402
 
 
 INTERRUPTED = []
+# Set in the Redis module's own session: the state file of the node it attaches to.
+ATTACH = os.environ.get("NODE_ATTACH")
+if not ATTACH:
+    collect_ignore = ["test_5_redis.py"]  # run by test_9_beside.py's child session
 
 
 def _interrupt(signum, frame):
@@ -44,6 +54,13 @@ TIMINGS: dict[str, float | int | str] = {}
 
 
 def pytest_terminal_summary(terminalreporter):
+    if ATTACH:
+        # The parent session prints them with its own (test_9_beside.py).
+        Path(ATTACH).with_name("redis-timings.json").write_text(json.dumps(TIMINGS))
+        return
+    for title, text in BESIDE_OUTPUT:
+        terminalreporter.section(title)
+        terminalreporter.write_line(text)
     if TIMINGS:
         terminalreporter.section("real node figures")
         for what, value in TIMINGS.items():
@@ -60,12 +77,15 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     rig = item.funcargs.get("node") if report.failed else None
-    if isinstance(rig, NodeRig) and (pressure := rig.pressure()):
+    if isinstance(rig, (NodeRig, AttachedRig)) and (pressure := rig.pressure()):
         report.sections.append(("node pressure", pressure))
 
 
 @pytest.fixture(scope="session")
 def node(request):
+    if ATTACH:
+        yield AttachedRig(json.loads(Path(ATTACH).read_text()), TIMINGS)
+        return
     # Outside /tmp: the run's directory becomes the node's private /tmp (noderig/host.py).
     workdir = Path(tempfile.mkdtemp(prefix="cozy-node-", dir="/var/tmp"))
     logs = Path(tempfile.mkdtemp(prefix="cozy-node-logs-", dir="/var/tmp"))
@@ -109,11 +129,72 @@ def metrics(node):
 
 
 @pytest.fixture(scope="session")
-def package(node, cnpg, metrics):
-    """The package installed with helm, as pods of the project's image (noderig/package.py)."""
-    return packaged.install(node, metrics)
+def package(request, node):
+    """The package installed with helm, as pods of the project's image (noderig/package.py), with
+    the CNPG operator (its Cluster index watches Clusters) and VictoriaMetrics; an attached session
+    gets what its parent installed."""
+    if isinstance(node, AttachedRig):
+        return node.package
+    request.getfixturevalue("cnpg")
+    return packaged.install(node, request.getfixturevalue("metrics"))
 
 
 @pytest.fixture(scope="session")
 def keda_running(node, package):
-    packaged.start_keda(node)
+    if not isinstance(node, AttachedRig):
+        packaged.start_keda(node)
+
+
+# (title, text) sections the terminal summary prints: the Redis module's own report.
+BESIDE_OUTPUT: list[tuple[str, str]] = []
+BESIDE_TIMEOUT = 900
+
+
+class Beside:
+    """The Redis module's pytest session, running on this session's node."""
+
+    def __init__(self, node: NodeRig, package: dict):
+        state = node.dir / "attach.json"
+        state.write_text(json.dumps(node.attach_state(package)))
+        self.output = node.logs / "redis-module.log"
+        self.timings = state.with_name("redis-timings.json")
+        with self.output.open("w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=10",
+                 f"--basetemp={node.dir / 'pytest-redis'}", str(HERE / "test_5_redis.py")],
+                env={**os.environ, "NODE_ATTACH": str(state)}, stdout=out, stderr=subprocess.STDOUT)
+        self.started = time.monotonic()
+
+    def wait(self) -> tuple[int, str]:
+        """Its exit status and output; its output and figures join this session's report."""
+        code = self.proc.wait(timeout=max(1.0, BESIDE_TIMEOUT - (time.monotonic() - self.started)))
+        if self.timings.is_file():
+            TIMINGS.update(json.loads(self.timings.read_text()))
+        output = self.output.read_text(errors="replace")
+        BESIDE_OUTPUT.append(("the Redis module (test_5_redis.py), run beside the CNPG modules", output.rstrip()))
+        return code, output
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # its conftest turns SIGTERM into its teardown
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_beside(node, package, keda_running):
+    """Starts the Redis module beside whatever this session runs next (test_9_beside.py waits)."""
+    beside = Beside(node, package)
+    yield beside
+    beside.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_started_if_run(request):
+    """Starts the Redis module now when this session runs it (test_9_beside.py is selected), so it
+    runs beside the scenarios of the fixture that asks for this instead of after them."""
+    if any(item.path.name == "test_9_beside.py" for item in request.session.items):
+        request.getfixturevalue("redis_beside")

@@ -12,6 +12,8 @@ cd "$here/../.."
 [[ -x "$COZY_TOOLS/helm4/helm" ]] || tests/chartgen/setup.sh
 tests/e2e/setup.sh
 "$here/setup.sh"
+# The fixtures run chartgen and the scaler CLI from the debug build (the Rust step of ./run.sh test makes it).
+cargo build --quiet -p cli -p chartgen
 # The package's image, run as pods (test_3_package.py): the image suite's, staged apart because
 # ./run.sh test runs this suite beside the others.
 export COZY_IMAGE_DIR=target/node-image

@@ -23,8 +23,12 @@ def cluster(image: str, instances: int) -> dict:
                      # Synchronous replication to one standby (the `synchronous` stanza, CNPG >= 1.24;
                      # the legacy min/maxSyncReplicas may not stand beside it): the webhook's floor
                      # is 2 instances, and the scaler reads `number` as the quorum.
+                     # checkpoint_timeout: CNPG clones a standby with pg_basebackup's default spread
+                     # checkpoint, paced over PostgreSQL's checkpoint_timeout (5 min): under writes a
+                     # clone waited 69-145 s for it (5 s idle). 30 s bounds that wait (docs/e2e.md).
                      "postgresql": {"synchronous": {"method": "any", "number": 1},
-                                    "parameters": {"shared_buffers": "32MB", "max_connections": "40"}},
+                                    "parameters": {"shared_buffers": "32MB", "max_connections": "40",
+                                                   "checkpoint_timeout": "30s"}},
                      "storage": {"size": "1Gi", "storageClass": STORAGE_CLASS}}}
 
 

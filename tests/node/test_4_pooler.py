@@ -75,7 +75,7 @@ def pooler(node, cnpg, package, keda_running, tmp_path_factory):
     state = {"chart": chart, "image": image, "objects": objs, "sessions": Sessions(kube, service_ip(kube))}
     yield state
     state["sessions"].close(kube)
-    # Its pods make room for the next module's.
+    # Its PgBouncer pods go with it: nothing of the module outlives it on the shared node.
     kube.delete(CNPG, "Pooler", POOLER, DB_NS)
 
 

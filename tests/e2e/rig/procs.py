@@ -31,5 +31,9 @@ class Group:
         return self.start(*self._commands[id(proc)])
 
     def stop_all(self) -> None:
+        # Every group told at once, newest first, so the shutdowns overlap instead of adding up
+        # (a process may take its whole grace period); then each is waited for, or killed.
         for proc in reversed(self.procs):
-            proc.stop()
+            proc.terminate()
+        for proc in reversed(self.procs):
+            proc.reap()

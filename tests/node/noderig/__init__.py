@@ -8,14 +8,16 @@ import shutil
 import time
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from testkit import TOOLS, versions
 from rig import REPO, binary
 from rig.controlplane import Binaries, ControlPlane
+from rig.kube import Kube
 from rig.procs import Group
 
 from . import host
-from .node import DNS_IP, NETWORK, NODE_NAME, Node, NodeBinaries
+from .node import DNS_IP, NETWORK, NODE_NAME, Containerd, Node, NodeBinaries
 
 
 def node_binary(name: str, version: str) -> Path:
@@ -83,23 +85,51 @@ class NodeRig:
         return self
 
     def pressure(self) -> str:
-        """What the kubelet reported that makes pods vanish or wait: pressure conditions, evictions.
-        Empty when there is none; attached to every failed test's report."""
-        try:
-            node = self.kube.get("v1", "Node", NODE_NAME)
-            events = self.kube.list("v1", "Event", None)
-        except Exception as e:  # the report must not hide the test's own failure
-            return f"node state unreadable: {e}"
-        found = [c["type"] for c in node.get("status", {}).get("conditions", [])
-                 if c["type"] in PRESSURES and c["status"] == "True"]
-        evicted = sorted({f"{e['involvedObject'].get('namespace')}/{e['involvedObject'].get('name')}"
-                          for e in events if e.get("reason") == "Evicted"})
-        parts = [f"node conditions: {', '.join(found)}"] if found else []
-        if evicted:
-            parts.append(f"evicted: {', '.join(evicted)} (free: {shutil.disk_usage(self.dir).free >> 20} MiB)")
-        return "; ".join(parts)
+        return pressure(self.kube, self.dir)
+
+    def attach_state(self, package: dict) -> dict:
+        """What a session attached to this node needs (AttachedRig): the admin client's files,
+        the run's directory, containerd's socket, and what the package fixture made."""
+        return {"server": self.cp.server, "ca": str(self.cp.ca.cert), "cert": str(self.cp.admin.cert),
+                "key": str(self.cp.admin.key), "kubeconfig": str(self.cp.kubeconfig), "dir": str(self.dir),
+                "containerd_sock": str(self.node.containerd_sock), "package": package}
 
     def stop(self) -> list[str]:
         """Stops every process and removes the run's state; returns what could not be removed."""
         self.group.stop_all()
         return host.cleanup(self.run) if self.run else []
+
+
+class AttachedRig:
+    """The node another pytest session started, as a session it spawned sees it (the Redis module
+    beside the CNPG ones, tests/node/conftest.py): the same API, directory and containerd, and the
+    node's namespaces, which a child process inherits. It starts and stops nothing."""
+
+    def __init__(self, state: dict, timings: dict[str, float]):
+        self.dir = Path(state["dir"])
+        self.kube = Kube(state["server"], state["ca"], state["cert"], state["key"])
+        self.cp = SimpleNamespace(kubeconfig=Path(state["kubeconfig"]))
+        self.node = Containerd(Path(state["containerd_sock"]))
+        self.package = state["package"]
+        self.timings = timings
+
+    def pressure(self) -> str:
+        return pressure(self.kube, self.dir)
+
+
+def pressure(kube: Kube, where: Path) -> str:
+    """What the kubelet reported that makes pods vanish or wait: pressure conditions, evictions.
+    Empty when there is none; attached to every failed test's report."""
+    try:
+        node = kube.get("v1", "Node", NODE_NAME)
+        events = kube.list("v1", "Event", None)
+    except Exception as e:  # the report must not hide the test's own failure
+        return f"node state unreadable: {e}"
+    found = [c["type"] for c in node.get("status", {}).get("conditions", [])
+             if c["type"] in PRESSURES and c["status"] == "True"]
+    evicted = sorted({f"{e['involvedObject'].get('namespace')}/{e['involvedObject'].get('name')}"
+                      for e in events if e.get("reason") == "Evicted"})
+    parts = [f"node conditions: {', '.join(found)}"] if found else []
+    if evicted:
+        parts.append(f"evicted: {', '.join(evicted)} (free: {shutil.disk_usage(where).free >> 20} MiB)")
+    return "; ".join(parts)

@@ -87,19 +87,32 @@ def _cni_config(d: Path) -> dict:
         {"type": "portmap", "capabilities": {"portMappings": True}}]}
 
 
-class Node:
+class Containerd:
+    """The node's containerd as its image store: images built here and imported (pods use
+    imagePullPolicy Never). A session attached to the node (noderig.AttachedRig) has only this."""
+
+    def __init__(self, sock: Path):
+        self.containerd_sock = sock
+        self.images: dict[str, str] = {}  # short name -> reference imported into containerd
+
+    def add_image(self, name: str, image: images.Image) -> str:
+        """Builds and imports an image; returns its reference."""
+        self.images[name] = images.build_and_import(image, self.containerd_sock)
+        return self.images[name]
+
+
+class Node(Containerd):
     def __init__(self, cp: ControlPlane, run: Run, bins: NodeBinaries, workdir: Path, group: Group,
                  timings: dict[str, float]):
+        super().__init__(workdir / "containerd/containerd.sock")
         self.cp, self.run, self.bins, self.group = cp, run, bins, group
         self.dir, self.logs = workdir, group.log_dir
-        self.images: dict[str, str] = {}  # short name -> reference imported into containerd
         self.timings = timings
 
     # --- containerd and images --------------------------------------------------------------
     def _start_containerd(self) -> None:
         d = self.dir / "containerd"
         (d / "net.d").mkdir(parents=True)
-        self.containerd_sock = d / "containerd.sock"
         pause = images.Image("cozy.local/pause", files={"/pause": self.bins.pause}, entrypoint=["/pause"])
         (d / "config.toml").write_text(_containerd_config(d, images.reference(pause)))
         (d / "net.d/10-cozy-node.conflist").write_text(json.dumps(_cni_config(d), indent=1))
@@ -113,11 +126,6 @@ class Node:
         # carry only cgroup paths. /run/containerd is the run's own (host.PRIVATE); the socket
         # keeps its path in the run's directory, by which the cleanup finds containerd's shims.
         Path("/run/containerd/containerd.sock").symlink_to(self.containerd_sock)
-
-    def add_image(self, name: str, image: images.Image) -> str:
-        """Builds and imports an image; returns its reference (pods use imagePullPolicy Never)."""
-        self.images[name] = images.build_and_import(image, self.containerd_sock)
-        return self.images[name]
 
     # --- kubelet, kube-proxy, scheduler ------------------------------------------------------
     def _kubeconfig(self, name: str, cn: str, org: str | None = None) -> Path:
