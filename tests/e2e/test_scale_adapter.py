@@ -3,36 +3,27 @@ RedisFailover CRD (spotahome redis-operator's Go module at REDIS_OPERATOR_VERSIO
 scale subresource), CNPG's real Pooler CRD (CNPG_OPERATOR_VERSION: a scale subresource without a
 selector), KEDA and the HPA (kube-controller-manager).
 
-Stand-ins, named: the Redis operator is absent on the rig (as CNPG's is), so nothing acts on
-spec.redis.replicas and no Redis pod runs; the test reads what the adapter wrote, and the rig's
-feeder (tests/e2e/rig/metrics.py) writes the redis_exporter series of the pods a RedisFailover at
-its current spec.redis.replicas would have (tests/lib/redis_series.py) into VictoriaMetrics. The
-closed loop is the Redis decision (`engine: redis`) on those series, through the ScaledObject and
-ScaleAdapter that `chartgen app` generates for a chart shaped like Cozystack's Redis app
-(tests/chartgen/fixtures/redis), installed with the real helm.
+Stand-in, named: the Redis operator is absent on the rig (as CNPG's is), so nothing acts on
+spec.redis.replicas and no Redis pod runs; the tests read what the adapter wrote. The closed loop
+on a Redis decision, with the real operator, its pods and a real full sync, is the real node's
+(tests/node/test_5_redis.py), which retired this suite's copy on the feeder's series.
 The adapter runs as the package chart's ServiceAccount with the RBAC the chart renders."""
 
 import copy
-import json
-import os
-import subprocess
 import time
 from datetime import datetime, timezone
 
 import pytest
 import requests
 
-from charts import redis_chart
 from rig import POLL
 from rig.kube import ApiError
 from scaleadapter import ADAPTER_NS, IDENTITY, LEASE, MANAGER, MIN_WRITE, SA
-from scaledobject import FAST_BEHAVIOR, TARGET
 from testkit import wait_until
 
 NS = "tenant-redis"
 OTHER_NS = "tenant-redis-other"
 RF = "databases.spotahome.com/v1"
-HPA = "autoscaling/v2"
 SELECTOR = "app.kubernetes.io/component=redis,app.kubernetes.io/part-of=redis-failover,app.kubernetes.io/name={}"
 
 
@@ -320,83 +311,6 @@ def test_a_malformed_adapter_is_reported_on_itself_while_the_others_sync(rig, ad
         crd["spec"] = original
         rig.kube.request("PUT", rig.kube.path(*crds[:2], name=crds[2]), crd)
     rig.kube.delete(SA, "ScaleAdapter", "beside", NS)
-
-
-def explain_scaled_object(rig, scaler, name: str, output: str) -> str:
-    """`scaler explain --scaled-object` as an operator runs it against the rig's API server."""
-    r = subprocess.run([str(rig.scaler_bin), "explain", "--prometheus-url", rig.vm.url, "--scaled-object",
-                        f"{NS}/{name}", "--scaler-address", scaler.address, "--output", output],
-                       capture_output=True, text=True, timeout=30,
-                       env={**os.environ, "KUBECONFIG": str(rig.cp.kubeconfig)})
-    assert r.returncode == 0, r.stderr
-    return r.stdout
-
-
-def hpa_active(rig, name: str) -> bool:
-    hpa = rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{name}", NS) or {}
-    return any(c["type"] == "ScalingActive" and c["status"] == "True"
-               for c in hpa.get("status", {}).get("conditions", []))
-
-
-def timed(what: str, probe, timeout: float) -> float:
-    start = time.monotonic()
-    wait_until(probe, timeout=timeout, interval=POLL, what=what)
-    took = time.monotonic() - start
-    print(f"FIGURE redis loop: {what} in {took:.1f} s")
-    return took
-
-
-def test_the_redis_decision_moves_the_redisfailover_2_4_2_and_brakes_on_a_full_sync(rig, scaler, package,
-                                                                                     adapter_proc):
-    """Load (client connections on the replicas) -> the scaler's Redis decision -> KEDA -> the HPA
-    -> the ScaleAdapter's /scale -> the adapter -> spec.redis.replicas -> the feeder's pod series.
-    The master writes throughout; a replica in a full sync holds the count while the load asks for
-    more, and the count moves once the sync ends. A routine upgrade at 4 keeps 4 (the chart renders
-    the live count)."""
-    name = "loop"
-    helm, _ = package
-    chart = redis_chart(rig.dir)
-    values = {"replicas": 2, "autoscaling": {
-        "enabled": True, "scalerAddress": scaler.address, "target": TARGET, "minReplicas": 2, "maxReplicas": 5,
-        "maxReplicationLagBytes": 1 << 20, "behavior": FAST_BEHAVIOR}}
-    # 20 kB/s of writes (healthy replicas trail by 425 B: no lag brake); one replica in a full sync.
-    rig.feeder.set_redis(NS, name, clients=0, write_bytes_per_s=20000, syncing=frozenset({1}))
-    helm.upgrade_install(name, chart, NS, values)
-    so = rig.kube.get("keda.sh/v1alpha1", "ScaledObject", name, NS)
-    assert so["spec"]["scaleTargetRef"] == {"apiVersion": SA, "kind": "ScaleAdapter", "name": name}
-    assert so["spec"]["triggers"][0]["metadata"]["engine"] == "redis"
-    timed("the HPA ScalingActive on the adapter's /scale", lambda: hpa_active(rig, name), 90)
-    assert rig.kube.get(HPA, "HorizontalPodAutoscaler", f"keda-hpa-{name}", NS)["spec"]["scaleTargetRef"][
-        "kind"] == "ScaleAdapter"
-    assert target_replicas(rig, name) == 2
-    # 25 clients / target 10 -> 1 + 3 = 4 wanted; the full sync under writes holds 2.
-    rig.feeder.set_redis(NS, name, clients=25)
-    hold(rig, name, 20, 2)
-    # `scaler explain --scaled-object` on this ScaledObject (engine redis, its target the
-    # adapter): the same hold, said with the Redis brake's inputs.
-    e = json.loads(explain_scaled_object(rig, scaler, name, "json"))
-    assert (e["decision"]["desired"], e["decision"]["reason"], e["decision"]["brake"]) == (2, "brake", "engaged"), e
-    assert e["observation"]["redis"]["syncing"] == 1 and e["observation"]["primary_writing"] is True, e
-    text = explain_scaled_object(rig, scaler, name, "text")
-    assert text.startswith(f"RedisFailover {NS}/{name} (ReadConnections"), text
-    assert "replication brake     ENGAGED: 1 replica link(s) down, 1 replica(s) in a full sync" in text, text
-    assert hpa_active(rig, name), "the hold is the brake's answer, not a metric failure"
-    rig.feeder.set_redis(NS, name, syncing=frozenset())
-    timed("2 -> 4 after the full sync ended", lambda: target_replicas(rig, name) == 4, 120)
-    # At rest first: helm renders the live count, so a count that moves between its lookup and
-    # its server-side apply conflicts with the HPA's or the adapter's field, which is a race
-    # with a scale, not the routine upgrade this checks.
-    wait_until(lambda: rig.kube.get(SA, "ScaleAdapter", name, NS)["spec"]["replicas"] == 4, timeout=30,
-               interval=POLL, what="the adapter's /scale at 4")
-    hold(rig, name, 10, 4)
-    # A routine upgrade (replicas: 2 in values) renders the live count: nothing moves.
-    helm.upgrade_install(name, chart, NS, values)
-    hold(rig, name, 2 * MIN_WRITE, 4)
-    assert rig.kube.get(SA, "ScaleAdapter", name, NS)["spec"]["replicas"] == 4
-    rig.feeder.set_redis(NS, name, clients=0)
-    timed("4 -> 2 without load", lambda: target_replicas(rig, name) == 2, 120)
-    assert MANAGER in owners_of_replicas(rig, name)
-    helm.output("uninstall", name, "--namespace", NS)
 
 
 def test_many_adapters_and_a_huge_target_stay_bounded(rig, adapter_proc):

@@ -10,10 +10,7 @@ what vmagent scraped from the instances. Real read sessions through the `-ro` Se
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
 import threading
 import time
 
@@ -24,7 +21,7 @@ from scaledobject import FAST_BEHAVIOR, cluster_and_scaledobject
 from testkit import wait_until
 from noderig.cnpg import CLUSTER as NAME, CLUSTER_NAMESPACE as DB_NS, sql
 from noderig.loop import CNPG, ClusterWatch, Sessions, Writer, instance_ips, read_sessions_on_replicas
-from noderig.package import IMAGE_DIR, NS, SCALER_ADDRESS, decisions, latest_decision, scaler_admin
+from noderig.package import NS, SCALER_ADDRESS, decisions, latest_decision, scaler_admin, scaler_cli
 from noderig.package import scaler_events as events_of
 
 HPA = "autoscaling/v2"
@@ -178,15 +175,6 @@ def test_a_standby_whose_replay_stops_while_the_primary_writes_holds_the_count(n
     time.sleep(10)  # several HPA syncs: the count stays
     assert {s.instances for s in watch.since(asked)} == {FLOOR}
     assert decision(kube)["reason"] == "brake"
-
-
-def scaler_cli(node, *args) -> dict:
-    """The package image's own `scaler` binary (what `./run.sh image` staged), as an operator runs
-    it from a workstation: the admin kubeconfig, JSON output."""
-    r = subprocess.run([str(IMAGE_DIR / "scaler"), *args], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "KUBECONFIG": str(node.cp.kubeconfig)})
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
 
 
 def test_status_explain_and_events_speak_for_the_real_cluster(node, loop, metrics):

@@ -20,7 +20,7 @@ from helm import Helm
 from scaledobject import FAST_BEHAVIOR
 from testkit import REPO, TOOLS, cargo_bin, upstream, versions, wait_until
 from noderig import node_binary
-from noderig.package import adapter_scale, latest_decision, pod_ready as ready
+from noderig.package import adapter_scale, latest_decision, pod_ready as ready, scaler_cli
 from noderig.redis import (FAILOVER, REDIS_NAMESPACE as NS, REDIS_PODS, SENTINEL_PODS, Clients, RedisOperator,
                            info, sentinel_replicas)
 
@@ -139,7 +139,7 @@ def failover(node, package, keda_running, tmp_path_factory):
     node.timings["RedisFailover: 2 Redis + 3 Sentinels ready"] = time.monotonic() - t
     kube.apply(objs["ScaleAdapter"])
     kube.apply(objs["ScaledObject"])
-    state = {"operator": operator, "clients": Clients()}
+    state = {"operator": operator, "clients": Clients(), "prometheus_url": package["prometheus_url"]}
     yield state
     state["clients"].close()
 
@@ -233,6 +233,14 @@ def test_a_full_sync_under_writes_holds_the_count_while_the_new_replica_syncs(no
             brake = wait_until(lambda: (d := decision(kube)).get("reason") == "brake" and d["recommended"] == FLOOR
                                and d, timeout=60, interval=1, what="the brake holding the count")
             assert brake["desired"] == MAX and re.search(SYNC_SEEN, brake["summary"]), brake
+            # `scaler explain --scaled-object` on this ScaledObject (engine redis, its target the
+            # ScaleAdapter, read through the API as an operator does) tells the same hold from a
+            # reading of its own, with the Redis brake's inputs.
+            e = scaler_cli(node, "explain", "--prometheus-url", failover["prometheus_url"], "--scaled-object",
+                           f"{NS}/{FAILOVER}", "--topology", "kube", "--output", "json")
+            assert (e["decision"]["desired"], e["decision"]["reason"], e["decision"]["brake"]) == (
+                MAX, "brake", "engaged"), e
+            assert e["observation"]["redis"]["syncing"] >= 1 and e["observation"]["primary_writing"] is True, e
 
             # Held for as long as that replica syncs (the StatefulSet makes the next one only
             # once it is ready, and between two syncs nothing needs holding).

@@ -6,7 +6,9 @@ metrics apiserver and cert-manager as processes beside the node."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
 
 import requests
@@ -73,7 +75,16 @@ def install(node, metrics) -> dict:
         events = [f"{e['involvedObject']['name']}: {e['reason']} {e['message']}" for e in kube.list("v1", "Event", NS)]
         raise TimeoutError(f"{e}\npods: {pods}\nevents: {events[-20:]}") from None
     node.timings["package installed, pods available"] = time.monotonic() - t
-    return {"image": ref, "issued": issued}
+    return {"image": ref, "issued": issued, "prometheus_url": metrics.url}
+
+
+def scaler_cli(node, *args) -> dict:
+    """The package image's own `scaler` binary (what `./run.sh image` staged), as an operator runs
+    it from a workstation: the admin kubeconfig, JSON output."""
+    r = subprocess.run([str(IMAGE_DIR / "scaler"), *args], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "KUBECONFIG": str(node.cp.kubeconfig)})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
 
 
 def start_keda(node) -> None:
