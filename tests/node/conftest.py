@@ -165,9 +165,14 @@ class Beside:
                 env={**os.environ, "NODE_ATTACH": str(state)}, stdout=out, stderr=subprocess.STDOUT)
         self.started = time.monotonic()
 
-    def wait(self) -> tuple[int, str]:
-        """Its exit status and output; its output and figures join this session's report."""
-        code = self.proc.wait(timeout=max(1.0, BESIDE_TIMEOUT - (time.monotonic() - self.started)))
+    def wait(self) -> tuple[int | str, str]:
+        """Its exit status and output; its output and figures join this session's report. Past
+        BESIDE_TIMEOUT it is stopped (its teardown runs) and its output tells where it was."""
+        try:
+            code = self.proc.wait(timeout=max(1.0, BESIDE_TIMEOUT - (time.monotonic() - self.started)))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            code = f"stopped after {BESIDE_TIMEOUT} s"
         if self.timings.is_file():
             TIMINGS.update(json.loads(self.timings.read_text()))
         output = self.output.read_text(errors="replace")
