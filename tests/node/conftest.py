@@ -28,7 +28,7 @@ from noderig.cnpg import (CLUSTER, CLUSTER_NAMESPACE, POOLER, Operator, pod_moni
                           pooler_pod_monitor_scrape_config, provide_volumes)
 from noderig.node import NETWORK  # noqa: E402
 from noderig.redis import FAILOVER, REDIS_NAMESPACE, redis_scrape_config  # noqa: E402
-from testkit import TOOLS, upstream, versions  # noqa: E402
+from testkit import TOOLS, Proc, upstream, versions  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
 
 
@@ -158,18 +158,16 @@ class Beside:
         state.write_text(json.dumps(node.attach_state(package)))
         self.output = node.logs / "redis-module.log"
         self.timings = state.with_name("redis-timings.json")
-        with self.output.open("w") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=10",
-                 f"--basetemp={node.dir / 'pytest-redis'}", str(HERE / "test_5_redis.py")],
-                env={**os.environ, "NODE_ATTACH": str(state)}, stdout=out, stderr=subprocess.STDOUT)
+        self.proc = Proc([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=10",
+                          f"--basetemp={node.dir / 'pytest-redis'}", HERE / "test_5_redis.py"],
+                         self.output, env={"NODE_ATTACH": str(state)}, name="redis-module")
         self.started = time.monotonic()
 
     def wait(self) -> tuple[int | str, str]:
         """Its exit status and output; its output and figures join this session's report. Past
         BESIDE_TIMEOUT it is stopped (its teardown runs) and its output tells where it was."""
         try:
-            code = self.proc.wait(timeout=max(1.0, BESIDE_TIMEOUT - (time.monotonic() - self.started)))
+            code = self.proc.popen.wait(timeout=max(1.0, BESIDE_TIMEOUT - (time.monotonic() - self.started)))
         except subprocess.TimeoutExpired:
             self.stop()
             code = f"stopped after {BESIDE_TIMEOUT} s"
@@ -180,13 +178,10 @@ class Beside:
         return code, output
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()  # its conftest turns SIGTERM into its teardown
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        # SIGTERM to the pytest process alone: its conftest turns it into its teardown, which
+        # stops its own children (a signal to the whole group would cut them off mid-teardown).
+        self.proc.signal()
+        self.proc.reap(timeout=120)
 
 
 @pytest.fixture(scope="session")
