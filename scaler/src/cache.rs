@@ -292,9 +292,35 @@ impl<E: Evaluate> Cache<E> {
     /// Returns how many keys were evaluated.
     pub async fn refresh_due(&self) -> usize {
         let now = Instant::now();
+        self.evaluate_held(|entry| self.is_due(entry, now)).await
+    }
+
+    /// A warm start ([`crate::warm`]): holds `keys` (as many as the capacity has room for; none
+    /// is evicted for them) as if just asked for, then evaluates every held key never attempted
+    /// the way a tick does. A caller asking for one meanwhile waits for its flight instead of
+    /// evaluating it again. Returns how many keys were evaluated.
+    pub async fn prime(&self, keys: impl IntoIterator<Item = Key>) -> usize {
+        let now = Instant::now();
+        {
+            let mut entries = write(&self.entries);
+            for key in keys {
+                if entries.len() >= self.timing.capacity.max(1) {
+                    break;
+                }
+                let entry = entries.entry(Arc::new(key)).or_default();
+                lock(&entry.state).last_asked.get_or_insert(now);
+            }
+            self.metrics.cache_entries.set(entries.len() as i64);
+        }
+        self.evaluate_held(|entry| lock(&entry.state).attempt.is_none())
+            .await
+    }
+
+    /// Evaluates the held keys `wanted` picks and no flight holds, taking their flights at once.
+    async fn evaluate_held(&self, wanted: impl Fn(&Entry) -> bool) -> usize {
         let mut due: Vec<_> = read(&self.entries)
             .iter()
-            .filter(|(_, entry)| self.is_due(entry, now))
+            .filter(|(_, entry)| wanted(entry))
             .filter_map(|(key, entry)| {
                 let flight = entry.refreshing.clone().try_lock_owned().ok()?;
                 Some((key.clone(), entry.clone(), flight))

@@ -215,6 +215,38 @@ async fn a_large_tick_is_split_into_calls_of_at_most_keys_per_call() {
 }
 
 #[tokio::test]
+async fn a_warm_start_evaluates_its_keys_in_tick_calls_and_callers_wait_for_it() {
+    let fake = Fake {
+        per_call: Some(3),
+        delay: Duration::from_millis(100),
+        ..Fake::default()
+    };
+    let (cache, _registry) = bounded(&fake, 10_000, 20_000, 6);
+    // A caller's key first: held and evaluated before the warm start, so not again.
+    assert_eq!(load(&cache, "a").await, 1.0);
+    let names = ["a", "e", "b", "g", "c", "d", "f"];
+    let prime = tokio::spawn({
+        let cache = cache.clone();
+        async move { cache.prime(names.map(key)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // A caller arriving meanwhile waits for the warm start's flight (no evaluation of its own).
+    let caller = tokio::spawn({
+        let cache = cache.clone();
+        async move { load(&cache, "d").await }
+    });
+    // Room for six: "f", the last, is left out; the five new ones go in calls of three.
+    assert_eq!(prime.await.unwrap(), 5);
+    assert_eq!(fake.batch_sizes(), [1, 3, 2]);
+    // One of the warm start's two calls answered it (they sort alike, so either).
+    assert!([2.0, 3.0].contains(&caller.await.unwrap()));
+    assert_eq!(cache.len(), 6);
+    assert_eq!(fake.calls(), 3);
+    // Held as if just asked for; a prime of held keys evaluates nothing.
+    assert_eq!(cache.prime(["a", "b"].map(key)).await, 0);
+}
+
+#[tokio::test]
 async fn a_cold_key_does_not_wait_for_a_running_tick() {
     let fake = Fake {
         delay: Duration::from_millis(300),

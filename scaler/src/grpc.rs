@@ -117,8 +117,9 @@ fn target_size(target: f64) -> i64 {
     target.ceil().max(1.0) as i64
 }
 
-/// The cache key of a request: names checked, metadata parsed (once per distinct content).
-async fn key(
+/// The cache key of a request (or of a ScaledObject the warm start found): names checked,
+/// metadata parsed (once per distinct content).
+pub(crate) async fn key(
     parsed: &MetadataCache,
     scaled_object: Option<ScaledObjectRef>,
 ) -> Result<Key, RpcError> {

@@ -9,6 +9,7 @@ pub mod decisions;
 pub mod events;
 pub mod gather;
 pub mod grpc;
+pub mod list;
 pub mod lru;
 pub mod metrics;
 pub mod observe;
@@ -16,6 +17,7 @@ pub mod parsed;
 pub mod scaledobject;
 pub mod serve;
 pub mod topology;
+pub mod warm;
 
 /// Generated from `proto/externalscaler.proto`.
 pub mod proto {

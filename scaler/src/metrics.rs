@@ -25,6 +25,7 @@
 //! | `scaler_cache_entries` | gauge | – |
 //! | `scaler_cache_evictions_total` | counter | `cache` (`decisions`, `metadata`), `cause` (`idle`, `capacity`) |
 //! | `scaler_active_streams` | gauge | – |
+//! | `scaler_warm_start_scaledobjects` | gauge (ScaledObjects naming this scaler that its warm start holds) | – |
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder,
@@ -136,6 +137,7 @@ pub struct Metrics {
     pub cache_entries: Gauge,
     evictions: Family<EvictionLabels, Counter>,
     pub active_streams: Gauge,
+    pub warm_start_objects: Gauge,
 }
 
 fn rpc_histogram() -> Histogram {
@@ -165,6 +167,7 @@ impl Metrics {
             cache_entries: Gauge::default(),
             evictions: Family::default(),
             active_streams: Gauge::default(),
+            warm_start_objects: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("scaler");
         r.register(
@@ -218,6 +221,11 @@ impl Metrics {
             "active_streams",
             "Open StreamIsActive streams",
             this.active_streams.clone(),
+        );
+        r.register(
+            "warm_start_scaledobjects",
+            "ScaledObjects naming this scaler that its warm start found and holds (evaluated before ready)",
+            this.warm_start_objects.clone(),
         );
         this
     }

@@ -12,7 +12,7 @@ use tonic::transport::Server;
 use tonic_health::ServingStatus;
 use tower::layer::util::{Identity, Stack};
 use tower::limit::GlobalConcurrencyLimitLayer;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::backend;
 use crate::cache::{Cache, Timing};
@@ -23,7 +23,9 @@ use crate::metrics::Metrics;
 use crate::observe::{self, Observer};
 use crate::parsed::MetadataCache;
 use crate::proto::external_scaler_server::ExternalScalerServer;
+use crate::scaledobject::{self, AddressMatch};
 use crate::topology::{self, ClusterIndex, Topology};
+use crate::warm;
 use runtime::app::App;
 use runtime::flags::{Admin, AdminFlags, ConnLimits, ServerFlags, ServerTls};
 use runtime::logging::LogArgs;
@@ -135,6 +137,17 @@ pub struct Args {
     /// evaluated goes at once. 0s evaluates each alone. At most 1s: a cold answer takes this plus the query.
     #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
     pub cold_batch_window: Duration,
+    /// Before reporting ready, list the ScaledObjects that name this scaler (--scaler-address)
+    /// and evaluate them in batched queries, so a whole fleet's first calls are answered from
+    /// memory; ready anyway after this long (the rest goes on). Needs the Kubernetes topology and
+    /// RBAC to list ScaledObjects; 0s turns it off.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "SCALER_WARM_START_TIMEOUT")]
+    pub warm_start_timeout: Duration,
+    /// Which ScaledObjects the warm start evaluates: a trigger of type external whose
+    /// scalerAddress host is this value or a longer DNS name of it (with `host:port`, the port
+    /// must match too), as `scaler status` reads them. Repeat or comma-separate.
+    #[arg(long = "scaler-address", value_delimiter = ',', default_value = scaledobject::DEFAULT_SCALER_ADDRESS, env = "SCALER_ADDRESSES")]
+    pub scaler_address: Vec<String>,
     /// Forget ScaledObjects nobody asked about for this long.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub cache_ttl: Duration,
@@ -272,7 +285,9 @@ impl Args {
             }
             _ => None,
         };
-        let index = client.map(|client| ClusterIndex::spawn(&mut app, client));
+        let index = client
+            .clone()
+            .map(|client| ClusterIndex::spawn(&mut app, client));
         let topology = index.clone().map_or(Topology::Metrics, Topology::Watched);
         info!(topology = topology.name(), prometheus = %self.prometheus_url, events = events.is_some(), "starting");
         let cache = self
@@ -281,16 +296,36 @@ impl Args {
             .shared();
         app.spawn("decision cache", cache.clone().run(app.shutdown()));
 
+        let metadata = MetadataCache::new(self.max_cached_objects, metrics.clone());
+        let metadata = Arc::new(metadata.with_events(events));
+        let warm = match client {
+            Some(client) if !self.warm_start_timeout.is_zero() => {
+                let (done, warmed) = tokio::sync::oneshot::channel();
+                let deadline = tokio::time::Instant::now() + self.warm_start_timeout;
+                let warming = WarmStart {
+                    client,
+                    rule: AddressMatch(self.scaler_address.clone()),
+                    metadata: metadata.clone(),
+                    cache: cache.clone(),
+                    capacity: self.max_cached_objects,
+                    index: index.clone(),
+                    metrics: metrics.clone(),
+                };
+                app.spawn("warm start", warming.run(done, app.shutdown()));
+                Some((warmed, deadline))
+            }
+            _ => None,
+        };
+
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, ServingStatus::NotServing).await;
         app.admin_on(admin, registry, decisions::router(cache.clone()));
-        let ready = ready_when_synced(index, health, app.readiness(), app.shutdown());
+        let ready = ready_when_synced(index, warm, health, app.readiness(), app.shutdown());
         app.spawn("health", ready);
 
-        let metadata = MetadataCache::new(self.max_cached_objects, metrics.clone());
         let scaler = Scaler {
             cache,
-            metadata: Arc::new(metadata.with_events(events)),
+            metadata,
             metrics,
             shutdown: app.shutdown(),
             heartbeat: self.stream_heartbeat,
@@ -397,20 +432,81 @@ impl Args {
     }
 }
 
-/// Serving (health and /readyz) once the Cluster index, if any, has its first full list; at
-/// shutdown health goes NOT_SERVING with readiness (`App`), so balancers stop sending new calls.
+/// The warm start's task and what it needs ([`crate::warm`]).
+struct WarmStart {
+    client: kube::Client,
+    rule: AddressMatch,
+    metadata: Arc<MetadataCache>,
+    cache: Arc<Cache<Observer>>,
+    capacity: usize,
+    index: Option<ClusterIndex>,
+    metrics: Metrics,
+}
+
+impl WarmStart {
+    /// Once the Cluster index is synced (the evaluations read it), lists and evaluates; says
+    /// `done` (readiness waits for it) whatever the outcome: a failure only means a cold start.
+    async fn run(self, done: tokio::sync::oneshot::Sender<()>, shutdown: CancellationToken) {
+        let warm = async {
+            if !synced(self.index.as_ref(), &shutdown).await {
+                return;
+            }
+            let warmed = warm::warm_start(
+                &self.client,
+                &self.rule,
+                &self.metadata,
+                &self.cache,
+                self.capacity,
+            )
+            .await;
+            match warmed {
+                Ok(held) => self.metrics.warm_start_objects.set(held as i64),
+                Err(error) => {
+                    warn!(%error, "warm start: cannot list ScaledObjects; starting cold");
+                    0
+                }
+            };
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = warm => {}
+        }
+        let _ = done.send(());
+    }
+}
+
+/// Waits until the Cluster index, if any, has its first full list; `false` at shutdown.
+async fn synced(index: Option<&ClusterIndex>, shutdown: &CancellationToken) -> bool {
+    let Some(index) = index else { return true };
+    let mut poll = tokio::time::interval(Duration::from_millis(200));
+    while !index.is_synced() {
+        tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            _ = poll.tick() => {}
+        }
+    }
+    true
+}
+
+/// Serving (health and /readyz) once the Cluster index, if any, has its first full list and the
+/// warm start, if any, is done or past its deadline; at shutdown health goes NOT_SERVING with
+/// readiness (`App`), so balancers stop sending new calls.
 async fn ready_when_synced(
     index: Option<ClusterIndex>,
+    warm: Option<(tokio::sync::oneshot::Receiver<()>, tokio::time::Instant)>,
     health: tonic_health::server::HealthReporter,
     readiness: admin::Readiness,
     shutdown: CancellationToken,
 ) {
-    if let Some(index) = index {
-        let mut poll = tokio::time::interval(Duration::from_millis(200));
-        while !index.is_synced() {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = poll.tick() => {}
+    if !synced(index.as_ref(), &shutdown).await {
+        return;
+    }
+    if let Some((warmed, deadline)) = warm {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = warmed => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                warn!("warm start still running at --warm-start-timeout; ready anyway");
             }
         }
     }

@@ -45,8 +45,10 @@ def test_scaler_deployment_service_pdb_and_rbac(helm):
                               "verbs": ["get", "list", "watch"]},
                              {"apiGroups": [""], "resources": ["resourcequotas"],
                               "verbs": ["get", "list", "watch"]},
-                             # Events on ScaledObjects: the uid, then create, patch on repeats.
-                             {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get"]},
+                             # Events on ScaledObjects: the uid, then create, patch on repeats;
+                             # the warm start lists them once.
+                             {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"],
+                              "verbs": ["get", "list"]},
                              {"apiGroups": ["events.k8s.io"], "resources": ["events"],
                               "verbs": ["create", "patch"]}]
     binding = one(objs, "ClusterRoleBinding", "cozy-autoscaling-scaler")

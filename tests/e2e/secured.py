@@ -215,6 +215,8 @@ class SecuredScaler:
             self.rig.scaler_bin, "serve", "--listen", self.address,
             "--admin-listen", f"127.0.0.1:{admin}", "--prometheus-url", self.rig.vm.url,
             "--topology", "kube", "--refresh-interval", "1s", "--staleness", "5s",
+            # Its ScaledObjects name it by the Service's IP: what its warm start looks for.
+            "--scaler-address", self.address,
             "--log-level", "debug", *self.tls_args()],
             env={"KUBECONFIG": str(self.kubeconfig() if as_service_account else self.rig.cp.kubeconfig)})
         wait_until(lambda: requests.get(f"{self.admin}/readyz", timeout=1).ok,

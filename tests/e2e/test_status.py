@@ -17,6 +17,7 @@ import time
 import pytest
 import requests
 
+import promtext
 from rig import POLL
 from scaledobject import FLOOR, cluster_and_scaledobject
 from testkit import free_port, wait_until
@@ -184,9 +185,10 @@ def test_events_once_each_on_the_brake_engaging_and_releasing_and_on_invalid_met
     assert reasons(fleet, "healthy") == [] and reasons(fleet, "invalid") == ["InvalidMetadata"]
 
 
-def test_the_package_grants_the_scaler_exactly_what_events_need(fleet, package):
+def test_the_package_grants_the_scaler_exactly_what_events_and_the_warm_start_need(fleet, package):
     """The scaler above runs with the admin kubeconfig; its in-cluster ServiceAccount gets the
-    package's ClusterRole: create and patch Events, get ScaledObjects, and nothing more on them."""
+    package's ClusterRole: create and patch Events, get ScaledObjects and list them (the warm
+    start), and nothing more on them."""
     def allowed(group, resource, verb):
         review = fleet.kube.create({
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "metadata": {},
@@ -197,11 +199,29 @@ def test_the_package_grants_the_scaler_exactly_what_events_need(fleet, package):
         return review["status"]["allowed"]
     for verb in ("create", "patch"):
         assert allowed("events.k8s.io", "events", verb), verb
-    assert allowed("keda.sh", "scaledobjects", "get")
+    assert allowed("keda.sh", "scaledobjects", "get") and allowed("keda.sh", "scaledobjects", "list")
     for group, resource, verb in [("events.k8s.io", "events", "delete"), ("events.k8s.io", "events", "list"),
-                                  ("keda.sh", "scaledobjects", "list"), ("keda.sh", "scaledobjects", "patch"),
+                                  ("keda.sh", "scaledobjects", "watch"), ("keda.sh", "scaledobjects", "patch"),
                                   ("", "events", "create")]:
         assert not allowed(group, resource, verb), (group, resource, verb)
+
+
+def test_a_restarted_scaler_holds_its_scaledobjects_before_it_is_ready(fleet, scaler):
+    """Issue 42's warm start, with the package's RBAC (the scaler runs as its ServiceAccount): a
+    new process lists the ScaledObjects naming it and evaluates them before /readyz says ready,
+    so a whole fleet's first calls are answered from memory. Held: every valid one naming it
+    (`healthy`, `braked`, and those of other modules still in the rig), not `invalid` (a call
+    would refuse its metadata) nor `unreachable` (another port)."""
+    naming = [o for o in fleet.kube.list(KEDA, "ScaledObject")
+              if any(t.get("metadata", {}).get("scalerAddress") == scaler.address
+                     for t in o["spec"].get("triggers", []))]
+    scaler.restart()
+    samples = promtext.scrape(f"{scaler.admin}/metrics", timeout=5)
+    held = promtext.total(samples, "scaler_warm_start_scaledobjects")
+    assert 2 <= held <= len(naming) - 1, (held, [o["metadata"]["name"] for o in naming])
+    # Evaluated before ready: both already have their decisions.
+    assert decision(scaler, "healthy").get("reason") == "floor"
+    assert decision(scaler, "braked").get("reason"), decision(scaler, "braked")
 
 
 def test_watch_prints_again_every_interval(fleet, scaler):

@@ -14,10 +14,10 @@ use tokio::time::Instant;
 
 use runtime::logging::LogArgs;
 use scaler::decisions::{self, Page};
+use scaler::list;
 use scaler::scaledobject::{self, AddressMatch};
 use scaler::topology::Kind;
 
-pub mod list;
 pub mod table;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -140,7 +140,7 @@ impl Args {
             let read = list::list(client, api.resource_url(), selector, caps, |o| {
                 object(&o, &rule)
             });
-            self.bounded(deadline, read).await
+            self.bounded(deadline, hinted(read)).await
         };
         let clusters = async {
             let client = client.map_err(String::clone)?;
@@ -148,7 +148,7 @@ impl Args {
             let read = list::list(client, api.resource_url(), None, caps, |o| {
                 Some(cluster(&o))
             });
-            self.bounded(deadline, read).await
+            self.bounded(deadline, hinted(read)).await
         };
         let hpas = async {
             let client = client.map_err(String::clone)?;
@@ -157,7 +157,7 @@ impl Args {
                 None => Api::all(client.clone()),
             };
             let read = list::list(client, api.resource_url(), None, caps, |h| Some(hpa(&h)));
-            self.bounded(deadline, read).await
+            self.bounded(deadline, hinted(read)).await
         };
         let decisions = self.bounded(deadline, self.decisions(namespace));
         let (objects, clusters, hpas, decisions) = tokio::join!(objects, clusters, hpas, decisions);
@@ -213,6 +213,24 @@ impl Args {
         };
         read.await.map_err(|e| format!("{e:#}"))
     }
+}
+
+/// A list's outcome, its error naming the flag that raises the cap it hit.
+async fn hinted<U>(
+    read: impl Future<Output = Result<Vec<U>, list::ListError>>,
+) -> Result<Vec<U>, String> {
+    read.await.map_err(|error| match error {
+        list::ListError::PageTooLarge { bytes } => format!(
+            "a page of the list is larger than {bytes} bytes (--max-page-bytes; {} items were \
+             asked for): raise --max-page-bytes if the objects are that large",
+            list::PAGE_ITEMS
+        ),
+        list::ListError::TooManyItems { items } => format!(
+            "the list holds more than {items} items (--max-items): narrow it with -n or -l, or \
+             raise --max-items"
+        ),
+        other => other.to_string(),
+    })
 }
 
 fn dynamic(client: kube::Client, namespace: Option<&str>, ar: &ApiResource) -> Api<DynamicObject> {

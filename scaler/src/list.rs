@@ -1,6 +1,6 @@
-//! `status`'s bounded reads: every API list paged (`limit`/`continue`), each page read into at
-//! most `--max-page-bytes` and its items projected as they parse, at most `--max-items` in all;
-//! every HTTP body (a page, an error, `/decisions`) read with a byte cap.
+//! Bounded reads of the Kubernetes API (`scaler status`'s lists, `scaler serve`'s warm start):
+//! every list paged (`limit`/`continue`), each page read into at most a byte cap and its items
+//! projected as they parse, at most an item cap in all; every HTTP body read with a byte cap.
 //!
 //! kube's own `list` reads the whole answer, however large, and parses it at once: an endless
 //! list grew `status` past a gigabyte, and a 300 MB one parsed past `--timeout`.
@@ -17,11 +17,25 @@ pub const PAGE_ITEMS: u32 = 500;
 /// Bytes of an error answer kept for its message (the note cuts it shorter still).
 pub const ERROR_BYTES: usize = 4096;
 
-/// The bounds on one list: `--max-items` in all, `--max-page-bytes` per page.
+/// The bounds on one list: items in all, bytes per page.
 #[derive(Debug, Clone, Copy)]
 pub struct Caps {
     pub items: usize,
     pub page_bytes: usize,
+}
+
+/// Why a list stopped; the caller names the setting that raises a cap.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ListError {
+    /// The request failed, or the API server answered an error (its message).
+    #[error("{0}")]
+    Api(String),
+    #[error("a page of the list is larger than {bytes} bytes ({PAGE_ITEMS} items were asked for)")]
+    PageTooLarge { bytes: usize },
+    #[error("the list holds more than {items} items")]
+    TooManyItems { items: usize },
+    #[error("the answer is not a list: {0}")]
+    NotAList(String),
 }
 
 /// Reads `body` into at most `cap` bytes; `cut` says it held more (the rest is never read).
@@ -45,14 +59,14 @@ where
 }
 
 /// Every item of the list at `path` (an API collection URL), each projected by `project`, paged
-/// and capped by `caps`. The error says which cap was hit and the flag that raises it.
+/// and capped by `caps`.
 pub async fn list<T, U>(
     client: &kube::Client,
     path: &str,
     selector: Option<&str>,
     caps: Caps,
     project: impl Fn(T) -> Option<U>,
-) -> Result<Vec<U>, String>
+) -> Result<Vec<U>, ListError>
 where
     T: DeserializeOwned,
 {
@@ -73,29 +87,28 @@ where
         if let Some(token) = &next {
             params = params.continue_token(token);
         }
+        let api = |e: &dyn fmt::Display| ListError::Api(e.to_string());
         let request = kube::core::Request::new(path)
             .list(&params)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| api(&e))?;
         let response = client
             .send(request.map(kube::client::Body::from))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| api(&e))?;
         let status = response.status();
         if !status.is_success() {
             let (body, _) = read_capped(response.into_body(), ERROR_BYTES)
                 .await
-                .map_err(|e| e.to_string())?;
-            return Err(api_error(status.as_u16(), &body));
+                .map_err(|e| api(&e))?;
+            return Err(ListError::Api(api_error(status.as_u16(), &body)));
         }
         let (body, cut) = read_capped(response.into_body(), caps.page_bytes)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| api(&e))?;
         if cut {
-            return Err(format!(
-                "a page of the list is larger than {} bytes (--max-page-bytes; {PAGE_ITEMS} items \
-                 were asked for): raise --max-page-bytes if the objects are that large",
-                caps.page_bytes
-            ));
+            return Err(ListError::PageTooLarge {
+                bytes: caps.page_bytes,
+            });
         }
         next = parse_page(&body, &mut collect)?;
         if next.is_none() {
@@ -117,7 +130,7 @@ fn api_error(code: u16, body: &[u8]) -> String {
 }
 
 /// What the pages parsed so far hold: the projected items, and how many were listed against the
-/// room `--max-items` leaves.
+/// room the item cap leaves.
 struct Collect<'a, T, U, F> {
     room: usize,
     listed: usize,
@@ -132,7 +145,7 @@ struct Collect<'a, T, U, F> {
 fn parse_page<T, U, F>(
     bytes: &[u8],
     collect: &mut Collect<T, U, F>,
-) -> Result<Option<String>, String>
+) -> Result<Option<String>, ListError>
 where
     T: DeserializeOwned,
     F: Fn(T) -> Option<U>,
@@ -143,12 +156,10 @@ where
         .and_then(|next| de.end().map(|()| next));
     match parsed {
         Ok(next) => Ok(next.filter(|token| !token.is_empty())),
-        Err(_) if collect.over => Err(format!(
-            "the list holds more than {} items (--max-items): narrow it with -n or -l, or raise \
-             --max-items",
-            collect.room
-        )),
-        Err(e) => Err(format!("the answer is not a list: {e}")),
+        Err(_) if collect.over => Err(ListError::TooManyItems {
+            items: collect.room,
+        }),
+        Err(e) => Err(ListError::NotAList(e.to_string())),
     }
 }
 
@@ -228,7 +239,7 @@ where
                 // One more is one too many; none is the end.
                 if seq.next_element::<IgnoredAny>()?.is_some() {
                     c.over = true;
-                    return Err(de::Error::custom("over --max-items"));
+                    return Err(de::Error::custom("over the item cap"));
                 }
                 return Ok(());
             }
@@ -279,7 +290,7 @@ mod tests {
         assert_eq!(c.out, [1, 3, 4, 5]);
         let more = page(json!([{"n": 6}]), "");
         let error = parse_page(&more, &mut c).unwrap_err();
-        assert!(error.contains("more than 5 items (--max-items)"), "{error}");
+        assert_eq!(error, ListError::TooManyItems { items: 5 });
     }
 
     #[test]
@@ -288,11 +299,11 @@ mod tests {
         let mut c = collect(1000, &project);
         let body = format!("{{\"items\":[{}0]}}", "0,".repeat(1_000_000));
         let error = parse_page(body.as_bytes(), &mut c).unwrap_err();
-        assert!(error.contains("more than 1000 items"), "{error}");
+        assert_eq!(error, ListError::TooManyItems { items: 1000 });
         assert_eq!(c.out.len(), 1000);
         for garbage in ["[]", "{\"items\": 3}", "{\"items\": []} x"] {
             let error = parse_page(garbage.as_bytes(), &mut collect(10, &project)).unwrap_err();
-            assert!(error.starts_with("the answer is not a list"), "{error}");
+            assert!(matches!(error, ListError::NotAList(_)), "{error}");
         }
     }
 }
