@@ -13,6 +13,12 @@ streams inside it as KEDA's calls would). With --ghz and --spread S the calls co
 over S seconds instead, as KEDA's scale loops ask after a scaler restart: each loop keeps its own
 phase of the polling interval, so the fleet's first calls arrive spread over it, not at one instant.
 
+With --api the fleet is also loaded as objects into a real kube-apiserver (fleet_api.py: a Cluster
+and a ScaledObject per ScaledObject), and modes `cold-kube` (--topology kube, no warm start) and
+`warm` (--topology kube with the warm start: the scaler lists the ScaledObjects naming it and
+evaluates them before it reports SERVING, which start() waits for as a Service would) compare the
+same burst side by side (issue 42, item 2).
+
   PYTHONPATH=tests/lib $COZY_TOOLS/venv/bin/python tests/scaler/bench/restart.py \
     --scaler target/release/scaler --sizes 1000,10000
 """
@@ -27,10 +33,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench import load_series, loadavg, run_header, write_figures, so  # noqa: E402
+from fleet_api import SCALER_ADDRESS, FleetApi  # noqa: E402
+import promtext  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from side_by_side import Noop, ghz, summary, write_requests  # noqa: E402
 from test_restart import burst, ticks  # noqa: E402
-from testkit import wait_until  # noqa: E402
+from testkit import rss_kib, wait_until  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
 
 DEADLINE = 3.0
@@ -62,6 +70,10 @@ def ask(args, address: str, n: int) -> dict:
     return {"client": "python", "codes": codes,
             "answer_p50_s": round(late[len(late) // 2], 3), "answer_max_s": round(late[-1], 3),
             "answers_past_deadline": sum(1 for x in late if x >= DEADLINE)}
+
+
+def scaler_gauge(scaler: Scaler, name: str) -> float:
+    return promtext.total(promtext.scrape(f"{scaler.admin}/metrics", families=(name,)), name)
 
 
 def brief(answered: dict) -> dict:
@@ -97,12 +109,16 @@ def baseline(args, n: int, work: str) -> dict:
         noop.proc.stop()
 
 
-def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
+def measure(args, vm, n: int, mode: str, flags: list, work: str, api=None) -> dict:
     q0 = vm.query_requests()
+    kube = {"topology": "kube", "env": {"KUBECONFIG": api.kubeconfig}} if api else {}
+    start = time.monotonic()
     scaler = Scaler(work, vm.url, "--log-level", "warn", "--max-cached-objects", str(max(n, 10000)),
-                    *flags, refresh=f"{args.refresh}s").start()
+                    *flags, refresh=f"{args.refresh}s", **kube).start(timeout=180)
     try:
         started = time.monotonic()
+        ready = {"ready_s": round(started - start, 2), "warm_held": scaler_gauge(scaler, "scaler_warm_start_scaledobjects"),
+                 "rss_ready_mib": round(rss_kib(scaler.proc.pid) / 1024, 1)} if api else {}
         answered = ask(args, scaler.address, n)
         burst_s = time.monotonic() - started
         # The rest of the first refresh interval after the start (its first tick has nothing due).
@@ -119,7 +135,7 @@ def measure(args, vm, n: int, mode: str, flags: list, work: str) -> dict:
                 "connections": args.connections, "flags": " ".join(flags) or "(defaults)",
                 "queries_first_refresh": first, "queries_steady_tick": steady,
                 "ratio_first_over_steady": round(first / steady, 2) if steady else None,
-                "burst_s": round(burst_s, 2), **answered, "loadavg": loadavg()}
+                "burst_s": round(burst_s, 2), **ready, **answered, "loadavg": loadavg()}
     finally:
         scaler.stop()
 
@@ -141,6 +157,9 @@ def main():
     ap.add_argument("--max-streams", type=int, help="--max-streams-per-connection for every mode")
     ap.add_argument("--spread", type=float, default=0,
                     help="seconds over which the calls come at an even rate (ghz only; 0: all at once)")
+    ap.add_argument("--api", action="store_true",
+                    help="load the fleet into a real kube-apiserver too and run the scalers with --topology kube "
+                         "(modes cold-kube, warm)")
     ap.add_argument("--connections", type=int, default=2,
                     help="client connections (KEDA holds one to a scaler address)")
     args = ap.parse_args()
@@ -160,17 +179,26 @@ def main():
                 load_series(vm, n)
                 args.requests = write_requests(os.path.join(work, f"fleet-{n}.json"), range(n))
                 modes = {"before": ["--cold-batch-window", "0s"], "after": [],
-                         "after-100ms": ["--cold-batch-window", "100ms"]}
+                         "after-100ms": ["--cold-batch-window", "100ms"],
+                         "cold-kube": ["--warm-start-timeout", "0s"],
+                         "warm": ["--warm-start-timeout", "170s", "--scaler-address", SCALER_ADDRESS]}
+                api = None
+                if args.api:
+                    api = FleetApi().start()
+                    figures.append({"part": "fleet in the API server", "scaledobjects": n, **api.load(n)})
+                    print(json.dumps(figures[-1]), flush=True)
                 if args.noop:
                     figures.append(baseline(args, n, work))
                     print(json.dumps(figures[-1]), flush=True)
                 for mode in args.modes.split(","):
                     flags = modes[mode] + (["--max-streams-per-connection", str(args.max_streams)]
                                            if args.max_streams else [])
-                    figures.append(measure(args, vm, n, mode, flags, work))
+                    figures.append(measure(args, vm, n, mode, flags, work, api))
                     print(json.dumps(figures[-1]), flush=True)
             finally:
                 vm.stop()
+                if api:
+                    api.stop()
     write_figures(args.json, figures)
 
 
