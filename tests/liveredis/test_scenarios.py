@@ -159,9 +159,11 @@ def test_full_sync_under_writes(rig, record):
     r1, r2 = rig.instances["rfr-cache-1"], rig.instances["rfr-cache-2"]
     master = rig.instances["rfr-cache-0"]
     # A disk-based full sync is in progress on the replica while the master's BGSAVE runs; the
-    # server's rdb-key-save-delay (microseconds per key) makes it last (10000 keys: about 10 s).
+    # server's rdb-key-save-delay (microseconds per key) makes it last (10000 keys: about 25 s).
+    # At 1 ms a key (10 s) a busy machine once took that long to see the sync scraped and the
+    # brake engaged: the sync was over before the first poll.
     master.call("CONFIG", "SET", "repl-diskless-sync", "no")
-    master.call("CONFIG", "SET", "rdb-key-save-delay", "1000")
+    master.call("CONFIG", "SET", "rdb-key-save-delay", "2500")
     with Writer(master.port, 2000), Clients(r1, 22):
         wait_until(lambda: int(master.info("keyspace").get("db0", "keys=0").split(",")[0][5:]) >= 10000, 30, 0.2,
                    "10000 keys")
@@ -199,7 +201,7 @@ def test_full_sync_under_writes(rig, record):
         rig.wait_desired(6, timeout=30)
     master.call("CONFIG", "SET", "rdb-key-save-delay", "0")
     record("full sync under writes: rfr-cache-2 restarts empty, disk-based sync of 10000 keys "
-           "(rdb-key-save-delay 1 ms/key); 2000 SET/s, 22 clients on rfr-cache-1",
+           "(rdb-key-save-delay 2.5 ms/key); 2000 SET/s, 22 clients on rfr-cache-1",
            "desired held at the current count while master_sync_in_progress is 1 (3, or 2 while the "
            "restarted pod's new instance series is not yet searchable), then 6",
            f"redis_master_sync_in_progress {syncing}; desired 3 over {len(seen)} polls during the "
