@@ -451,21 +451,19 @@ impl WarmStart {
             if !synced(self.index.as_ref(), &shutdown).await {
                 return;
             }
-            let warmed = warm::warm_start(
+            let held = warm::warm_start(
                 &self.client,
                 &self.rule,
                 &self.metadata,
                 &self.cache,
                 self.capacity,
             )
-            .await;
-            match warmed {
-                Ok(held) => self.metrics.warm_start_objects.set(held as i64),
-                Err(error) => {
-                    warn!(%error, "warm start: cannot list ScaledObjects; starting cold");
-                    0
-                }
-            };
+            .await
+            .unwrap_or_else(|error| {
+                warn!(%error, "warm start: cannot list ScaledObjects; starting cold");
+                0
+            });
+            self.metrics.warm_start_objects.set(held as i64);
         };
         tokio::select! {
             _ = shutdown.cancelled() => {}
