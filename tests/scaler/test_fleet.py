@@ -15,9 +15,7 @@ import math
 import pytest
 
 from scaler_proc import Scaler
-import promtext
-from test_restart import burst, load_fleet
-from testkit import wait_until
+from test_restart import after_a_tick, burst, load_fleet, steady_tick
 from vm import VictoriaMetrics
 
 FLEET = 3000
@@ -64,30 +62,6 @@ def status_kib(pid: int, field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def counts(scaler) -> tuple[float, float]:
-    """(refresh ticks ended, backend queries sent) from one scrape of the scaler's page."""
-    samples = promtext.scrape(f"{scaler.admin}/metrics",
-                              families=("scaler_refresh_duration_seconds", "scaler_backend_queries"))
-    return (promtext.total(samples, "scaler_refresh_duration_seconds_count"),
-            promtext.total(samples, "scaler_backend_queries_total"))
-
-
-def after_a_tick(scaler) -> tuple[float, float]:
-    """counts() read as soon as a refresh tick has ended, before the next one starts (a tick here
-    takes a fraction of REFRESH): the queries of whole ticks only. A count read at any moment can
-    fall inside a tick, and three ticks then measured 37.5 queries each against a pass of 30."""
-    ended, _ = counts(scaler)
-    now = (ended, 0.0)
-
-    def next_tick_ended() -> bool:
-        nonlocal now
-        now = counts(scaler)
-        return now[0] > ended
-
-    wait_until(next_tick_ended, 3 * REFRESH, 0.02, "a refresh tick")
-    return now
-
-
 def ask_all(scaler) -> list:
     """Every ScaledObject once, CHUNK at a time (a KEDA connection's streams, not the whole fleet
     in flight: the smoke measures what is held, not a burst's buffers)."""
@@ -111,11 +85,7 @@ def test_a_held_fleet_answers_right_refreshes_in_one_pass_and_stays_small(fleet_
 
         # Refresh ticks re-evaluating all of it (a key is due once its answer is half an interval
         # old), counted over three whole ticks.
-        after_a_tick(scaler)
-        t0, q0 = after_a_tick(scaler)
-        for _ in range(3):
-            t1, q1 = after_a_tick(scaler)
-        steady = (q1 - q0) / (t1 - t0)
+        steady = steady_tick(scaler, REFRESH, over=3)
 
         # Rounds of KEDA's polling, each after a refresh tick: every answer right each time, and
         # what the scaler holds stops growing once every key is held (a cost per call or per tick
@@ -126,7 +96,7 @@ def test_a_held_fleet_answers_right_refreshes_in_one_pass_and_stays_small(fleet_
             wrong = [(so(i), a, want[i]) for i, a in enumerate(again) if a[1] != "OK" or a[0] != want[i]]
             assert not wrong, f"{len(wrong)} of {FLEET} answers after a refresh wrong: {wrong[:5]}"
             held.append(status_kib(pid, "VmRSS"))
-            after_a_tick(scaler)
+            after_a_tick(scaler, REFRESH)
         peak = status_kib(pid, "VmHWM")
     finally:
         scaler.stop()

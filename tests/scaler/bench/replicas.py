@@ -34,8 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench import load_series, loadavg, run_header, write_figures, so  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from side_by_side import ghz, summary, write_requests  # noqa: E402
-from test_restart import backend_queries, burst, ticks  # noqa: E402
-from testkit import wait_until  # noqa: E402
+from test_restart import backend_queries, burst, steady_tick  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
 
 DEADLINE = 3.0
@@ -57,15 +56,6 @@ def first_calls(args, scaler: Scaler, shard: int) -> dict:
             "answer_p99_s": round(got["p99_ms"] / 1000, 3), "answer_max_s": round(run["slowest"] / 1e9, 3)}
 
 
-def steady_tick(args, scaler: Scaler) -> float:
-    """The backend queries of one whole refresh tick of `scaler`."""
-    t = ticks(scaler)
-    wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
-    q, t = backend_queries(scaler), ticks(scaler)
-    wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
-    return backend_queries(scaler) - q
-
-
 def restarted(args, label: str, starts: list[tuple[Scaler, int]]) -> list[dict]:
     """Each (fresh scaler, shard) of `starts` asked by its shard at once, then its figures."""
     began = time.monotonic()
@@ -84,7 +74,7 @@ def restarted(args, label: str, starts: list[tuple[Scaler, int]]) -> list[dict]:
     first = [backend_queries(scaler) for scaler, _ in starts]
     figures = []
     for (scaler, shard), answered, q in zip(starts, answers, first):
-        steady = steady_tick(args, scaler)
+        steady = steady_tick(scaler, args.refresh)
         figures.append({"scenario": label, "replica": "AB"[shard], "scaledobjects": answered["calls"],
                         "queries_first_refresh": q, "queries_steady_tick": steady,
                         "ratio_first_over_steady": round(q / steady, 2) if steady else None,

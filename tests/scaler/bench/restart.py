@@ -37,7 +37,7 @@ from fleet_api import SCALER_ADDRESS, FleetApi  # noqa: E402
 import promtext  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from side_by_side import Noop, ghz, summary, write_requests  # noqa: E402
-from test_restart import burst, ticks  # noqa: E402
+from test_restart import burst, steady_tick  # noqa: E402
 from testkit import rss_kib, wait_until  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
 
@@ -126,11 +126,7 @@ def measure(args, vm, n: int, mode: str, flags: list, work: str, api=None) -> di
         first = vm.query_requests() - q0
         if args.burst:
             answered["polls"] = polls(args, scaler.address, n, started)
-        t = ticks(scaler)
-        wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
-        q1, t = vm.query_requests(), ticks(scaler)
-        wait_until(lambda: ticks(scaler) > t, 3 * args.refresh, 0.2, "a refresh tick")
-        steady = vm.query_requests() - q1
+        steady = steady_tick(scaler, args.refresh)
         return {"part": "start burst", "scaledobjects": n, "mode": mode, "spread_s": args.spread,
                 "connections": args.connections, "flags": " ".join(flags) or "(defaults)",
                 "queries_first_refresh": first, "queries_steady_tick": steady,
