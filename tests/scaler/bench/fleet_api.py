@@ -62,13 +62,6 @@ class FleetApi:
         """Creates the fleet's namespaces, then its Clusters and ScaledObjects, THREADS at a time;
         returns how long each part took."""
         admin = self.cp.kube
-        for api_version, kind in (("postgresql.cnpg.io/v1", "Cluster"), ("keda.sh/v1alpha1", "ScaledObject")):
-            admin.resource(api_version, kind)  # discovery once, before the threads copy it
-
-        def client() -> Kube:
-            k = Kube(admin.server, admin.ca, *admin.session.cert)
-            k._resources = dict(admin._resources)
-            return k
 
         def create_all(objects) -> float:
             started = time.monotonic()
@@ -76,7 +69,7 @@ class FleetApi:
             chunks = [objects[k::THREADS] for k in range(THREADS)]
 
             def create(chunk):
-                k = client()
+                k = Kube(admin.server, admin.ca, *admin.session.cert)  # a session per thread
                 for obj in chunk:
                     k.create(obj)
             with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
@@ -84,7 +77,6 @@ class FleetApi:
             return round(time.monotonic() - started, 1)
 
         namespaces = sorted({so(i)[0] for i in range(n)})
-        admin.resource("v1", "Namespace")
         return {"namespaces": len(namespaces),
                 "namespaces_s": create_all({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
                                            for ns in namespaces),
