@@ -8,9 +8,10 @@
 //! Changes outside a relist (`Apply`, `Delete`) land at once.
 use std::collections::BTreeMap;
 use std::ops::Deref;
+use std::time::Duration;
 
 use futures::{Stream, StreamExt as _};
-use kube::runtime::WatchStreamExt as _;
+use kube::runtime::utils::Backoff as _;
 use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -30,8 +31,11 @@ pub trait Project<K> {
 #[derive(Debug)]
 pub struct Projected<Key, V> {
     objects: BTreeMap<Key, V>,
-    /// The relist under way (between `Init` and `InitDone`).
-    relist: Option<BTreeMap<Key, V>>,
+    /// The relist under way (between `Init` and `InitDone`), in list order. Built into the map
+    /// at once at `InitDone`: a map built in one go has full nodes, about half the memory of one
+    /// filled by inserts in key order (each split leaves a node half empty), which is how a
+    /// list arrives.
+    relist: Option<Vec<(Key, V)>>,
     synced: bool,
 }
 
@@ -52,15 +56,18 @@ impl<Key: Ord, V> Projected<Key, V> {
         P: Project<K, Key = Key, Value = V>,
     {
         match event {
-            Event::Init => self.relist = Some(BTreeMap::new()),
+            Event::Init => self.relist = Some(Vec::new()),
             Event::InitApply(object) => {
                 if let Some(key) = project.key(&object) {
                     let value = project.value(&object);
-                    self.relist.get_or_insert_default().insert(key, value);
+                    self.relist.get_or_insert_default().push((key, value));
                 }
             }
             Event::InitDone => {
-                self.objects = self.relist.take().unwrap_or_default();
+                // Dropped first: the old map, the list and the new map are never all held.
+                self.objects = BTreeMap::new();
+                // `from_iter` keeps the last of equal keys, as inserting them in turn would.
+                self.objects = self.relist.take().unwrap_or_default().into_iter().collect();
                 self.synced = true;
             }
             Event::Apply(object) => {
@@ -113,15 +120,21 @@ impl<Key, V> Deref for Projected<Key, V> {
     }
 }
 
-/// Follows one watch stream (with the watcher's default back-off) until `shutdown`, handing each
-/// event or failure to `apply`. A failure is logged; the back-off delays the retry, and the
-/// index keeps the last known state meanwhile.
+/// Follows one watch stream until `shutdown`, handing each event or failure to `apply`. A
+/// failure is logged and the next attempt waits out kube's default back-off (0.8 s doubling to
+/// 30 s); the index keeps the last known state meanwhile.
+///
+/// The back-off is kept here, not by kube's `default_backoff()`: that resets on every event, and
+/// a watcher yields `Init` before each list, so a list that always fails (a CRD not installed,
+/// RBAC missing) was retried every second for ever. Here only progress resets it: a list done,
+/// or a change seen.
 pub async fn follow<K>(
     stream: impl Stream<Item = watcher::Result<Event<K>>> + Send,
     shutdown: CancellationToken,
     mut apply: impl FnMut(watcher::Result<Event<K>>),
 ) {
-    let mut stream = std::pin::pin!(stream.default_backoff());
+    let mut stream = std::pin::pin!(stream);
+    let mut backoff = watcher::DefaultBackoff::default();
     loop {
         let event = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -130,17 +143,30 @@ pub async fn follow<K>(
         match event {
             None => return,
             Some(Err(error)) => {
-                warn!(%error, "watch failed; retrying");
+                let delay = backoff.next().unwrap_or(MAX_RETRY_DELAY);
+                warn!(%error, retry_in = ?delay, "watch failed");
                 apply(Err(error));
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
             }
-            Some(Ok(Event::InitDone)) => {
-                info!("synced");
-                apply(Ok(Event::InitDone));
+            Some(Ok(event)) => {
+                if matches!(event, Event::InitDone) {
+                    info!("synced");
+                }
+                // Progress: a whole list, or a change seen by a running watch.
+                if matches!(event, Event::InitDone | Event::Apply(_) | Event::Delete(_)) {
+                    backoff.reset();
+                }
+                apply(Ok(event));
             }
-            Some(Ok(event)) => apply(Ok(event)),
         }
     }
 }
+
+/// What `follow` waits if the back-off ever ends (kube's default never does).
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {
@@ -211,9 +237,12 @@ mod tests {
         p.apply(&ByName, Event::InitApply(("stale", 1)));
         // The watch failed mid-list and starts over.
         p.apply(&ByName, Event::Init);
+        p.apply(&ByName, Event::InitApply(("c", 1)));
         p.apply(&ByName, Event::InitApply(("b", 1)));
+        // Listed twice (a list is not promised to be duplicate-free): the later one holds.
+        p.apply(&ByName, Event::InitApply(("c", 2)));
         p.apply(&ByName, Event::InitDone);
-        assert_eq!(state(&p), [("b", 1)]);
+        assert_eq!(state(&p), [("b", 1), ("c", 2)]);
     }
 
     #[test]
@@ -266,5 +295,43 @@ mod tests {
             follow.await;
         }
         assert_eq!(state(&p), [("a", 1), ("b", 1)]);
+    }
+
+    /// A list that always fails: the watcher yields `Init` before each attempt, which must not
+    /// reset the back-off (kube's `default_backoff()` did: a retry every second for ever).
+    #[tokio::test(start_paused = true)]
+    async fn a_list_that_always_fails_backs_off_and_progress_resets_it() {
+        let failed_list =
+            || futures::stream::iter([Ok(Event::Init), Err(watcher::Error::NoResourceVersion)]);
+        let events = futures::stream::iter(0..6)
+            .flat_map(move |_| failed_list())
+            .chain(futures::stream::iter([
+                Ok(Event::Init),
+                Ok(Event::InitDone),
+                Err(watcher::Error::NoResourceVersion),
+                Err(watcher::Error::NoResourceVersion),
+            ]));
+        let start = tokio::time::Instant::now();
+        let mut failures = Vec::new();
+        follow(
+            events,
+            CancellationToken::new(),
+            |event: watcher::Result<Event<(&str, u32)>>| {
+                if event.is_err() {
+                    failures.push(start.elapsed());
+                }
+            },
+        )
+        .await;
+        let gaps: Vec<f64> = failures
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64())
+            .collect();
+        // 0.8 s doubling, each with up to as much again of jitter: at least 0.8, 1.6, 3.2, ...
+        for (gap, least) in gaps.iter().zip([0.8, 1.6, 3.2, 6.4, 12.8]) {
+            assert!(*gap >= least, "gaps {gaps:?}");
+        }
+        // The list that succeeded reset it: the failure after it waited the first step only.
+        assert!(gaps[6] < 1.6 + 1e-3, "gaps {gaps:?}");
     }
 }

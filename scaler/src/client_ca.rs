@@ -4,14 +4,14 @@
 //! scaler watches that one Secret (RBAC: get/list/watch on it by name, nothing else).
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::runtime::watcher;
+use kube::runtime::watcher::Event;
 use runtime::tls::ClientCa;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, info_span, warn};
 
 /// The Secret key holding the CA bundle (what cert-manager writes).
 const KEY: &str = "ca.crt";
@@ -71,39 +71,29 @@ pub async fn watch_secret(
     let api: Api<Secret> = Api::namespaced(client, &secret.namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", secret.name));
     let source = format!("secret {secret} key {KEY}");
-    let mut events = watcher(api, config)
-        .default_backoff()
-        .applied_objects()
-        .boxed();
     let what = source.clone();
-    let mut watching = Box::pin(async move {
-        loop {
-            let event = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                event = events.next() => event,
-            };
-            match event {
-                None => return,
-                Some(Ok(object)) => match bundle(&object) {
-                    Ok(bytes) => {
-                        if publish.send_if_modified(|current| {
-                            let changed = current.as_ref() != Some(&bytes);
-                            *current = Some(bytes);
-                            changed
-                        }) {
-                            info!(source = %what, "client CA read");
-                        }
-                    }
-                    Err(problem) => {
-                        warn!(source = %what, "the client CA Secret {problem}; keeping the previous CA")
-                    }
-                },
-                Some(Err(error)) => {
-                    warn!(source = %what, %error, "watching the client CA Secret failed; retrying")
+    let watching = runtime::watch::follow(watcher(api, config), shutdown, move |event| {
+        // Failures are `follow`'s to log and back off from; a deletion keeps the last CA.
+        let Ok(Event::Apply(object) | Event::InitApply(object)) = event else {
+            return;
+        };
+        match bundle(&object) {
+            Ok(bytes) => {
+                if publish.send_if_modified(|current| {
+                    let changed = current.as_ref() != Some(&bytes);
+                    *current = Some(bytes);
+                    changed
+                }) {
+                    info!(source = %what, "client CA read");
                 }
             }
+            Err(problem) => {
+                warn!(source = %what, "the client CA Secret {problem}; keeping the previous CA")
+            }
         }
-    });
+    })
+    .instrument(info_span!("client CA watch", source = %source));
+    let mut watching = Box::pin(watching);
     let mut first = pem.clone();
     // Driven here until the first read; the caller runs the rest.
     let read = async {
