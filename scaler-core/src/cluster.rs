@@ -1,4 +1,6 @@
 //! What the scaler reads from a CloudNativePG `Cluster` object and its namespace's quotas.
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -196,7 +198,9 @@ fn cost_from(spec: &serde_json::Value) -> Result<InstanceCost, String> {
 /// A Cluster and the ResourceQuotas of its namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
-    pub cluster: ClusterFacts,
+    /// Shared with the index it came from and every evaluation made of it: a scaler holds an
+    /// evaluation per ScaledObject, and the facts are 224 bytes.
+    pub cluster: Arc<ClusterFacts>,
     pub quotas: Vec<Quota>,
 }
 

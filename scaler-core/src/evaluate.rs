@@ -1,6 +1,7 @@
 //! The pure evaluation: one query answer, the Cluster's facts and the trigger's config in,
 //! every input of the decision and the decision out.
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -176,9 +177,9 @@ pub struct Evaluation {
     /// Redis: the master's replication offset growth in bytes/s, the brake's write gate; `None`
     /// for other engines, or without a rate yet.
     pub repl_bytes_per_second: Option<f64>,
-    /// Boxed, as `quota`: absent in metrics-only mode, and a scaler holds an evaluation per
-    /// ScaledObject (hundreds of bytes each inline).
-    pub cluster_spec: Option<Box<ClusterFacts>>,
+    /// The index's own facts, shared: absent in metrics-only mode, and a scaler holds an
+    /// evaluation per ScaledObject (hundreds of bytes each inline or copied).
+    pub cluster_spec: Option<Arc<ClusterFacts>>,
     /// The tightest ResourceQuota limit on one more instance; `None` without a Kubernetes
     /// topology or without a quota that limits what an instance uses.
     pub quota: Option<Box<Fit>>,
@@ -224,7 +225,7 @@ pub fn evaluate(
     parts: &HashMap<String, f64>,
     snapshot: Option<&Snapshot>,
 ) -> Result<Evaluation, EvaluateError> {
-    let facts = snapshot.map(|s| s.cluster);
+    let facts = snapshot.map(|s| *s.cluster);
     let instance_series = instance_series(namespace, config, parts)?;
     let metrics: Vec<Metric> = std::iter::once(config.metric)
         .chain(config.signals.iter().map(|s| s.metric))
@@ -275,7 +276,7 @@ pub fn evaluate(
             .then(|| count(parts, part::WARMING)),
         wal_bytes_per_second: parts.get(part::WAL).copied(),
         repl_bytes_per_second: parts.get(part::REPL_RATE).copied(),
-        cluster_spec: facts.map(Box::new),
+        cluster_spec: snapshot.map(|s| Arc::clone(&s.cluster)),
         quota: fit.map(Box::new),
         current_source,
         quorum_source,
@@ -622,7 +623,7 @@ mod tests {
 
     fn snapshot(cluster: serde_json::Value, quotas: Vec<Quota>) -> Snapshot {
         Snapshot {
-            cluster: facts_from(&cluster).unwrap(),
+            cluster: Arc::new(facts_from(&cluster).unwrap()),
             quotas,
         }
     }
@@ -1278,7 +1279,7 @@ mod tests {
         // instance series. The master writes: the brake holds the spec's 4, never the series' 3
         // (which the HPA would write, removing the syncing replica).
         let snap = Snapshot {
-            cluster: failover_facts_from(&json!({"spec": {"redis": {"replicas": 4}}})).unwrap(),
+            cluster: Arc::new(failover_facts_from(&json!({"spec": {"redis": {"replicas": 4}}})).unwrap()),
             quotas: vec![],
         };
         let kube = |answer: &HashMap<String, f64>| {

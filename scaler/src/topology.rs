@@ -86,11 +86,12 @@ impl Kind {
         }
     }
 
-    fn facts(self, object: &serde_json::Value) -> Result<ClusterFacts, String> {
+    fn facts(self, object: &serde_json::Value) -> Result<Arc<ClusterFacts>, String> {
         match self {
             Self::Cluster => facts_from(object),
             Self::Failover => failover_facts_from(object),
         }
+        .map(Arc::new)
     }
 }
 
@@ -316,8 +317,9 @@ impl<V> Watched<V> {
     }
 }
 
-/// What the index holds of a Cluster or RedisFailover: its facts, or why they cannot be read.
-type ClusterEntry = Result<ClusterFacts, String>;
+/// What the index holds of a Cluster or RedisFailover: its facts (shared with the evaluations
+/// made of them), or why they cannot be read.
+type ClusterEntry = Result<Arc<ClusterFacts>, String>;
 
 /// Every Cluster's and RedisFailover's facts and every namespace's ResourceQuotas, kept current
 /// by three watches.

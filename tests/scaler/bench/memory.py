@@ -9,6 +9,10 @@ and the thread count are sampled every 5 s throughout (the largest per phase: st
 polling, idle), then one scrape of /metrics (its size, time and what it added to VmHWM), VmHWM
 at the end, and the process's CPU seconds (user +
 system) per phase. One binary under two labels, one with --env, measures an allocator setting.
+With --api the fleet is also loaded into a real kube-apiserver (fleet_api.py: a Cluster and a
+ScaledObject each) and every binary runs as the package runs it: --topology kube (the Cluster
+index) with the warm start (--scaler-address), so "start" holds the index and the warm start's
+evaluations.
 Give the baseline binary first (for example the previous commit's
 release build, copied aside) and the candidate after it: both run in the same VictoriaMetrics, on the
 same series, in one run, so the machine's load hits both alike.
@@ -28,6 +32,7 @@ import time
 import requests
 
 from bench import load_series, loadavg  # noqa: E402 (bench.py sets sys.path)
+from fleet_api import SCALER_ADDRESS, FleetApi  # noqa: E402
 from side_by_side import ghz, summary, write_requests  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from testkit import hwm_kib, rss_kib  # noqa: E402
@@ -50,11 +55,13 @@ def threads(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
 
 
-def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str) -> dict:
+def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str, api=None) -> dict:
     os.environ["SCALER_BIN"] = os.path.abspath(binary)
+    package = {"topology": "kube", "env": {**env, "KUBECONFIG": api.kubeconfig}} if api else {"env": env}
+    warm = ["--scaler-address", SCALER_ADDRESS, "--warm-start-timeout", "170s"] if api else []
     # The whole fleet held: a smaller --max-cached-objects would measure evictions, not the fleet.
-    scaler = Scaler(work, vm.url, "--log-level", "warn", "--max-cached-objects", str(args.n),
-                    refresh=f"{REFRESH}s", env=env).start()
+    scaler = Scaler(work, vm.url, "--log-level", "warn", "--max-cached-objects", str(args.n), *warm,
+                    refresh=f"{REFRESH}s", **package).start(timeout=180)
     try:
         pid, started, samples, cpu = scaler.proc.pid, time.time(), [], {}
         phase, done = ["start"], threading.Event()
@@ -99,7 +106,8 @@ def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str) 
         by_phase = {}
         for s in samples:
             by_phase.setdefault(s["phase"], []).append(s["rss_mib"])
-        return {"binary": label, "env": env, "scaledobjects": args.n, "fill_errors": fill["errors"],
+        return {"binary": label, "env": env, "scaledobjects": args.n, "topology": "kube" if api else "metrics",
+                "fill_errors": fill["errors"],
                 "polling_rps": steady["rps"], "polling_GetMetrics_p99_ms": steady["p99_ms"],
                 "polling_errors": steady["errors"], "scrape": scraped,
                 "rss_max_mib": {k: max(v) for k, v in by_phase.items()},
@@ -120,6 +128,9 @@ def main():
     ap.add_argument("--n", type=int, default=20000, help="ScaledObjects (one CNPG cluster each)")
     ap.add_argument("--polls", type=int, default=2, help="calls per ScaledObject per refresh interval")
     ap.add_argument("--windows", type=int, default=6, help="refresh intervals of polling")
+    ap.add_argument("--api", action="store_true",
+                    help="load the fleet into a real kube-apiserver and run the binaries with --topology kube "
+                         "and the warm start, as the package does")
     args = ap.parse_args()
     binaries = [b.split("=", 1) for b in args.binary]
     envs = {}
@@ -128,13 +139,19 @@ def main():
         envs.setdefault(label, {}).update([var.split("=", 1)])
     with tempfile.TemporaryDirectory(prefix="scaler-memory-") as work:
         vm = VictoriaMetrics(os.path.join(work, "vm")).start()
+        api = None
         try:
             load_series(vm, args.n)
             data = write_requests(os.path.join(work, "fleet.json"), range(args.n))
+            if args.api:
+                api = FleetApi().start()
+                print(json.dumps({"part": "fleet in the API server", **api.load(args.n)}), flush=True)
             for label, binary in binaries:
-                print(json.dumps(measure(label, binary, envs.get(label, {}), vm, data, args, work)), flush=True)
+                print(json.dumps(measure(label, binary, envs.get(label, {}), vm, data, args, work, api)), flush=True)
         finally:
             vm.stop()
+            if api:
+                api.stop()
 
 
 if __name__ == "__main__":
