@@ -70,6 +70,7 @@ def test_pod_knobs_reach_each_component(helm, component):
     if component == "scaler":  # its Events name the replica; mimalloc returns freed pages at once
         assert any(e["name"] == "POD_NAME" for e in c["env"])
         assert {"name": "MIMALLOC_PURGE_DELAY", "value": "0"} in c["env"]
+        assert {"name": "MIMALLOC_ARENA_EAGER_COMMIT", "value": "0"} in c["env"]
     elif component == "shard-controller":
         assert {e["name"] for e in c["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
     defaults = pod_of(render(helm), component)["spec"]

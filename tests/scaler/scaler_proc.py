@@ -7,6 +7,10 @@ from keda import channel
 from testkit import Proc, cargo_bin, free_port, wait_until
 
 
+# The allocator settings the package chart gives the scaler (charts/cozy-autoscaling/templates/scaler.yaml).
+PACKAGE_ENV = {"MIMALLOC_PURGE_DELAY": "0", "MIMALLOC_ARENA_EAGER_COMMIT": "0"}
+
+
 def scaler_binary() -> str:
     return str(cargo_bin("scaler"))
 

@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from scaler_proc import Scaler
+from scaler_proc import PACKAGE_ENV, Scaler
 from test_restart import after_a_tick, burst, load_fleet, steady_tick
 from vm import VictoriaMetrics
 
@@ -73,7 +73,7 @@ def ask_all(scaler) -> list:
 
 def test_a_held_fleet_answers_right_refreshes_in_one_pass_and_stays_small(fleet_vm, tmp_path):
     scaler = Scaler(str(tmp_path), fleet_vm.url, "--log-level", "warn", refresh=f"{REFRESH}s",
-                    env={"MIMALLOC_PURGE_DELAY": "0"}).start()
+                    env=PACKAGE_ENV).start()
     try:
         pid = scaler.proc.pid
         rss_start = status_kib(pid, "VmRSS")

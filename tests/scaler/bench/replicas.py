@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench import load_series, loadavg, run_header, write_figures, so  # noqa: E402
-from scaler_proc import Scaler  # noqa: E402
+from scaler_proc import PACKAGE_ENV, Scaler  # noqa: E402
 from side_by_side import ghz, summary, write_requests  # noqa: E402
 from test_restart import backend_queries, burst, steady_tick  # noqa: E402
 from vm import VictoriaMetrics  # noqa: E402
@@ -43,7 +43,7 @@ ASK_CHUNK = 2000  # calls in flight at once when comparing the replicas' answers
 
 def start(args, vm, work: str) -> Scaler:
     return Scaler(work, vm.url, "--log-level", "warn", "--max-cached-objects", str(args.n),
-                  refresh=f"{args.refresh}s", env={"MIMALLOC_PURGE_DELAY": "0"}).start()
+                  refresh=f"{args.refresh}s", env=PACKAGE_ENV).start()
 
 
 def first_calls(args, scaler: Scaler, shard: int) -> dict:
