@@ -1279,7 +1279,9 @@ mod tests {
         // instance series. The master writes: the brake holds the spec's 4, never the series' 3
         // (which the HPA would write, removing the syncing replica).
         let snap = Snapshot {
-            cluster: Arc::new(failover_facts_from(&json!({"spec": {"redis": {"replicas": 4}}})).unwrap()),
+            cluster: Arc::new(
+                failover_facts_from(&json!({"spec": {"redis": {"replicas": 4}}})).unwrap(),
+            ),
             quotas: vec![],
         };
         let kube = |answer: &HashMap<String, f64>| {
