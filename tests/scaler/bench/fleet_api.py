@@ -22,6 +22,8 @@ from rig.kube import Kube  # noqa: E402
 # The scalerAddress keda.metadata() writes: what --scaler-address must name.
 SCALER_ADDRESS = metadata()["scalerAddress"].split(".", 1)[0]
 THREADS = 16
+# What makes a scaler warm-start on this fleet: the address its ScaledObjects name, and time for 50,000.
+WARM_FLAGS = ["--warm-start-timeout", "170s", "--scaler-address", SCALER_ADDRESS]
 
 
 def cluster(i: int) -> dict:
@@ -52,6 +54,10 @@ class FleetApi:
     @property
     def kubeconfig(self) -> str:
         return str(self.cp.kubeconfig)
+
+    def scaler_options(self, env: dict | None = None) -> dict:
+        """Scaler(...) keywords for a scaler reading this API server (--topology kube), with `env`."""
+        return {"topology": "kube", "env": {**(env or {}), "KUBECONFIG": self.kubeconfig}}
 
     def start(self) -> "FleetApi":
         self.cp.start_apiserver()

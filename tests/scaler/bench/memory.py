@@ -32,7 +32,7 @@ import time
 import requests
 
 from bench import load_series, loadavg  # noqa: E402 (bench.py sets sys.path)
-from fleet_api import SCALER_ADDRESS, FleetApi  # noqa: E402
+from fleet_api import WARM_FLAGS, FleetApi  # noqa: E402
 from side_by_side import ghz, summary, write_requests  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from testkit import hwm_kib, rss_kib  # noqa: E402
@@ -57,8 +57,8 @@ def threads(pid: int) -> int:
 
 def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str, api=None) -> dict:
     os.environ["SCALER_BIN"] = os.path.abspath(binary)
-    package = {"topology": "kube", "env": {**env, "KUBECONFIG": api.kubeconfig}} if api else {"env": env}
-    warm = ["--scaler-address", SCALER_ADDRESS, "--warm-start-timeout", "170s"] if api else []
+    package = api.scaler_options(env) if api else {"env": env}
+    warm = WARM_FLAGS if api else []
     # The whole fleet held: a smaller --max-cached-objects would measure evictions, not the fleet.
     scaler = Scaler(work, vm.url, "--log-level", "warn", "--max-cached-objects", str(args.n), *warm,
                     refresh=f"{REFRESH}s", **package).start(timeout=180)

@@ -33,7 +33,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench import load_series, loadavg, run_header, write_figures, so  # noqa: E402
-from fleet_api import SCALER_ADDRESS, FleetApi  # noqa: E402
+from fleet_api import WARM_FLAGS, FleetApi  # noqa: E402
 import promtext  # noqa: E402
 from scaler_proc import Scaler  # noqa: E402
 from side_by_side import Noop, ghz, summary, write_requests  # noqa: E402
@@ -111,7 +111,7 @@ def baseline(args, n: int, work: str) -> dict:
 
 def measure(args, vm, n: int, mode: str, flags: list, work: str, api=None) -> dict:
     q0 = vm.query_requests()
-    kube = {"topology": "kube", "env": {"KUBECONFIG": api.kubeconfig}} if api else {}
+    kube = api.scaler_options() if api else {}
     start = time.monotonic()
     scaler = Scaler(work, vm.url, "--log-level", "warn", "--max-cached-objects", str(max(n, 10000)),
                     *flags, refresh=f"{args.refresh}s", **kube).start(timeout=180)
@@ -177,7 +177,7 @@ def main():
                 modes = {"before": ["--cold-batch-window", "0s"], "after": [],
                          "after-100ms": ["--cold-batch-window", "100ms"],
                          "cold-kube": ["--warm-start-timeout", "0s"],
-                         "warm": ["--warm-start-timeout", "170s", "--scaler-address", SCALER_ADDRESS]}
+                         "warm": WARM_FLAGS}
                 api = None
                 if args.api:
                     api = FleetApi().start()
