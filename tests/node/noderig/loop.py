@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .cnpg import CLUSTER as NAME, CLUSTER_NAMESPACE as DB_NS, PSQL, sql
+from .package import pod_ready
 
 CNPG = "postgresql.cnpg.io/v1"
 # Every instance pod (the initdb and join Jobs' pods carry the cluster label, not a role).
@@ -78,8 +79,11 @@ def service_ip(kube, service: str) -> str:
 
 
 def instance_ips(kube) -> dict[str, str]:
+    """The instances that serve now. A pod being deleted, or one whose sandbox the kubelet has torn
+    down before it reported so, still says Running with its old address, where a connection times
+    out: only pods that are Ready and not terminating count."""
     return {p["metadata"]["name"]: p["status"]["podIP"] for p in kube.list("v1", "Pod", DB_NS, selector=INSTANCES)
-            if p["status"].get("podIP") and p["status"].get("phase") == "Running"}
+            if p["status"].get("podIP") and p["status"].get("phase") == "Running" and pod_ready(p)}
 
 
 def survey(kube, user: str) -> dict[str, tuple[bool, int]]:
