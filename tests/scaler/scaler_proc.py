@@ -1,14 +1,24 @@
 """Starts `scaler serve` on loopback ports and waits for gRPC health SERVING."""
 import os
+import re
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from keda import channel
-from testkit import Proc, cargo_bin, free_port, wait_until
+from testkit import REPO, Proc, cargo_bin, free_port, wait_until
 
 
-# The allocator settings the package chart gives the scaler (charts/cozy-autoscaling/templates/scaler.yaml).
-PACKAGE_ENV = {"MIMALLOC_PURGE_DELAY": "0", "MIMALLOC_ARENA_EAGER_COMMIT": "0"}
+def package_env() -> dict[str, str]:
+    """The allocator settings the package chart gives the scaler, read from its template so a bench
+    or smoke test runs what the chart ships (a Helm template, not YAML: its literal env entries)."""
+    template = (REPO / "charts/cozy-autoscaling/templates/scaler.yaml").read_text()
+    found = dict(re.findall(r'- name: (MIMALLOC_\w+)\n\s+value: "([^"]*)"', template))
+    if not found:
+        raise RuntimeError("charts/cozy-autoscaling/templates/scaler.yaml sets no MIMALLOC_* variable")
+    return found
+
+
+PACKAGE_ENV = package_env()
 
 
 def scaler_binary() -> str:
