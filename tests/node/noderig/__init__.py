@@ -97,7 +97,11 @@ class NodeRig:
     def stop(self) -> list[str]:
         """Stops every process and removes the run's state; returns what could not be removed."""
         self.group.stop_all()
-        return host.cleanup(self.run) if self.run else []
+        if self.run:
+            return host.cleanup(self.run)
+        # Stopped before the run took the directory (e.g. too little free disk): still empty.
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return []
 
 
 class AttachedRig:

@@ -12,7 +12,9 @@ system) per phase. One binary under two labels, one with --env, measures an allo
 With --api the fleet is also loaded into a real kube-apiserver (fleet_api.py: a Cluster and a
 ScaledObject each) and every binary runs as the package runs it: --topology kube (the Cluster
 index) with the warm start (--scaler-address), so "start" holds the index and the warm start's
-evaluations.
+evaluations; a binary named in --cold runs without the warm start, so its "start" holds the index
+alone and its fill adds the 50,000 held ScaledObjects ("held_kib_each": VmRSS after the fill less
+VmRSS before it, per ScaledObject).
 Give the baseline binary first (for example the previous commit's
 release build, copied aside) and the candidate after it: both run in the same VictoriaMetrics, on the
 same series, in one run, so the machine's load hits both alike.
@@ -58,7 +60,7 @@ def threads(pid: int) -> int:
 def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str, api=None) -> dict:
     os.environ["SCALER_BIN"] = os.path.abspath(binary)
     package = api.scaler_options(env) if api else {"env": env}
-    warm = WARM_FLAGS if api else []
+    warm = WARM_FLAGS if api and label not in args.cold else []
     # The whole fleet held: a smaller --max-cached-objects would measure evictions, not the fleet.
     scaler = Scaler(work, vm.url, "--log-level", "warn", "--max-cached-objects", str(args.n), *warm,
                     refresh=f"{REFRESH}s", **package).start(timeout=180)
@@ -106,11 +108,13 @@ def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str, 
         by_phase = {}
         for s in samples:
             by_phase.setdefault(s["phase"], []).append(s["rss_mib"])
+        # The last sample of a phase is taken as the next one begins: before the fill, and after it.
+        held_kib_each = round((by_phase["fill"][-1] - by_phase["start"][-1]) * 1024 / args.n, 2)
         return {"binary": label, "env": env, "scaledobjects": args.n, "topology": "kube" if api else "metrics",
-                "fill_errors": fill["errors"],
+                "warm_start": bool(warm), "fill_errors": fill["errors"],
                 "polling_rps": steady["rps"], "polling_GetMetrics_p99_ms": steady["p99_ms"],
                 "polling_errors": steady["errors"], "scrape": scraped,
-                "rss_max_mib": {k: max(v) for k, v in by_phase.items()},
+                "rss_max_mib": {k: max(v) for k, v in by_phase.items()}, "held_kib_each": held_kib_each,
                 "hwm_mib": round(hwm_kib(pid) / 1024, 1),
                 "threads_max": max(s["threads"] for s in samples),
                 "cpu_s": {k: round(v, 2) for k, v in cpu.items()}, "rss": samples, "loadavg": loadavg()}
@@ -131,6 +135,9 @@ def main():
     ap.add_argument("--api", action="store_true",
                     help="load the fleet into a real kube-apiserver and run the binaries with --topology kube "
                          "and the warm start, as the package does")
+    ap.add_argument("--cold", action="append", default=[], metavar="LABEL",
+                    help="with --api, run binary LABEL without the warm start (repeat): its start phase holds "
+                         "the Cluster index alone, so the fill measures the memory of the held ScaledObjects")
     args = ap.parse_args()
     binaries = [b.split("=", 1) for b in args.binary]
     envs = {}
