@@ -13,7 +13,7 @@ With --api the fleet is also loaded into a real kube-apiserver (fleet_api.py: a 
 ScaledObject each) and every binary runs as the package runs it: --topology kube (the Cluster
 index) with the warm start (--scaler-address), so "start" holds the index and the warm start's
 evaluations; a binary named in --cold runs without the warm start, so its "start" holds the index
-alone and its fill adds the 50,000 held ScaledObjects ("held_kib_each": VmRSS after the fill less
+alone and its fill adds the --n held ScaledObjects ("held_kib_each": VmRSS after the fill less
 VmRSS before it, per ScaledObject).
 Give the baseline binary first (for example the previous commit's
 release build, copied aside) and the candidate after it: both run in the same VictoriaMetrics, on the
