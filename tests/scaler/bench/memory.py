@@ -109,7 +109,8 @@ def measure(label: str, binary: str, env: dict, vm, data: str, args, work: str, 
         for s in samples:
             by_phase.setdefault(s["phase"], []).append(s["rss_mib"])
         # The last sample of a phase is taken as the next one begins: before the fill, and after it.
-        held_kib_each = round((by_phase["fill"][-1] - by_phase["start"][-1]) * 1024 / args.n, 2)
+        # A warm-started binary holds the fleet before the fill, so the difference says nothing there.
+        held_kib_each = None if warm else round((by_phase["fill"][-1] - by_phase["start"][-1]) * 1024 / args.n, 2)
         return {"binary": label, "env": env, "scaledobjects": args.n, "topology": "kube" if api else "metrics",
                 "warm_start": bool(warm), "fill_errors": fill["errors"],
                 "polling_rps": steady["rps"], "polling_GetMetrics_p99_ms": steady["p99_ms"],
